@@ -1,0 +1,27 @@
+"""The README's two set-up commands stay true: CI runs the README's test command verbatim."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Set-up commands", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.+?)\n```", section, flags=re.S)
+
+
+def test_readme_has_exactly_two_setup_commands():
+    commands = _readme_commands()
+    assert len(commands) == 2, commands
+    main_job, tests = commands
+    assert main_job.endswith("python -m rpg_worldmodel.pipeline")
+    assert "pytest" in tests
+    for command in commands:  # torch is pinned and installed before anything that depends on it
+        assert command.index("torch==2.13.0") < command.index(" -e "), command
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    test_command = _readme_commands()[1]
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert test_command in ci_lines
