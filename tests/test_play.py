@@ -1,0 +1,208 @@
+"""The keyboard loop of ``python -m rpg_env.play``, driven headless by posted pygame key events."""
+
+from __future__ import annotations
+
+import re
+
+import gymnasium as gym
+import numpy as np
+import pygame
+import pytest
+
+import rpg_env  # noqa: F401  (registers Treasurehunt-v0)
+from rpg_env.play import main, play
+from rpg_env.render import PLAY_HELP, PygameWindow
+
+LAYOUT = [
+    "#######",
+    "#.....#",
+    "#..g..#",
+    "#.fA..#",
+    "#.....#",
+    "#....B#",
+    "#######",
+]
+START = (3, 3)
+
+
+@pytest.fixture
+def env():
+    env = gym.make("Treasurehunt-v0", height=7, width=7, vision_radius=2, spawn_prob=0.0,
+                   max_turns=5, co_policy="random")
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def window(env):
+    window = PygameWindow(env.unwrapped.params, fps=0, help_text=PLAY_HELP, close_on_quit=False)
+    pygame.event.clear()
+    yield window
+    window.close()
+
+
+def press(*keys: int) -> None:
+    for key in keys:
+        pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=key, mod=0, unicode=""))
+
+
+def run(env, window, max_frames=1, **kwargs):
+    return play(env, options={"layout": LAYOUT}, seed=0, window=window, fps=0,
+                max_frames=max_frames, **kwargs)
+
+
+def learner(env) -> tuple[int, int]:
+    return tuple(int(v) for v in env.unwrapped.world.agent_rc()[0, 0])
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        (pygame.K_UP, (2, 3)), (pygame.K_w, (2, 3)),
+        (pygame.K_DOWN, (4, 3)), (pygame.K_s, (4, 3)),
+        (pygame.K_LEFT, (3, 2)), (pygame.K_a, (3, 2)),
+        (pygame.K_RIGHT, (3, 4)), (pygame.K_d, (3, 4)),
+    ],
+)
+def test_arrows_and_wasd_move_the_learner(env, window, key, expected):
+    press(key)
+    summary = run(env, window)
+    assert learner(env) == expected
+    assert summary.steps == 1 and summary.turn == 1 and not summary.quit
+
+
+def test_pickups_count_in_the_score(env, window):
+    press(pygame.K_UP, pygame.K_DOWN, pygame.K_LEFT)  # gem (+10), back, food (+5)
+    summary = run(env, window)
+    assert summary.score == 15.0 and summary.turn == 3
+    assert learner(env) == (3, 2)
+
+
+def test_the_game_waits_for_a_key(env, window):
+    # Frames pass, key releases and unbound keys arrive: the turn does not advance.
+    pygame.event.post(pygame.event.Event(pygame.KEYUP, key=pygame.K_RIGHT, mod=0, unicode=""))
+    press(pygame.K_x, pygame.K_SPACE)
+    summary = run(env, window, max_frames=5)
+    assert summary.frames == 5 and summary.steps == 0 and summary.turn == 0
+    assert learner(env) == START
+    np.testing.assert_array_equal(env.unwrapped.world.agent_rc()[0, 1], (5, 5))  # B did not move
+    assert window.frames_drawn == 1  # idle frames do not redraw
+
+
+def test_r_restarts_the_episode_on_the_same_layout(env, window):
+    press(pygame.K_UP, pygame.K_RIGHT, pygame.K_r)
+    logged: list[str] = []
+    summary = run(env, window, log=logged.append)
+    assert summary.turn == 0 and summary.restarts == 1 and summary.score == 0.0
+    assert learner(env) == START
+    assert summary.episode_returns == [10.0]
+    assert logged == ["episode 1 restarted after 2 turns: score +10"]
+
+
+def test_escape_quits_before_later_keys(env, window):
+    press(pygame.K_RIGHT, pygame.K_ESCAPE, pygame.K_LEFT)
+    summary = run(env, window, max_frames=50)
+    assert summary.quit and summary.frames == 1
+    assert summary.steps == 1 and learner(env) == (3, 4)
+
+
+def test_closing_the_window_quits(env, window):
+    pygame.event.post(pygame.event.Event(pygame.QUIT))
+    summary = run(env, window, max_frames=50)
+    assert summary.quit and summary.frames == 1 and summary.steps == 0
+
+
+def test_episode_end_ignores_moves_until_restart(env, window):
+    # max_turns=5: the sixth and seventh presses find the episode over.
+    press(*[pygame.K_RIGHT] * 7)
+    logged: list[str] = []
+    summary = run(env, window, log=logged.append)
+    assert summary.steps == 5 and summary.turn == 5
+    assert summary.episode_returns == [summary.score]
+    assert logged == [f"episode 1 over after 5 turns: score {summary.score:+g}"]
+    press(pygame.K_r, pygame.K_DOWN)
+    summary = play(env, window=window, fps=0, max_frames=1, options={"layout": LAYOUT}, log=None)
+    assert summary.turn == 1 and learner(env) == (4, 3)
+
+
+def test_play_rejects_a_human_mode_env_and_bad_max_frames(env):
+    human = gym.make("Treasurehunt-v0", render_mode="human")
+    with pytest.raises(ValueError, match="own window"):
+        play(human, max_frames=1)
+    human.close()
+    with pytest.raises(ValueError, match="max_frames"):
+        play(env, max_frames=0)
+    with pytest.raises(TypeError, match="Treasurehunt"):
+        play(gym.make("CartPole-v1"), max_frames=1)
+
+
+def test_main_plays_from_the_command_line_and_prints_the_score(capsys):
+    pygame.display.init()
+    pygame.event.clear()
+    press(pygame.K_RIGHT, pygame.K_d, pygame.K_ESCAPE)
+    summary = main(["--height", "9", "--width", "11", "--vision-radius", "3", "--seed", "4",
+                    "--max-turns", "20", "--co-policy", "greedy", "--fps", "0", "--max-frames", "100"])
+    out = capsys.readouterr().out
+    assert summary.quit and summary.turn == 2
+    assert re.search(r"^final score: [+-]\d+ at turn 2$", out, re.MULTILINE)
+    assert out.strip().splitlines()[-1] == f"final score: {summary.score:+g} at turn 2"
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--co-policy", "sneaky"], "not a co-player policy"),
+        (["--co-policy", "missing_model.zip"], "no such model file"),
+        (["--fps", "fast"], "invalid float value"),
+    ],
+)
+def test_main_rejects_bad_arguments(argv, match, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_main_reports_a_bad_map_size():
+    with pytest.raises(SystemExit, match="height and width must be >= 3"):
+        main(["--height", "2", "--max-frames", "1"])
+
+
+def test_record_writes_the_human_games_to_a_trajectory_file(tmp_path, capsys):
+    from rpg_env.trajectories import FLAG_INTERRUPTED, FLAG_TRUNCATED, TrajectoryFile
+
+    path = tmp_path / "human.h5"
+    pygame.display.init()
+    pygame.event.clear()
+    # Game 1: three moves end it (max 3 turns). Game 2: R, one move, then Esc cuts it short.
+    press(pygame.K_RIGHT, pygame.K_DOWN, pygame.K_LEFT, pygame.K_r, pygame.K_UP, pygame.K_ESCAPE)
+    summary = main(["--height", "8", "--width", "8", "--seed", "5", "--max-turns", "3",
+                    "--fps", "0", "--record", str(path), "--max-frames", "100"])
+    assert summary.quit and summary.episode_returns and summary.turn == 1
+    assert f"recorded 2 game(s) to {path}" in capsys.readouterr().out
+    with TrajectoryFile(path) as tf:
+        learner = [i for i in range(len(tf)) if tf.episodes["agent_id"][i] == 0]
+        assert len(tf) == 4 and len(learner) == 2  # 2 games x (learner + co-player)
+        assert {tf.policy_id(i) for i in learner} == {"human"}
+        first, second = (tf.episode(i) for i in learner)
+        np.testing.assert_array_equal(first["actions"], [3, 1, 2])
+        np.testing.assert_array_equal(second["actions"], [0])
+        assert first["obs"].shape == (4, 6, 9, 9)
+        flags = tf.episodes["flags"][learner]
+        assert flags[0] & FLAG_TRUNCATED and not flags[0] & FLAG_INTERRUPTED
+        assert flags[1] & FLAG_INTERRUPTED
+        assert tf.episodes["seed"][learner[0]] == 5
+        assert float(first["rewards"].sum()) == summary.episode_returns[0]
+
+
+def test_record_refuses_a_file_of_another_game(tmp_path):
+    path = tmp_path / "human.h5"
+    pygame.display.init()
+    pygame.event.clear()
+    press(pygame.K_RIGHT, pygame.K_RIGHT, pygame.K_ESCAPE)
+    main(["--height", "8", "--width", "8", "--max-turns", "2", "--fps", "0", "--record", str(path),
+          "--max-frames", "100"])
+    before = path.read_bytes()
+    with pytest.raises(SystemExit, match="cannot record to"):
+        main(["--height", "9", "--width", "8", "--record", str(path), "--max-frames", "1"])
+    assert path.read_bytes() == before

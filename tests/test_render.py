@@ -1,0 +1,280 @@
+"""Rendering: rgb_array / ansi frames, the pygame window (headless), GIF/MP4/PNG files."""
+
+from __future__ import annotations
+
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from PIL import Image
+
+import rpg_env  # noqa: F401  (registers Treasurehunt-v0)
+from rpg_env.core import WorldParams, parse_layout
+from rpg_env.observation import FLOOR_RGB, PALETTE
+from rpg_env.render import (
+    CO_PLAYER_RGB,
+    LEARNER_MARK_RGB,
+    LEARNER_RGB,
+    VIEW_OUTLINE_RGB,
+    PygameWindow,
+    annotate,
+    render_ansi,
+    render_rgb,
+    save_animation,
+    save_png,
+)
+
+LAYOUT = [
+    "##########",
+    "#A..g....#",
+    "#.f......#",
+    "#..b.....#",
+    "#........#",
+    "#......B.#",
+    "#........#",
+    "##########",
+]
+H, W = len(LAYOUT), len(LAYOUT[0])
+
+
+def make(render_mode: str | None, **kwargs):
+    env = gym.make("Treasurehunt-v0", height=H, width=W, vision_radius=2, spawn_prob=0.0,
+                   render_mode=render_mode, **kwargs)
+    env.reset(seed=0, options={"layout": LAYOUT})
+    return env
+
+
+def tile_at(frame: np.ndarray, row: int, col: int, tile: int) -> np.ndarray:
+    return frame[row * tile : (row + 1) * tile, col * tile : (col + 1) * tile]
+
+
+# --------------------------------------------------------------------------- rgb_array
+def test_rgb_array_shape_dtype_and_view_highlight():
+    env = make("rgb_array")
+    frame = env.render()
+    tile = 16
+    assert frame.shape == (H * tile, W * tile, 3) and frame.dtype == np.uint8
+    # Learner A at (1, 1) with radius 2 sees rows/cols 0..3; (2, 3) is an empty cell inside.
+    inside = tile_at(frame, 2, 3, tile)
+    assert tuple(inside[tile // 2, tile // 2]) == FLOOR_RGB
+    outside = tile_at(frame, 4, 6, tile)  # empty, outside the view: dimmed floor
+    assert tuple(outside[tile // 2, tile // 2]) != FLOOR_RGB
+    assert np.all(outside[tile // 2, tile // 2] < np.array(FLOOR_RGB))
+    # The view outline runs along the view's right edge (column 3's last pixel column).
+    assert tuple(frame[2 * tile + 3, 4 * tile - 1]) == VIEW_OUTLINE_RGB
+    env.close()
+
+
+def test_learner_and_co_player_look_different():
+    env = make("rgb_array")
+    frame = env.render()
+    tile = 16
+    learner = tile_at(frame, 1, 1, tile)
+    co = tile_at(frame, 5, 7, tile)
+    colours_learner = {tuple(p) for p in learner.reshape(-1, 3)}
+    colours_co = {tuple(p) for p in co.reshape(-1, 3)}
+    assert LEARNER_RGB in colours_learner and LEARNER_MARK_RGB in colours_learner
+    assert LEARNER_RGB not in colours_co and LEARNER_MARK_RGB not in colours_co
+    # The co-player is outside the learner's view, so its colour is dimmed but keeps its hue.
+    purple = np.array(CO_PLAYER_RGB[0])
+    body = co[tile // 2 - 3, tile // 2 - 3].astype(int)
+    assert np.argmax(body) == np.argmax(purple) and body[1] < body[0] < body[2]
+    # Items keep their palette colours inside the view (gem at (1, 4) is outside: r=2 -> col<=3).
+    food = tile_at(frame, 2, 2, tile)
+    assert tuple(food[tile // 2, tile // 2]) == PALETTE[4]
+
+
+def test_render_rgb_rejects_a_grid_of_the_wrong_shape():
+    params = WorldParams(height=H, width=W)
+    grid, agents = parse_layout(LAYOUT, params)
+    with pytest.raises(ValueError, match="expected"):
+        render_rgb(grid[:-1], agents, params)
+
+
+def test_vector_env_renders_one_frame_per_world():
+    envs = gym.make_vec("Treasurehunt-v0", num_envs=3, render_mode="rgb_array", height=H, width=W)
+    envs.reset(seed=1)
+    frames = envs.render()
+    assert len(frames) == 3 and all(f.shape == (H * 16, W * 16, 3) for f in frames)
+    envs.close()
+
+
+# --------------------------------------------------------------------------- ansi
+def test_ansi_round_trips_through_the_layout_parser():
+    env = make("ansi")
+    text = env.render()
+    header, *rows = text.rstrip("\n").split("\n")
+    assert rows == LAYOUT
+    assert header == "turn 0/100  score +0"
+    params = env.unwrapped.params
+    grid, agents = parse_layout(rows, params)
+    np.testing.assert_array_equal(grid, env.unwrapped.world.grid[0])
+    np.testing.assert_array_equal(agents, env.unwrapped.world.agent_rc()[0])
+    # After moves the text still parses back into the current state.
+    env.step(3)  # right
+    env.step(3)
+    header, *rows = env.render().rstrip("\n").split("\n")
+    grid, agents = parse_layout(rows, params)
+    np.testing.assert_array_equal(agents[0], (1, 3))
+    np.testing.assert_array_equal(grid, env.unwrapped.world.grid[0])
+    assert header.startswith("turn 2/100")
+    env.close()
+
+
+def test_ansi_header_shows_the_score():
+    params = WorldParams(height=H, width=W)
+    grid, agents = parse_layout(LAYOUT, params)
+    assert render_ansi(grid, agents, params, turn=7, score=-3.0).startswith("turn 7/100  score -3\n")
+
+
+# --------------------------------------------------------------------------- human (headless)
+def test_human_mode_draws_a_frame_per_reset_and_step():
+    env = make("human")
+    window = env.unwrapped._renderer
+    assert isinstance(window, PygameWindow)
+    for action in (1, 1, 3):
+        env.step(action)
+    assert window.frames_drawn == 4  # reset + 3 steps
+    shot = window.snapshot()
+    assert shot.shape == (window.size[1], window.size[0], 3)
+    # The map part of the window is the rgb_array frame at the window's tile size (a wall tile
+    # away from the agents' letters compares exactly).
+    expected = render_rgb(env.unwrapped.world.grid[0], env.unwrapped.world.agent_rc()[0],
+                          env.unwrapped.params, window.tile)
+    t = window.tile
+    np.testing.assert_array_equal(shot[:t, :t], expected[:t, :t])
+    # (1, 8) is an empty cell 5 moves away from co-player B's start: no agent reached it.
+    np.testing.assert_array_equal(shot[t : 2 * t, 8 * t : 9 * t], expected[t : 2 * t, 8 * t : 9 * t])
+    assert not np.array_equal(shot[3 * t : 4 * t, 2 * t : 3 * t],  # the learner carries its letter
+                              expected[3 * t : 4 * t, 2 * t : 3 * t])
+    # The side panel holds text (not just background).
+    panel = shot[: window.map_size[1], window.map_size[0] :]
+    assert len(np.unique(panel.reshape(-1, 3), axis=0)) > 10
+    env.close()
+    assert env.unwrapped._renderer is None and window.closed
+
+
+def test_closing_the_window_hides_it_and_the_game_goes_on():
+    import pygame
+
+    env = make("human")
+    window = env.unwrapped._renderer
+    pygame.event.post(pygame.event.Event(pygame.QUIT))
+    env.step(1)
+    assert window.quit_requested and window.closed
+    drawn = window.frames_drawn
+    env.step(1)  # no window any more, no error
+    assert window.frames_drawn == drawn
+    env.close()
+
+
+def test_window_rejects_bad_fps():
+    with pytest.raises(ValueError, match="fps"):
+        PygameWindow(WorldParams(), fps=-1)
+
+
+# --------------------------------------------------------------------------- files
+def game_frames(n: int) -> list[np.ndarray]:
+    env = make("rgb_array")
+    frames = [env.render()]
+    for action in [1, 1, 3, 3, 3, 0][:n - 1]:
+        env.step(action)
+        frames.append(env.render())
+    env.close()
+    return frames
+
+
+def test_gif_has_every_frame_loops_and_keeps_colours(tmp_path):
+    frames = game_frames(5)
+    path = save_animation(frames, tmp_path / "sub" / "game.gif", fps=10)
+    assert path == tmp_path / "sub" / "game.gif"
+    with Image.open(path) as im:
+        assert im.n_frames == 5
+        assert im.size == (W * 16, H * 16)
+        assert im.info["loop"] == 0
+        assert im.info["duration"] == 100
+        im.seek(3)
+        np.testing.assert_array_equal(np.asarray(im.convert("RGB")), frames[3])
+    assert list(tmp_path.joinpath("sub").iterdir()) == [path]  # no temporary files left
+
+
+def test_png_round_trips_exactly(tmp_path):
+    frame = annotate(game_frames(1)[0], "turn 0/100  score +0")
+    assert frame.shape == (H * 16 + 20, W * 16, 3)
+    path = save_png(frame, tmp_path / "last.png")
+    with Image.open(path) as im:
+        np.testing.assert_array_equal(np.asarray(im), frame)
+
+
+def test_mp4_through_imageio_ffmpeg(tmp_path):
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+    frames = [f[:-1, :-3] for f in game_frames(4)]  # odd sizes get padded to even
+    path = save_animation(frames, tmp_path / "game.mp4", fps=4)
+    reader = imageio_ffmpeg.read_frames(str(path))
+    meta = next(reader)
+    assert meta["size"] == (W * 16 - 2, H * 16) and meta["fps"] == 4
+    assert sum(1 for _ in reader) == 4
+
+
+def test_mp4_without_imageio_ffmpeg_names_the_video_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # import now raises ImportError
+    with pytest.raises(ModuleNotFoundError, match=r"rpg-treasurehunt\[video\]"):
+        save_animation(game_frames(2), tmp_path / "game.mp4", fps=4)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("frames", "name", "fps", "match"),
+    [
+        ("ok", "game.avi", 8, "extension must be one of .gif, .mp4"),
+        ("ok", "game", 8, "extension"),
+        ("ok", "game.gif", 0, "fps must be a positive"),
+        ("ok", "game.gif", "fast", "fps must be a positive"),
+        ([], "game.gif", 8, "non-empty list"),
+        ([np.zeros((8, 8), np.uint8)], "game.gif", 8, r"\(H, W, 3\) uint8"),
+        ([np.zeros((8, 8, 3), np.float32)], "game.gif", 8, r"\(H, W, 3\) uint8"),
+        ([np.zeros((8, 8, 3), np.uint8), np.zeros((8, 9, 3), np.uint8)], "game.gif", 8, "same shape"),
+    ],
+)
+def test_save_animation_bad_inputs(tmp_path, frames, name, fps, match):
+    frames = game_frames(2) if frames == "ok" else frames
+    with pytest.raises(ValueError, match=match):
+        save_animation(frames, tmp_path / name, fps=fps)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_failed_save_keeps_the_file_already_there(tmp_path):
+    path = save_animation(game_frames(3), tmp_path / "game.gif", fps=8)
+    before = path.read_bytes()
+    with pytest.raises(ValueError):
+        save_animation([np.zeros((4, 4, 3), np.uint8), np.zeros((5, 4, 3), np.uint8)], path)
+    assert path.read_bytes() == before
+
+
+def test_save_png_bad_inputs(tmp_path):
+    frame = game_frames(1)[0]
+    with pytest.raises(ValueError, match=r"must end in \.png"):
+        save_png(frame, tmp_path / "frame.jpg")
+    with pytest.raises(ValueError, match=r"\(H, W, 3\) uint8"):
+        save_png(frame[..., 0], tmp_path / "frame.png")
+    assert not list(tmp_path.iterdir())
+
+
+def test_window_waits_to_honour_fps():
+    import time
+
+    params = WorldParams(height=H, width=W, num_agents=1)
+    grid, agents = parse_layout([row.replace("B", ".") for row in LAYOUT], params)
+    window = PygameWindow(params, fps=20)
+    try:
+        window.draw(grid, agents, turn=0, score=0.0)
+        start = time.perf_counter()
+        for turn in range(1, 4):
+            window.draw(grid, agents, turn=turn, score=0.0)
+        # The clock spaces frames at least 1/20 s apart (a lower bound: never flaky when slow).
+        assert time.perf_counter() - start >= 3 / 20 - 0.01
+        assert window.frames_drawn == 4
+        assert len(window._legend) == 5  # no co-player entry in a one-agent game
+    finally:
+        window.close()
