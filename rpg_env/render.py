@@ -148,6 +148,11 @@ def _atomic_target(path: Path) -> tuple[Path, Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
+    # mkstemp creates the file private (0600); give the result the permissions a plain open()
+    # would, so shared outputs stay readable by the group and others as the umask allows.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     return path, Path(tmp)
 
 

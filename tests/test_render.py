@@ -278,3 +278,19 @@ def test_window_waits_to_honour_fps():
         assert len(window._legend) == 5  # no co-player entry in a one-agent game
     finally:
         window.close()
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    import os
+
+    from rpg_env.render import save_animation, save_png
+
+    frame = np.zeros((8, 8, 3), dtype=np.uint8)
+    umask = os.umask(0o022)
+    try:
+        gif = save_animation([frame, frame], tmp_path / "a.gif", fps=4)
+        png = save_png(frame, tmp_path / "a.png")
+    finally:
+        os.umask(umask)
+    assert gif.stat().st_mode & 0o777 == 0o644
+    assert png.stat().st_mode & 0o777 == 0o644

@@ -1,0 +1,38 @@
+"""Stable-Baselines3 experts for Treasurehunt-v0: train, evaluate, watch, and shipped models.
+
+``python -m rpg_env.experts train|evaluate|watch`` (see docs/experts.md). The library side:
+`SB3Policy` (a trained model as a batched co-player / recording policy), `load_expert`
+(safe loading), `pretrained_path` (the experts that ship with the package).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+#: Shipped experts: name -> folder under pretrained/ (each holds model.zip, config.yaml,
+#: provenance.json with the seed and training command, and eval.json).
+PRETRAINED = ("dqn", "ppo")
+
+
+def pretrained_path(name: str = "dqn") -> Path:
+    """Path of a shipped expert's ``model.zip`` (``"dqn"``: the main expert; ``"ppo"``: the
+    behaviourally different one for the transfer experiment)."""
+    if name not in PRETRAINED:
+        raise ValueError(f"unknown pretrained expert {name!r}; shipped: {', '.join(PRETRAINED)}")
+    path = PRETRAINED_DIR / name / "model.zip"
+    if not path.is_file():
+        raise FileNotFoundError(f"pretrained expert {name!r} is missing at {path}; reinstall the "
+                                f"package or train one with `python -m rpg_env.experts train --algo {name}`")
+    return path
+
+
+def __getattr__(name: str):
+    if name in ("SB3Policy", "load_expert", "ExpertLoadError"):
+        from rpg_env.experts import policy
+
+        return getattr(policy, name)
+    raise AttributeError(f"module 'rpg_env.experts' has no attribute {name!r}")
+
+
+__all__ = ["PRETRAINED", "PRETRAINED_DIR", "ExpertLoadError", "SB3Policy", "load_expert", "pretrained_path"]

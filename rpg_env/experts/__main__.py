@@ -1,0 +1,83 @@
+"""``python -m rpg_env.experts {train,evaluate,profile,watch}``: see docs/experts.md."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from rpg_env.experts.config import ALGOS, ConfigError
+from rpg_env.experts.evaluate import DEFAULT_EPISODES, DEFAULT_SEED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m rpg_env.experts",
+        description="Train, evaluate, profile and watch SB3 experts on Treasurehunt-v0 (docs/experts.md).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train an SB3 expert and write a run folder")
+    train.add_argument("--algo", choices=ALGOS, default=None,
+                       help="algorithm (default: the config's, else dqn)")
+    train.add_argument("--config", default=None,
+                       help="YAML config (default: rpg_env/experts/configs/<algo>.yaml)")
+    train.add_argument("--out", default=None, help="run folder (default: runs/experts/<algo>-<time>-s<seed>)")
+    train.add_argument("overrides", nargs="*", metavar="key=value",
+                       help="config overrides, e.g. seed=1 timesteps=50000 env.vision_radius=3 "
+                            "hyperparams.learning_rate=3e-4")
+
+    evaluate = sub.add_parser("evaluate", help="model vs greedy vs random on fixed seeds")
+    evaluate.add_argument("model", help="expert .zip")
+    evaluate.add_argument("--episodes", type=int, default=DEFAULT_EPISODES)
+    evaluate.add_argument("--seed", type=int, default=DEFAULT_SEED, help="first evaluation seed")
+    evaluate.add_argument("--json", default=None, help="also write the figures as JSON here")
+
+    profile = sub.add_parser("profile", help="how experts play: pickups, bumps, actions, agreement")
+    profile.add_argument("models", nargs="+", help="expert .zip files")
+    profile.add_argument("--episodes", type=int, default=DEFAULT_EPISODES)
+    profile.add_argument("--seed", type=int, default=DEFAULT_SEED, help="first evaluation seed")
+    profile.add_argument("--json", default=None, help="also write the figures as JSON here")
+
+    watch = sub.add_parser("watch", help="show the expert in a pygame window or write a GIF/MP4")
+    watch.add_argument("model", help="expert .zip")
+    watch.add_argument("--out", default=None, help="write a .gif or .mp4 instead of opening a window")
+    watch.add_argument("--seed", type=int, default=0)
+    watch.add_argument("--episodes", type=int, default=1)
+    watch.add_argument("--fps", type=int, default=8)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            from rpg_env.experts.config import load_config
+            from rpg_env.experts.train import train
+
+            cfg = load_config(args.algo, args.config, args.overrides)
+            command = "python -m rpg_env.experts " + shlex.join(argv if argv is not None else sys.argv[1:])
+            run_dir = train(cfg, args.out, command=command)
+            print(f"run folder: {run_dir}")
+        elif args.command == "evaluate":
+            from rpg_env.experts.evaluate import evaluate_cli
+
+            evaluate_cli(args.model, episodes=args.episodes, seed=args.seed, json_path=args.json)
+        elif args.command == "profile":
+            from rpg_env.experts.evaluate import profile_cli
+
+            profile_cli(args.models, episodes=args.episodes, seed=args.seed, json_path=args.json)
+        else:
+            from rpg_env.experts.watch import watch
+
+            result = watch(args.model, out=args.out, seed=args.seed, episodes=args.episodes, fps=args.fps)
+            returns = ", ".join(f"{r:+g}" for r in result["returns"])
+            print(f"returns: {returns}" + (f"; wrote {result['frames']} frames to {args.out}"
+                                           if args.out else ""))
+    except (ConfigError, FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Train an SB3 expert on Treasurehunt-v0 and write one self-describing run folder.
+
+Run folder layout (``--out DIR``, default ``runs/experts/<algo>-<UTC time>-s<seed>``)::
+
+    model.zip           final SB3 model (with the JSON ``rpg_expert`` record, see policy.py)
+    config.yaml         the resolved config (file + overrides), enough to rerun
+    provenance.json     seeds, package versions, command line, git revision, training time
+    eval.json           model vs greedy vs random on fixed evaluation seeds (evaluate.py)
+    best/               EvalCallback's best model and evaluations.npz
+    checkpoints/        CheckpointCallback snapshots
+    tb/                 tensorboard logs (``tensorboard --logdir DIR/tb``)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
+
+import rpg_env
+from rpg_env.experts.config import ExpertConfig, algo_class, env_defaults
+from rpg_env.experts.policy import expert_spec, policy_kwargs_from_net
+from rpg_env.provenance import provenance
+
+#: Offset of the EvalCallback's env seeds from the training seed (disjoint streams).
+EVAL_CALLBACK_SEED_OFFSET = 1_000_003
+
+
+def default_run_dir(cfg: ExpertConfig) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / "experts" / f"{cfg.algo}-{stamp}-s{cfg.seed}"
+
+
+def make_training_env(cfg: ExpertConfig, n_envs: int, seed: int) -> VecEnv:
+    """``n_envs`` Monitor-wrapped Treasurehunt envs, frame-stacked channels-first: ``(6k, V, V)``."""
+    vec_cls = SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv
+    # "module:id" makes gymnasium import rpg_env (which registers the env) in SubprocVecEnv workers.
+    venv = make_vec_env(f"rpg_env:{rpg_env.ENV_ID}", n_envs=n_envs, seed=seed, vec_env_cls=vec_cls,
+                        env_kwargs=dict(cfg.env))
+    return VecFrameStack(venv, n_stack=cfg.frame_stack, channels_order="first")
+
+
+def build_model(cfg: ExpertConfig, venv: VecEnv, tensorboard_log: str | None):
+    """The SB3 model for ``cfg`` with the JSON record `load_expert` needs set on it."""
+    cls = algo_class(cfg.algo)
+    model = cls("CnnPolicy", venv, seed=cfg.seed, verbose=0, device="cpu",
+                tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs_from_net(vars(cfg.net)),
+                **cfg.hyperparams)
+    radius = cfg.env.get("vision_radius", env_defaults()["vision_radius"])
+    model.rpg_expert = expert_spec(cfg.algo, cfg.frame_stack, radius, vars(cfg.net), cfg.env, cfg.seed)
+    return model
+
+
+def resolve_run_dir(out: str | Path | None, cfg: ExpertConfig) -> Path:
+    """The run folder to write; refuses a non-empty one (runs are never overwritten)."""
+    run_dir = Path(out) if out is not None else default_run_dir(cfg)
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise FileExistsError(f"run folder {run_dir} already exists and is not empty; choose another "
+                              f"--out (runs are never overwritten)")
+    return run_dir
+
+
+def train(cfg: ExpertConfig, out: str | Path | None = None, command: str | None = None) -> Path:
+    """Train per ``cfg``; return the run folder (see module docstring for its contents)."""
+    from rpg_env.experts.evaluate import compare, print_table
+
+    run_dir = resolve_run_dir(out, cfg)
+    torch.set_num_threads(cfg.torch_threads)
+    venv = make_training_env(cfg, cfg.n_envs, cfg.seed)
+    eval_seed = cfg.seed + EVAL_CALLBACK_SEED_OFFSET
+    eval_env = make_training_env(cfg, 1, eval_seed)
+    try:
+        # SB3 checks the hyperparameters here, before the run folder exists.
+        model = build_model(cfg, venv, tensorboard_log=str(run_dir / "tb"))
+    except Exception:
+        venv.close()
+        eval_env.close()
+        raise
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    per_call = max(cfg.n_envs, 1)  # callbacks count vectorized steps, the config counts env steps
+    callbacks = CallbackList([
+        EvalCallback(eval_env, n_eval_episodes=cfg.eval.episodes, eval_freq=max(cfg.eval.freq // per_call, 1),
+                     best_model_save_path=str(run_dir / "best"), log_path=str(run_dir / "best"),
+                     deterministic=True, verbose=0),
+        CheckpointCallback(save_freq=max(cfg.checkpoint_freq // per_call, 1),
+                           save_path=str(run_dir / "checkpoints"), name_prefix=cfg.algo),
+    ])
+    started = time.perf_counter()
+    try:
+        model.learn(total_timesteps=cfg.total_timesteps, callback=callbacks, tb_log_name=cfg.algo,
+                    progress_bar=cfg.progress_bar)
+    finally:
+        venv.close()
+        eval_env.close()
+    train_seconds = time.perf_counter() - started
+    model.save(run_dir / "model.zip")
+
+    record = provenance(
+        seed=cfg.seed, algo=cfg.algo, train_seconds=round(train_seconds, 2),
+        total_timesteps=int(model.num_timesteps),
+        seeds={"model": cfg.seed, "train_envs": [cfg.seed + i for i in range(cfg.n_envs)],
+               "eval_callback_env": eval_seed, "final_eval_first_seed": cfg.eval.seed},
+        torch_threads=cfg.torch_threads,
+    )
+    if command is not None:
+        record["command"] = command
+    (run_dir / "provenance.json").write_text(json.dumps(record, indent=2) + "\n")
+
+    results = compare(run_dir / "model.zip", episodes=cfg.eval.final_episodes, seed=cfg.eval.seed)
+    # Same schema as `evaluate --json`; the seeds and timing live in provenance.json.
+    (run_dir / "eval.json").write_text(json.dumps(results, indent=2) + "\n")
+    print_table(results, title=f"{run_dir / 'model.zip'} ({cfg.eval.final_episodes} episodes, "
+                               f"seeds from {cfg.eval.seed}; trained in {train_seconds:.0f} s)")
+    return run_dir
