@@ -1,20 +1,24 @@
 """The Treasurehunt rules, in NumPy, over a batch of N worlds at once.
 
-This module is the single source of truth for the game. Every world in a batch is a flat
-row of integer cell codes over the map *padded* by ``vision_radius`` cells of wall on each
-side, so that an egocentric crop is one gather with precomputed offsets and "outside the map
-reads as wall" needs no special case. Agent positions are flat indices into that padded row.
+This module is the single source of truth for the game: the single env (N = 1) and the
+vector env (N = num_envs) both step `WorldBatch`. Every world in a batch is a flat row of
+integer cell codes over the map *padded* by ``p = max(vision_radius, 1)`` cells of wall on
+each side, so that an egocentric crop is one gather with precomputed offsets, "outside the
+map reads as wall" needs no special case, and a move off the map bumps. Agent positions are
+flat indices into that padded row.
 
-Shapes (N worlds, A agents, map H x W, vision radius r, view V = 2r + 1):
+Shapes (N worlds, A agents, map H x W, vision radius r, padding p, view V = 2r + 1):
 
-- ``WorldBatch.cells``: ``(N, (H + 2r) * (W + 2r))`` int8 cell codes (padded, flat)
-- ``WorldBatch.positions``: ``(N, A)`` int64 flat indices into ``cells``
+- ``WorldBatch.cells``: ``(N, (H + 2p) * (W + 2p))`` int8 cell codes (padded, flat)
+- ``WorldBatch.positions``: ``(N, A)`` int64 flat indices into each row of ``cells`` (read-only)
 - ``WorldBatch.grid``: ``(N, H, W)`` int8 view of the map without padding
 - ``WorldBatch.views()``: ``(N, A, V * V)`` int8 cell codes of each agent's window
+- ``WorldBatch.agent_rc()``: ``(N, A, 2)`` int64 (row, column) map coordinates
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -31,6 +35,7 @@ AGENT_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # Codes an agent may step onto; a wall bumps, another agent blocks.
 _PASSABLE = np.array([True, False, True, True, True, False])
+MIN_SPAWN_PROB = 1e-12
 
 
 @dataclass(frozen=True)
@@ -71,14 +76,21 @@ class WorldParams:
                 f"num_agents={self.num_agents} does not fit in the {free_cells} free cells of a "
                 f"{self.height} x {self.width} map; use a larger map or fewer agents"
             )
-        if not 0.0 <= self.spawn_prob <= 1.0:
-            raise ValueError(f"spawn_prob must be a probability in [0, 1], got {self.spawn_prob}")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
-        for name in ("gem_value", "food_value", "bone_value", "wall_penalty"):
+        for name in ("spawn_prob", "gem_value", "food_value", "bone_value", "wall_penalty"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+            if not np.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value!r}")
+        if not 0.0 <= self.spawn_prob <= 1.0:
+            raise ValueError(f"spawn_prob must be a probability in [0, 1], got {self.spawn_prob}")
+        if 0.0 < self.spawn_prob < MIN_SPAWN_PROB:
+            # Geometric gaps of ~1/p cells would overflow int64 positions; such a rate never
+            # spawns in practice anyway.
+            raise ValueError(f"spawn_prob={self.spawn_prob} is below {MIN_SPAWN_PROB:g}, which never "
+                             f"spawns in practice; pass spawn_prob=0 to disable spawning")
 
     @property
     def view_size(self) -> int:
@@ -99,7 +111,8 @@ def parse_layout(layout: str | list[str] | tuple[str, ...], params: WorldParams)
     ``B``, ``C``, ... the co-players in agent order. Raises ValueError saying what is wrong.
     """
     if isinstance(layout, str):
-        rows = [row for row in layout.strip("\n").split("\n")]
+        # A triple-quoted block may be indented and may use Windows line ends.
+        rows = textwrap.dedent(layout).strip("\r\n").splitlines()
     elif isinstance(layout, (list, tuple)) and all(isinstance(r, str) for r in layout):
         rows = list(layout)
     else:
@@ -139,39 +152,84 @@ def parse_layout(layout: str | list[str] | tuple[str, ...], params: WorldParams)
 
 
 class WorldBatch:
-    """N Treasurehunt worlds stepped together. All randomness comes from the ``rng`` given."""
+    """N Treasurehunt worlds stepped together. All randomness comes from the ``rng`` given.
+
+    The hot path (``step``) costs a fixed number of NumPy calls per agent, whatever N, so
+    the same code serves one world (`TreasurehuntEnv`) and thousands (the vector env).
+    Internally agent positions are kept agent-major, ``(A, N)``, as flat indices into
+    ``cells.reshape(-1)`` (row offset included), so each agent's move is a handful of
+    contiguous gathers and scatters.
+    """
+
+    #: Most spawn successes drawn per generator call (bounds the buffer's memory).
+    max_spawn_block: int = 1 << 20
 
     def __init__(self, params: WorldParams, num_worlds: int):
+        if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)):
+            raise TypeError(f"num_worlds must be an int, got {type(num_worlds).__name__} {num_worlds!r}")
         if num_worlds < 1:
             raise ValueError(f"num_worlds must be >= 1, got {num_worlds}")
         self.params = params
         self.num_worlds = n = int(num_worlds)
+        # At least one cell of wall padding, so that a move off the map (possible in a layout
+        # without border walls) bumps instead of wrapping into the next row or world.
         r = params.vision_radius
-        self.pad = r
-        self.padded_height, self.padded_width = params.height + 2 * r, params.width + 2 * r
+        self.pad = pad = max(r, 1)
+        self.padded_height, self.padded_width = params.height + 2 * pad, params.width + 2 * pad
         self.row_size = self.padded_height * self.padded_width
         self.cells = np.full((n, self.row_size), WALL, dtype=np.int8)
         self._flat = self.cells.reshape(-1)
         self._row_base = np.arange(n, dtype=np.int64) * self.row_size
-        self.positions = np.zeros((n, params.num_agents), dtype=np.int64)
+        # (A, N) flat indices into self._flat (row offset included).
+        self._pos = np.repeat(self._row_base[None], params.num_agents, axis=0)
         self.turn = np.zeros(n, dtype=np.int64)
 
         pw = self.padded_width
         self._moves = np.array([-pw, pw, -1, 1], dtype=np.int64)
         dr, dc = np.meshgrid(np.arange(-r, r + 1), np.arange(-r, r + 1), indexing="ij")
         self._view_offsets = (dr * pw + dc).reshape(-1).astype(np.int64)
+        self._windows = self._window_view()
+        self._window_corner = r * pw + r  # agent index - corner index
         self._reward_by_code = np.array(
             [0.0, params.wall_penalty, params.gem_value, params.bone_value, params.food_value, 0.0],
             dtype=np.float32,
         )
+        # (row, col) in map coordinates of every padded flat index: agent_rc is one gather.
+        prow, pcol = np.divmod(np.arange(self.row_size, dtype=np.int64), pw)
+        self._rc_of_index = np.stack([prow - pad, pcol - pad], axis=-1)
         # Interior (non-border) map cells as flat padded indices: where agents may start.
         rows, cols = np.meshgrid(np.arange(1, params.height - 1), np.arange(1, params.width - 1),
                                  indexing="ij")
-        self._interior = ((rows + r) * pw + (cols + r)).reshape(-1).astype(np.int64)
+        self._interior = ((rows + pad) * pw + (cols + pad)).reshape(-1).astype(np.int64)
         self._empty_map = np.full((self.padded_height, self.padded_width), WALL, dtype=np.int8)
-        self._empty_map[r + 1 : r + params.height - 1, r + 1 : r + params.width - 1] = EMPTY
+        self._empty_map[pad + 1 : pad + params.height - 1, pad + 1 : pad + params.width - 1] = EMPTY
         self._empty_map = self._empty_map.reshape(-1)
         self._item_codes = np.array(ITEM_CODES, dtype=np.int8)
+        # Spawn trials run over every map cell of every world, in this order (world-major).
+        rows, cols = np.meshgrid(np.arange(params.height), np.arange(params.width), indexing="ij")
+        map_cells = ((rows + pad) * pw + (cols + pad)).reshape(-1)
+        self._spawn_cells = (self._row_base[:, None] + map_cells).reshape(-1)
+        self._trials_per_turn = self._spawn_cells.size
+        self.discard_buffered_draws()
+
+    def _window_view(self) -> np.ndarray:
+        """Every (V, V) window of the padded maps, keyed by the flat index of its top-left
+        cell: a read-only strided view of ``cells``, so a crop is one gather of windows."""
+        side, pw, step = self.params.view_size, self.padded_width, self._flat.strides[0]
+        span = (side - 1) * pw + side - 1
+        return np.lib.stride_tricks.as_strided(self._flat, shape=(self._flat.size - span, side, side),
+                                               strides=(step, pw * step, step), writeable=False)
+
+    # Views of ``cells`` must stay views after a copy or pickle: rebuild them.
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_flat"], state["_windows"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._flat = self.cells.reshape(-1)
+        self._windows = self._window_view()
 
     # ----------------------------------------------------------------- state views
     @property
@@ -182,31 +240,60 @@ class WorldBatch:
             :, r : r + p.height, r : r + p.width
         ]
 
+    @property
+    def positions(self) -> np.ndarray:
+        """``(N, A)`` int64 flat indices of the agents into each world's padded row of ``cells``.
+
+        A read-only snapshot: move agents through ``reset``, ``load_layout`` or ``step``.
+        """
+        local = self._pos.T - self._row_base[:, None]
+        local.flags.writeable = False
+        return local
+
     def agent_rc(self) -> np.ndarray:
         """``(N, A, 2)`` agent (row, column) positions in map coordinates."""
-        rows, cols = np.divmod(self.positions, self.padded_width)
-        return np.stack([rows - self.pad, cols - self.pad], axis=-1)
+        return self._rc_of_index[self._pos.T - self._row_base[:, None]]
+
+    def world_agent_rc(self, world: int) -> np.ndarray:
+        """``(A, 2)`` agent (row, column) positions of one world (cheaper than ``agent_rc``)."""
+        local = self._pos[:, world]
+        return self._rc_of_index[local - self._row_base[world] if world else local]
 
     def views(self) -> np.ndarray:
         """``(N, A, V * V)`` int8 cell codes of each agent's egocentric window, row-major."""
-        index = (self._row_base[:, None, None] + self.positions[:, :, None]) + self._view_offsets
-        return self._flat[index]
+        if self.num_worlds <= 4:  # few windows: a per-cell gather has less overhead
+            return self._flat[self._pos.T[:, :, None] + self._view_offsets]
+        side = self.params.view_size
+        return self._windows[self._pos.T - self._window_corner].reshape(
+            self.num_worlds, self.params.num_agents, side * side)
+
+    def world_views(self, world: int) -> np.ndarray:
+        """``(A, V * V)`` int8 cell codes of the agents' windows in one world."""
+        return self._flat[self._pos[:, world, None] + self._view_offsets]
 
     def truncated(self) -> np.ndarray:
         return self.turn >= self.params.max_turns
 
     # ----------------------------------------------------------------- transitions
     def reset(self, rng: np.random.Generator, mask: np.ndarray | None = None) -> None:
-        """Start new episodes: empty map, border walls, agents on distinct random free cells."""
-        idx = np.arange(self.num_worlds) if mask is None else np.flatnonzero(mask)
+        """Start new episodes: empty map, border walls, agents on distinct random free cells.
+
+        ``mask`` ``(N,)`` bool selects the worlds to reset (all when None). A full reset also
+        discards the buffered spawn draws, so what follows depends only on ``rng``'s state.
+        """
+        if mask is None:
+            idx = np.arange(self.num_worlds)
+            self.discard_buffered_draws()
+        else:
+            idx = np.flatnonzero(mask)
         if idx.size == 0:
             return
         self.cells[idx] = self._empty_map
         keys = rng.random((idx.size, self._interior.size))
         picks = np.argpartition(keys, self.params.num_agents - 1, axis=1)[:, : self.params.num_agents]
-        starts = self._interior[picks]
-        self.positions[idx] = starts
-        self.cells[idx[:, None], starts] = AGENT
+        starts = self._interior[picks] + self._row_base[idx, None]  # (k, A) flat
+        self._pos[:, idx] = starts.T
+        self._flat[starts] = AGENT
         self.turn[idx] = 0
 
     def load_layout(self, world: int, grid: np.ndarray, agent_rc: np.ndarray) -> None:
@@ -215,71 +302,124 @@ class WorldBatch:
         padded = self.cells[world].reshape(self.padded_height, self.padded_width)
         padded[:] = WALL
         padded[r : r + self.params.height, r : r + self.params.width] = grid
-        self.positions[world] = (agent_rc[:, 0] + r) * self.padded_width + (agent_rc[:, 1] + r)
+        local = (agent_rc[:, 0] + r) * self.padded_width + (agent_rc[:, 1] + r)
+        self._pos[:, world] = local + self._row_base[world]
         self.turn[world] = 0
+
+    def discard_buffered_draws(self) -> None:
+        """Forget pre-drawn spawn trials (the next ``step`` draws afresh from its ``rng``)."""
+        # Successes ("hits") along the endless sequence of spawn trials: turn after turn,
+        # each turn every map cell of every world in order (``_trials_per_turn`` trials).
+        # Per hit: its trial index (counted from the buffer's first turn), its flat cell and
+        # the item it places. ``_turn_ends[t]`` is the index of the first hit after turn t.
+        # -1 is a sentinel "last hit" so the first geometric gap g lands on trial g - 1.
+        self._hit_pos = np.array([-1], dtype=np.int64)
+        self._hit_cell = np.zeros(1, dtype=np.int64)
+        self._hit_kind = np.zeros(1, dtype=np.int8)
+        self._hit_next = 1  # index of the first unconsumed hit
+        self._turn_ends: list[int] = []
+        self._buffer_turn = 0  # the next turn to play, counted from the buffer's first turn
 
     def step(self, actions: np.ndarray, rng: np.random.Generator,
              active: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Advance every active world by one turn.
 
-        Agents move one after another in index order (agent 0, the learner, first), then every
+        Agents move one after another in index order (agent 0, the learner, first), so an
+        agent may step into the cell another agent left earlier in the same turn. Then every
         empty cell spawns an item with probability ``spawn_prob``.
 
         Args:
             actions: ``(N, A)`` integer actions in ``0..3`` (validated by the caller).
-            rng: the generator that draws the spawns.
+            rng: the generator that draws the spawns. They are drawn ahead in blocks, so
+                pass the same generator every turn; another one takes over only after a
+                full ``reset`` or ``discard_buffered_draws``.
             active: optional ``(N,)`` bool; inactive worlds do not change at all.
 
         Returns:
             rewards: ``(N, A)`` float32 points earned this turn.
             target_codes: ``(N, A)`` int8 code of the cell each agent tried to enter (GEM,
             FOOD, BONE when picked up, WALL when bumped, AGENT when blocked, EMPTY otherwise).
+            Both are fresh arrays (transposed views of agent-major storage).
         """
-        n, num_agents = self.num_worlds, self.params.num_agents
-        flat, base = self._flat, self._row_base
-        rewards = np.empty((n, num_agents), dtype=np.float32)
-        target_codes = np.empty((n, num_agents), dtype=np.int8)
-        for a in range(num_agents):
-            here = self.positions[:, a]
-            target = here + self._moves[actions[:, a]]
-            if active is not None:
-                target = np.where(active, target, here)
-            code = flat[base + target]
-            moved = _PASSABLE[code]
-            new = np.where(moved, target, here)
-            flat[base + here] = EMPTY
-            flat[base + new] = AGENT
-            self.positions[:, a] = new
-            rewards[:, a] = self._reward_by_code[code]
-            target_codes[:, a] = code
+        flat, pos, num_agents = self._flat, self._pos, self.params.num_agents
+        delta = self._moves.take(actions.T)  # (A, N) flat offsets of the moves
         if active is not None:
-            rewards[~active] = 0.0
-            target_codes[~active] = EMPTY
+            delta[:, ~active] = 0  # an inactive agent "moves" onto itself: blocked, no change
+        codes = np.empty((num_agents, self.num_worlds), dtype=np.int8)
+        for a in range(num_agents):
+            here = pos[a]  # a view: updated in place below
+            target = here + delta[a]
+            code = flat.take(target, out=codes[a])
+            flat[here] = EMPTY
+            np.copyto(here, target, where=_PASSABLE.take(code))
+            flat[here] = AGENT
+        rewards = self._reward_by_code.take(codes)
+        if active is not None:
+            inactive = ~active
+            rewards[:, inactive] = 0.0
+            codes[:, inactive] = EMPTY
+            self.turn += active
+        else:
+            self.turn += 1
         self._spawn(rng, active)
-        self.turn += 1 if active is None else active
-        return rewards, target_codes
+        return rewards.T, codes.T
 
     def _spawn(self, rng: np.random.Generator, active: np.ndarray | None) -> None:
-        """Each empty cell of each active world becomes a uniform random item with prob. p.
+        """Each empty map cell of each active world becomes a uniform random item with prob. p.
 
-        The Bernoulli trials over all N * cells are drawn as geometric gaps between successes,
-        which costs O(N * cells * p) random numbers instead of O(N * cells).
+        The Bernoulli trials of all turns form one endless sequence; its successes are drawn
+        in blocks as cumulative geometric gaps (with their items), so a turn costs
+        O(N * cells * p) work and no generator call most turns. Blocks come from ``rng`` in
+        order, so the same generator state gives the same spawns.
         """
         p = self.params.spawn_prob
         if p <= 0.0:
             return
-        total = self._flat.size
+        flat = self._flat
         if p >= 1.0:
-            hits = np.arange(total)
-        else:
-            expected = total * p
-            hits = np.cumsum(rng.geometric(p, size=int(expected + 6.0 * np.sqrt(expected) + 8))) - 1
-            while hits[-1] < total:  # rare: more successes than drawn; keep drawing gaps
-                more = rng.geometric(p, size=int(expected) + 8)
-                hits = np.concatenate([hits, hits[-1] + np.cumsum(more)])
-            hits = hits[hits < total]
-        hits = hits[self._flat[hits] == EMPTY]
+            cells = self._spawn_cells
+            if active is not None:
+                cells = cells.reshape(self.num_worlds, -1)[active].reshape(-1)
+            cells = cells[flat[cells] == EMPTY]
+            flat[cells] = self._item_codes[rng.integers(0, len(ITEM_CODES), size=cells.size)]
+            return
+        if self._buffer_turn >= len(self._turn_ends):
+            self._draw_hits(rng)
+        first, last = self._hit_next, self._turn_ends[self._buffer_turn]
+        self._hit_next = last
+        self._buffer_turn += 1
+        if last == first:
+            return
+        cells = self._hit_cell[first:last]  # distinct: one trial per cell per turn
+        current = flat[cells]
+        hit = current == EMPTY
         if active is not None:
-            hits = hits[active[hits // self.row_size]]
-        if hits.size:
-            self._flat[hits] = self._item_codes[rng.integers(0, len(ITEM_CODES), size=hits.size)]
+            hit &= active.take(cells // self.row_size)
+        # Rewriting the non-hits with their own codes is cheaper than compressing twice.
+        flat[cells] = np.where(hit, self._hit_kind[first:last], current)
+
+    def _draw_hits(self, rng: np.random.Generator) -> None:
+        """Draw hits until at least the next turn is fully known; rebase to that turn."""
+        p, per_turn = self.params.spawn_prob, self._trials_per_turn
+        base = self._buffer_turn * per_turn
+        # Unconsumed hits all lie in the next turn (later turns would have been complete).
+        positions = [self._hit_pos[self._hit_next :] - base]
+        cells = [self._hit_cell[self._hit_next :]]
+        kinds = [self._hit_kind[self._hit_next :]]
+        last = int(self._hit_pos[-1]) - base  # the last drawn hit, maybe already consumed
+        # About 32 turns' worth of hits per draw: few generator calls, bounded memory.
+        block = int(min(max(256.0, 32.0 * per_turn * p), self.max_spawn_block))
+        while last < per_turn:
+            drawn = last + np.cumsum(rng.geometric(p, size=block))
+            positions.append(drawn)
+            cells.append(self._spawn_cells.take(drawn % per_turn))
+            kinds.append(self._item_codes.take(rng.integers(0, len(ITEM_CODES), size=block)))
+            last = int(drawn[-1])
+        self._hit_pos = np.concatenate(positions)
+        self._hit_cell = np.concatenate(cells)
+        self._hit_kind = np.concatenate(kinds)
+        self._hit_next = 0
+        self._buffer_turn = 0
+        complete_turns = last // per_turn  # turns whose every trial is decided
+        ends = np.arange(1, complete_turns + 1, dtype=np.int64) * per_turn
+        self._turn_ends = self._hit_pos.searchsorted(ends).tolist()

@@ -16,7 +16,6 @@ from gymnasium.error import ResetNeeded
 from rpg_env.core import (
     ACTION_NAMES,
     BONE,
-    CELL_NAMES,
     FOOD,
     GEM,
     NUM_ACTIONS,
@@ -27,23 +26,45 @@ from rpg_env.core import (
     parse_layout,
 )
 from rpg_env.observation import codes_to_rgb, one_hot
-from rpg_env.policies import BatchPolicy, make_policy
+from rpg_env.policies import (
+    POLICY_NAMES,
+    BatchPolicy,
+    GreedyPolicy,
+    RandomPolicy,
+    check_policy_actions,
+    make_policy,
+)
 
 OBS_MODES = ("onehot", "rgb", "full")
 RENDER_MODES = ("human", "rgb_array", "ansi")
 _NO_PICKUPS = {"gem": 0, "food": 0, "bone": 0}
+# pickups info by the code of the cell the learner tried to enter (copied per step).
+_PICKUPS_BY_CODE = tuple(
+    {"gem": int(code == GEM), "food": int(code == FOOD), "bone": int(code == BONE)}
+    for code in range(NUM_CELL_KINDS)
+)
+_CHANNELS_3D = np.arange(NUM_CELL_KINDS, dtype=np.int8)[:, None, None]
+_ACTION_HELP = ", ".join(f"{i} {name}" for i, name in enumerate(ACTION_NAMES))
 
 
 def validate_action(action: Any) -> int:
-    """Return ``action`` as an int in ``0..3`` or raise a clear error."""
-    if isinstance(action, np.ndarray) and action.ndim == 0:
+    """Return ``action`` as an int in ``0..3`` or raise a clear error.
+
+    Accepts Python and NumPy integers and 0-d integer arrays, as Gymnasium's ``Discrete``
+    samples and Stable-Baselines3's ``predict`` (on one observation) produce them.
+    """
+    if type(action) is int and 0 <= action < NUM_ACTIONS:  # the common case, kept cheap
+        return action
+    if isinstance(action, np.ndarray):
+        if action.ndim != 0:
+            raise ValueError(f"action must be a single integer in 0..{NUM_ACTIONS - 1} ({_ACTION_HELP}), "
+                             f"got an array of shape {action.shape}; pass a scalar (e.g. action.item())")
         action = action.item()
     if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
-        raise TypeError(f"action must be an integer in 0..{NUM_ACTIONS - 1} "
-                        f"({', '.join(ACTION_NAMES)}), got {type(action).__name__} {action!r}")
+        raise TypeError(f"action must be an integer in 0..{NUM_ACTIONS - 1} ({_ACTION_HELP}), "
+                        f"got {type(action).__name__} {action!r}")
     if not 0 <= action < NUM_ACTIONS:
-        raise ValueError(f"action {action} is out of range: use 0..{NUM_ACTIONS - 1} "
-                         f"({', '.join(f'{i} {n}' for i, n in enumerate(ACTION_NAMES))})")
+        raise ValueError(f"action {action} is out of range: use 0..{NUM_ACTIONS - 1} ({_ACTION_HELP})")
     return int(action)
 
 
@@ -57,6 +78,36 @@ def observation_space_for(params: WorldParams, obs_mode: str, tile_size: int) ->
     if obs_mode == "full":
         return spaces.Box(0, 1, (NUM_CELL_KINDS + 1, params.height, params.width), dtype=np.uint8)
     raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
+
+
+def validate_tile_size(tile_size: Any) -> int:
+    if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)) or tile_size < 1:
+        raise ValueError(f"tile_size must be a positive int (pixels per cell in 'rgb' observations), "
+                         f"got {tile_size!r}")
+    return int(tile_size)
+
+
+def build_co_policy(co_policy: Any, num_agents: int) -> BatchPolicy | None:
+    """The co-players' policy, or None when the learner plays alone (the spec is still checked)."""
+    if num_agents > 1:
+        return make_policy(co_policy)
+    if isinstance(co_policy, str) and co_policy not in POLICY_NAMES and not co_policy.endswith(".zip"):
+        make_policy(co_policy)  # raises the same clear error as with co-players
+    return None
+
+
+def full_map_observation(grid: np.ndarray, learner_rc: np.ndarray) -> np.ndarray:
+    """``(..., H, W)`` codes, ``(..., 2)`` learner (row, col) -> ``(..., 7, H, W)`` uint8.
+
+    One-hot planes in ``CELL_NAMES`` order plus a 7th plane marking the learner.
+    """
+    *lead, height, width = grid.shape
+    full = np.zeros((*lead, NUM_CELL_KINDS + 1, height, width), dtype=np.uint8)
+    full[..., :NUM_CELL_KINDS, :, :] = grid[..., None, :, :] == _CHANNELS_3D
+    rows = full.reshape(-1, NUM_CELL_KINDS + 1, height, width)
+    rc = np.asarray(learner_rc).reshape(-1, 2)
+    rows[np.arange(len(rc)), NUM_CELL_KINDS, rc[:, 0], rc[:, 1]] = 1
+    return full
 
 
 class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
@@ -77,6 +128,12 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
     ``episode_return`` (learner's running return), and for co-players ``co_obs``
     ``(A-1, 6, V, V)`` (the views they act on next), ``co_actions`` and ``co_rewards``
     ``(A-1,)`` (this step; absent after reset) and ``co_returns`` ``(A-1,)``.
+    Returned arrays are fresh every step (safe to keep in a replay buffer).
+
+    ``reset(seed=s)`` makes everything that follows (spawns, co-player choices) a function of
+    ``s`` and the actions. ``reset(options={"layout": rows})`` starts from a text map
+    (``#`` wall, ``.`` empty, ``g`` gem, ``f`` food, ``b`` bone, ``A`` the learner, ``B``..
+    co-players; ``height`` x ``width`` characters); a malformed map raises ValueError.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 8}
@@ -103,15 +160,20 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}")
         self.obs_mode = obs_mode
-        self.tile_size = int(tile_size)
+        self.tile_size = validate_tile_size(tile_size)
         self.observation_space = observation_space_for(self.params, obs_mode, self.tile_size)
         self.action_space = spaces.Discrete(NUM_ACTIONS)
         self.render_mode = render_mode
-        self.co_policy: BatchPolicy | None = make_policy(co_policy) if num_agents > 1 else None
+        self.co_policy: BatchPolicy | None = build_co_policy(co_policy, num_agents)
+        # Built-in policies are trusted to return valid actions; anything else is checked.
+        self._check_co_actions = type(self.co_policy) not in (RandomPolicy, GreedyPolicy)
         self.world = WorldBatch(self.params, 1)
         self._side = self.params.view_size
         self._actions = np.zeros((1, num_agents), dtype=np.int64)
-        self._co_start = np.ones(num_agents - 1, dtype=bool)
+        # episode_start flags for the co-players: all True on the first step of an episode.
+        self._co_first = np.ones(num_agents - 1, dtype=bool)
+        self._co_later = np.zeros(num_agents - 1, dtype=bool)
+        self._co_start = self._co_first
         self._returns = np.zeros(num_agents, dtype=np.float64)
         self._views: np.ndarray | None = None  # (A, 6, V, V) one-hot, current
         self._needs_reset = True
@@ -123,75 +185,91 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
     def co_policy_id(self) -> str | None:
         return None if self.co_policy is None else self.co_policy.policy_id
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | None = None,
+              options: dict | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode. ``options={"layout": [...]}`` starts from a text map instead."""
+        options = options or {}
+        if not isinstance(options, dict):
+            raise TypeError(f"options must be a dict (e.g. {{'layout': [...]}}), "
+                            f"got {type(options).__name__}")
+        unknown = set(options) - {"layout"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; supported: 'layout'")
+        layout = options.get("layout")
+        parsed = None if layout is None else parse_layout(layout, self.params)  # raises before any change
         super().reset(seed=seed)
         if seed is not None or not hasattr(self, "_co_rng"):
             # A separate stream for the co-players keeps the world's draws independent of them.
             self._co_rng = np.random.default_rng(self.np_random.integers(2**63))
             if self.co_policy is not None:
                 self.co_policy.seed(self._co_rng)
-        layout = (options or {}).get("layout")
-        if layout is not None:
-            self.world.load_layout(0, *parse_layout(layout, self.params))
+        if parsed is not None:
+            self.world.load_layout(0, *parsed)
+            self.world.discard_buffered_draws()
         else:
             self.world.reset(self.np_random)
-        unknown = set(options or {}) - {"layout"}
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; supported: 'layout'")
         self._returns[:] = 0.0
-        self._co_start[:] = True
+        self._co_start = self._co_first
         self._needs_reset = False
         self.last_pickups = dict(_NO_PICKUPS)
-        self._views = one_hot(self.world.views()[0], self._side)
-        info = self._info(rewards=None, bumped=False)
+        self._views = one_hot(self.world.world_views(0), self._side)
+        info = self._info(0, None, None)
         if self.render_mode == "human":
             self.render()
         return self._learner_obs(), info
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Play one turn: the learner's ``action`` (0 up, 1 down, 2 left, 3 right), then the
+        co-players' (chosen by ``co_policy`` on their current views), then spawns."""
         if self._needs_reset:
             raise ResetNeeded("cannot call step(): the episode has ended (or reset() was never "
                               "called); call reset() first")
-        self._actions[0, 0] = validate_action(action)
+        actions = self._actions
+        actions[0, 0] = action if type(action) is int and 0 <= action < NUM_ACTIONS else (
+            validate_action(action))
         if self.co_policy is not None:
             co_actions = self.co_policy.act(self._views[1:], self._co_start)
-            self._co_start[:] = False
-            self._actions[0, 1:] = co_actions
-        rewards, target_codes = self.world.step(self._actions, self.np_random)
+            if self._check_co_actions:
+                co_actions = check_policy_actions(co_actions, len(self._co_start),
+                                                  self.co_policy.policy_id)
+            self._co_start = self._co_later
+            actions[0, 1:] = co_actions
+        rewards, target_codes = self.world.step(actions, self.np_random)
         rewards = rewards[0]
         self._returns += rewards
-        self._views = one_hot(self.world.views()[0], self._side)
-        code = target_codes[0, 0]
-        self.last_pickups = {"gem": int(code == GEM), "food": int(code == FOOD),
-                             "bone": int(code == BONE)}
-        truncated = bool(self.world.turn[0] >= self.params.max_turns)
+        self._views = one_hot(self.world.world_views(0), self._side)
+        code = int(target_codes[0, 0])
+        self.last_pickups = dict(_PICKUPS_BY_CODE[code])
+        turn = int(self.world.turn[0])
+        truncated = turn >= self.params.max_turns
         self._needs_reset = truncated
-        info = self._info(rewards=rewards, bumped=bool(code == WALL))
+        info = self._info(turn, rewards, code)
         if self.render_mode == "human":
             self.render()
         return self._learner_obs(), float(rewards[0]), False, truncated, info
 
-    def render(self):
+    def render(self) -> np.ndarray | str | None:
         if self.render_mode is None:
             gym.logger.warn("render() called without a render_mode; pass render_mode="
                             "'rgb_array', 'ansi' or 'human' to gymnasium.make")
             return None
         from rpg_env.render import render_ansi, render_rgb
 
+        rc = self.world.world_agent_rc(0)
         if self.render_mode == "ansi":
-            return render_ansi(self.world.grid[0], self.world.agent_rc()[0], self.params,
+            return render_ansi(self.world.grid[0], rc, self.params,
                                turn=int(self.world.turn[0]), score=float(self._returns[0]))
         if self.render_mode == "rgb_array":
-            return render_rgb(self.world.grid[0], self.world.agent_rc()[0], self.params)
+            return render_rgb(self.world.grid[0], rc, self.params)
         if self._renderer is None:
             from rpg_env.render import PygameWindow
 
             self._renderer = PygameWindow(self.params, fps=self.metadata["render_fps"])
-        self._renderer.draw(self.world.grid[0], self.world.agent_rc()[0],
+        self._renderer.draw(self.world.grid[0], rc,
                             turn=int(self.world.turn[0]), score=float(self._returns[0]))
         return None
 
-    def close(self):
+    def close(self) -> None:
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None
@@ -201,21 +279,16 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
         if self.obs_mode == "onehot":
             return self._views[0]
         if self.obs_mode == "rgb":
-            return codes_to_rgb(self.world.views()[0, 0].reshape(self._side, self._side),
+            return codes_to_rgb(self.world.world_views(0)[0].reshape(self._side, self._side),
                                 self.tile_size)
-        grid = self.world.grid[0]
-        full = np.zeros((NUM_CELL_KINDS + 1, *grid.shape), dtype=np.uint8)
-        full[:NUM_CELL_KINDS] = grid[None] == np.arange(NUM_CELL_KINDS)[:, None, None]
-        row, col = self.world.agent_rc()[0, 0]
-        full[NUM_CELL_KINDS, row, col] = 1
-        return full
+        return full_map_observation(self.world.grid[0], self.world.world_agent_rc(0)[0])
 
-    def _info(self, rewards: np.ndarray | None, bumped: bool) -> dict[str, Any]:
+    def _info(self, turn: int, rewards: np.ndarray | None, code: int | None) -> dict[str, Any]:
         info: dict[str, Any] = {
-            "turn": int(self.world.turn[0]),
-            "positions": self.world.agent_rc()[0],
+            "turn": turn,
+            "positions": self.world.world_agent_rc(0),
             "pickups": self.last_pickups,
-            "bumped": bumped,
+            "bumped": code == WALL,
             "episode_return": float(self._returns[0]),
         }
         if self.params.num_agents > 1:
@@ -225,4 +298,3 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
                 info["co_actions"] = self._actions[0, 1:].copy()
                 info["co_rewards"] = rewards[1:].copy()
         return info
-

@@ -16,7 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from rpg_env.core import AGENT, BONE, FOOD, GEM, NUM_ACTIONS, WALL
+from rpg_env.core import AGENT, BONE, FOOD, GEM, NUM_ACTIONS, NUM_CELL_KINDS, WALL
+
+# GreedyPolicy's per-code tables (indexed by cell code).
+_UNREACHABLE = np.int16(10_000)  # path keys stay below 2 * V * V + 2
+_TARGET_KEY = np.full(NUM_CELL_KINDS, _UNREACHABLE, dtype=np.int16)
+_TARGET_KEY[GEM], _TARGET_KEY[FOOD] = 0, 1
+_NEVER_PASSED = np.zeros(NUM_CELL_KINDS, dtype=np.int16)
+_NEVER_PASSED[[WALL, BONE, AGENT]] = _UNREACHABLE
+_HAZARD = np.zeros(NUM_CELL_KINDS, dtype=bool)
+_HAZARD[[WALL, BONE]] = True
 
 
 class BatchPolicy(abc.ABC):
@@ -42,12 +51,37 @@ class BatchPolicy(abc.ABC):
 
 
 class RandomPolicy(BatchPolicy):
-    """Uniform random actions."""
+    """Uniform random actions.
+
+    Actions are drawn from the policy's generator in blocks of ``block`` and handed out in
+    order, which makes a one-world step far cheaper than one generator call per step. The
+    actions depend only on the generator given to ``seed`` and the batch sizes asked for.
+    """
 
     policy_id = "random"
 
+    def __init__(self, block: int = 4096) -> None:
+        super().__init__()
+        if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+            raise ValueError(f"block must be a positive int, got {block!r}")
+        self.block = int(block)
+        self._buffer = np.empty(0, dtype=np.int64)
+        self._next = 0
+
+    def seed(self, rng: np.random.Generator) -> None:
+        super().seed(rng)
+        self._buffer = np.empty(0, dtype=np.int64)  # drawn from the previous generator
+        self._next = 0
+
     def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
-        return self.rng.integers(0, NUM_ACTIONS, size=len(obs))
+        b = len(obs)
+        start = self._next
+        if start + b > self._buffer.size:
+            rest = self._buffer[start:]
+            fresh = self.rng.integers(0, NUM_ACTIONS, size=max(self.block, b), dtype=np.int64)
+            self._buffer, start = np.concatenate([rest, fresh]), 0
+        self._next = start + b
+        return self._buffer[start : start + b]
 
 
 class GreedyPolicy(BatchPolicy):
@@ -64,44 +98,65 @@ class GreedyPolicy(BatchPolicy):
 
     def __init__(self, persistence: float = 0.7) -> None:
         super().__init__()
+        if not 0.0 <= persistence <= 1.0:
+            raise ValueError(f"persistence must be a probability in [0, 1], got {persistence!r}")
         self.persistence = persistence
         self._heading: np.ndarray | None = None
+
+    def seed(self, rng: np.random.Generator) -> None:
+        super().seed(rng)
+        self._heading = None  # headings were drawn from the previous generator
 
     def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
         obs = np.asarray(obs)
         b, _, side, _ = obs.shape
         c = side // 2
-        big = np.int32(10_000)
-        blocked = (obs[:, WALL] | obs[:, BONE] | obs[:, AGENT]).astype(bool)
-        # Distance-to-target field; gems count 0.5 closer so they win ties against food.
-        dist = np.where(obs[:, GEM].astype(bool), 0, np.where(obs[:, FOOD].astype(bool), 1, big))
-        dist = dist.astype(np.int32)
+        big = _UNREACHABLE
+        codes = obs.argmax(axis=1)  # (B, V, V) cell codes: one gather per table below
+        # Distance-to-target field with a border of "unreachable" around the view, so each
+        # relaxation is four shifted minimums. Keys: 2 * steps to a gem, 2 * steps + 1 to
+        # food, so the nearer target wins and gems win ties.
+        padded = np.full((b, side + 2, side + 2), big, dtype=np.int16)
+        dist = padded[:, 1:-1, 1:-1]
+        dist[...] = _TARGET_KEY.take(codes)
         dist[:, c, c] = big  # standing still is not a target
-        for _ in range(2 * side):
-            neighbour = np.full_like(dist, big)
-            neighbour[:, 1:, :] = np.minimum(neighbour[:, 1:, :], dist[:, :-1, :])
-            neighbour[:, :-1, :] = np.minimum(neighbour[:, :-1, :], dist[:, 1:, :])
-            neighbour[:, :, 1:] = np.minimum(neighbour[:, :, 1:], dist[:, :, :-1])
-            neighbour[:, :, :-1] = np.minimum(neighbour[:, :, :-1], dist[:, :, 1:])
-            relaxed = np.where(blocked, dist, np.minimum(dist, neighbour + 2))
-            if np.array_equal(relaxed, dist):
-                break
-            dist = relaxed
-        # Score of each move (up, down, left, right): the distance field at the next cell.
-        if side == 1:
-            nxt = np.full((b, NUM_ACTIONS), big, dtype=np.int32)
+        never = _NEVER_PASSED.take(codes)  # walls, bones and agents stay unreachable
+        if side == 1:  # the agent sees only itself: no target, every move unknown
+            nxt = np.full((b, NUM_ACTIONS), big, dtype=np.int16)
             unsafe = np.ones((b, NUM_ACTIONS), dtype=bool)
         else:
-            cells = [(c - 1, c), (c + 1, c), (c, c - 1), (c, c + 1)]
-            nxt = np.stack([dist[:, i, j] for i, j in cells], axis=1)
-            hazard = obs[:, WALL] | obs[:, BONE]
-            unsafe = np.stack([hazard[:, i, j].astype(bool) for i, j in cells], axis=1)
+            # The four cells a move enters (up, down, left, right).
+            rows, cols = [c - 1, c + 1, c, c], [c, c, c - 1, c + 1]
+            changed = np.ones(b, dtype=bool)
+            # After k relaxations every path of length <= k is in the field, so a move key
+            # <= 2k + 1 is exact and no other move can beat it: a row is done then, or when
+            # its field stops changing. Most views have a target a few steps away, so this
+            # stops long before the whole field settles. At most V * V relaxations (a
+            # winding corridor) are ever needed.
+            for k in range(side * side + 1):
+                done = (dist[:, rows, cols].min(axis=1) <= 2 * k + 1) | ~changed
+                if done.all():
+                    break
+                relaxed = np.minimum(padded[:, :-2, 1:-1], padded[:, 2:, 1:-1])
+                np.minimum(relaxed, padded[:, 1:-1, :-2], out=relaxed)
+                np.minimum(relaxed, padded[:, 1:-1, 2:], out=relaxed)
+                relaxed += 2
+                np.maximum(relaxed, never, out=relaxed)
+                np.minimum(relaxed, dist, out=relaxed)
+                changed = (relaxed != dist).any(axis=(1, 2))
+                dist[...] = relaxed
+            # Score of each move: the distance key at the next cell.
+            nxt = dist[:, rows, cols]
+            unsafe = _HAZARD.take(codes[:, rows, cols])
         nxt = np.where(unsafe, big, nxt)
         has_target = nxt.min(axis=1) < big
 
         if self._heading is None or len(self._heading) != b:
-            self._heading = self.rng.integers(0, NUM_ACTIONS, size=b)
-        if episode_start is not None:
+            # No heading yet (or a new batch size): every row starts afresh. Drawing only
+            # here keeps the generator's use the same whether or not the policy is reused.
+            episode_start = np.ones(b, dtype=bool)
+            self._heading = np.zeros(b, dtype=np.int64)
+        if episode_start is not None and np.any(episode_start):
             self._heading = np.where(episode_start, self.rng.integers(0, NUM_ACTIONS, size=b),
                                      self._heading)
         noise = self.rng.random((b, NUM_ACTIONS))
@@ -126,11 +181,34 @@ class CallablePolicy(BatchPolicy):
         self.policy_id = policy_id or getattr(fn, "__name__", type(fn).__name__)
 
     def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
-        actions = np.array([int(self.fn(o)) for o in obs], dtype=np.int64)
-        if actions.size and (actions.min() < 0 or actions.max() >= NUM_ACTIONS):
-            raise ValueError(f"co-player policy {self.policy_id!r} returned actions "
-                             f"{actions.tolist()}; actions must be in 0..{NUM_ACTIONS - 1}")
-        return actions
+        actions = []
+        for o in obs:
+            action = self.fn(o)
+            if isinstance(action, np.ndarray) and action.size == 1:
+                action = action.reshape(()).item()
+            if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
+                hint = (" (for a Stable-Baselines3 model pass the model or its .zip path, not "
+                        "model.predict)" if isinstance(action, tuple) else "")
+                raise TypeError(f"co-player policy {self.policy_id!r} returned {action!r} "
+                                f"({type(action).__name__}); it must return an int action in "
+                                f"0..{NUM_ACTIONS - 1}{hint}")
+            actions.append(int(action))
+        return check_policy_actions(np.array(actions, dtype=np.int64), len(obs), self.policy_id)
+
+
+def check_policy_actions(actions: Any, batch: int, policy_id: str) -> np.ndarray:
+    """Return a policy's output as ``(batch,)`` int64 in ``0..3``, or raise saying what is wrong."""
+    arr = np.asarray(actions)
+    if arr.shape != (batch,):
+        raise ValueError(f"co-player policy {policy_id!r} returned actions of shape {arr.shape}; "
+                         f"BatchPolicy.act must return shape ({batch},), one action per observation")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"co-player policy {policy_id!r} returned actions of dtype {arr.dtype}; "
+                        f"they must be integers in 0..{NUM_ACTIONS - 1}")
+    if batch and (arr.min() < 0 or arr.max() >= NUM_ACTIONS):
+        raise ValueError(f"co-player policy {policy_id!r} returned actions {arr[:16].tolist()}; "
+                         f"actions must be in 0..{NUM_ACTIONS - 1}")
+    return arr.astype(np.int64, copy=False)
 
 
 POLICY_NAMES = ("random", "greedy")

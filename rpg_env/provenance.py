@@ -8,7 +8,7 @@ from __future__ import annotations
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -41,7 +41,7 @@ def git_revision(path: str | Path | None = None) -> str | None:
 def provenance(seed: int | None = None, **extra) -> dict:
     """A JSON-ready record of how an artifact was made."""
     record = {
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seed": seed,
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "platform": platform.platform(),
