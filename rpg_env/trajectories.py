@@ -28,6 +28,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -560,18 +561,26 @@ class TrajectoryFile:
         self.path = Path(path)
         self._cache_bytes = int(cache_bytes)
         _check_container(self.path, for_writing=False)
-        self._file = _open_h5(self.path, "r", swmr=True, rdcc_nbytes=self._cache_bytes,
-                              rdcc_nslots=10007)
+        self._file: h5py.File | None = None
         try:
-            self.meta = _read_meta(self._file, self.path)
-            self._obs = self._file["obs"]
-            self._actions = self._file["actions"]
-            self._rewards = self._file["rewards"]
-            self._load_table()
+            self._swmr_read(self._load_table)
             self._probe_tail()
         except BaseException:
-            self._file.close()
+            self.close()
             raise
+
+    def _open_handles(self) -> None:
+        """(Re)open the file. A fresh handle sees everything a SWMR writer has flushed; we
+        reopen rather than call h5py's ``Dataset.refresh``, which in HDF5 2.0 can leave the
+        reader's metadata cache inconsistent ("can't insert duplicate key") on later reads."""
+        if self._file is not None:
+            self._file.close()
+        self._file = _open_h5(self.path, "r", swmr=True, rdcc_nbytes=self._cache_bytes,
+                              rdcc_nslots=10007)
+        self.meta = _read_meta(self._file, self.path)
+        self._obs = self._file["obs"]
+        self._actions = self._file["actions"]
+        self._rewards = self._file["rewards"]
 
     # ----------------------------------------------------------------- table
     def _load_table(self) -> None:
@@ -590,19 +599,33 @@ class TrajectoryFile:
         """Read the last committed stream: catches files whose tail chunks were cut off."""
         if not len(self):
             return
-        try:
-            self.episode(len(self) - 1)
-        except OSError as err:
-            raise TrajectoryFormatError(f"{self.path}: the data of the last committed episode cannot "
-                                        f"be read ({err}); the file is truncated or corrupt") from err
+        self._swmr_read(lambda: self.episode(len(self) - 1), what="the data of the last committed episode")
 
     def refresh(self) -> int:
         """Re-read the table (SWMR); returns how many new committed streams appeared."""
         before = len(self)
-        for name in ("episodes", "obs", *STEP_DATASETS):
-            self._file[name].refresh()
-        self._load_table()
+        self._swmr_read(self._load_table)
         return len(self) - before
+
+    #: Attempts at a read that races a concurrent SWMR writer before the error is final.
+    swmr_read_attempts: int = 5
+
+    def _swmr_read(self, read, what: str = "the episode table"):
+        """Run ``read()`` on a freshly opened file, retrying transient errors.
+
+        A read can race a writer appending in another process; reading again through a fresh
+        handle resolves it. An error that persists is a damaged file.
+        """
+        for attempt in range(self.swmr_read_attempts):
+            try:
+                self._open_handles()
+                return read()
+            except OSError as err:
+                if attempt + 1 == self.swmr_read_attempts:
+                    raise TrajectoryFormatError(
+                        f"{self.path}: {what} cannot be read ({err}, {self.swmr_read_attempts} "
+                        f"attempts); the file is truncated or corrupt") from err
+                time.sleep(0.01 * 2**attempt)
 
     # ----------------------------------------------------------------- basic properties
     @property
@@ -613,9 +636,7 @@ class TrajectoryFile:
     def runs(self) -> list[dict]:
         """Provenance of each writing session (``/runs``), indexed by ``episodes["run"]``."""
         if self._runs is None:
-            ds = self._file["runs"]
-            ds.refresh()
-            self._runs = [json.loads(x) for x in ds.asstr()[()]]
+            self._runs = [json.loads(x) for x in self._file["runs"].asstr()[()]]
         return self._runs
 
     @property
