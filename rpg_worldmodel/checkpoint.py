@@ -1,0 +1,232 @@
+"""Checkpoints that are safe to load: tensors via ``torch.save`` / ``torch.load(weights_only=True)``
+plus JSON, never a pickle of arbitrary objects.
+
+Layout of one checkpoint (a folder, written to a temporary name and renamed, so a crash never
+leaves a half-written checkpoint under the final name)::
+
+    checkpoints/step_00002000/
+        model.pt      model state_dict (tensors only)
+        training.pt   optimizer / scheduler / grad-scaler state, RNG states (tensors and numbers)
+        meta.json     config, step, split episode ids, data file path + fingerprint, seed, versions
+    checkpoints/latest.json   {"name": "step_00002000"}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rpg_worldmodel.config import ConfigError, ModelConfig, WorldModelConfig
+from rpg_worldmodel.model import WorldModel
+
+CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
+CHECKPOINT_VERSION = 1
+MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt, or does not fit what it is loaded into."""
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A loaded checkpoint: ``model`` in eval mode on ``map_location``, its ``config``, and ``meta``
+    (``splits`` {"train","val","test"} episode ids, ``data`` {path, fingerprint, obs_shape, ...},
+    ``seed``, ``step``, ``versions``, ``provenance``, ``metrics``)."""
+
+    model: WorldModel
+    config: WorldModelConfig
+    meta: dict[str, Any]
+    path: Path
+
+    @property
+    def step(self) -> int:
+        return int(self.meta["step"])
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def save_checkpoint(
+    directory: str | os.PathLike,
+    *,
+    model: torch.nn.Module,
+    config: WorldModelConfig,
+    step: int,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    extra: dict[str, Any] | None = None,
+    training_state: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``directory/step_{step:08d}`` atomically and point ``latest.json`` at it; returns its path.
+
+    ``extra`` (JSON-ready: splits, data fingerprint, provenance, metrics...) is merged into
+    meta.json. ``training_state`` holds further tensors/numbers for exact resume (RNG states,
+    grad-scaler state); it is stored beside the optimizer and scheduler states.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"step_{int(step):08d}"
+    final, tmp = directory / name, directory / f".{name}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    torch.save(model.state_dict(), tmp / MODEL_FILE)
+    training: dict[str, Any] = dict(training_state or {})
+    if optimizer is not None:
+        training["optimizer"] = optimizer.state_dict()
+    if scheduler is not None:
+        training["scheduler"] = scheduler.state_dict()
+    if training:
+        torch.save(training, tmp / TRAINING_FILE)
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "step": int(step),
+        "config": config.to_dict(),
+        **_json_ready(extra or {}),
+    }
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    latest_tmp = directory / f".{LATEST_FILE}.tmp"
+    latest_tmp.write_text(json.dumps({"name": name, "step": int(step)}))
+    latest_tmp.replace(directory / LATEST_FILE)
+    return final
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """A checkpoint folder from: the folder itself, its model.pt/meta.json, a ``checkpoints/``
+    folder (its latest), or a run folder (its ``checkpoints/`` latest)."""
+    p = Path(path)
+    if p.is_file() and p.name in (MODEL_FILE, META_FILE, TRAINING_FILE):
+        p = p.parent
+    if not p.exists():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    if (p / META_FILE).is_file():
+        return p
+    for folder in (p, p / "checkpoints"):
+        latest = folder / LATEST_FILE
+        if latest.is_file():
+            try:
+                name = json.loads(latest.read_text())["name"]
+            except (ValueError, KeyError) as exc:
+                raise CheckpointError(f"{latest} is corrupt ({exc}); pass a step_* folder instead") from None
+            if (folder / name / META_FILE).is_file():
+                return folder / name
+            raise CheckpointError(f"{latest} points to {name!r}, which has no {META_FILE}")
+    raise CheckpointError(
+        f"{str(path)!r} is not a checkpoint: expected a folder with {META_FILE} and "
+        f"{MODEL_FILE}, or a run folder with checkpoints/{LATEST_FILE}"
+    )
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """meta.json of a checkpoint (see `resolve_checkpoint` for accepted paths)."""
+    folder = resolve_checkpoint(path)
+    try:
+        meta = json.loads((folder / META_FILE).read_text())
+    except ValueError as exc:
+        raise CheckpointError(f"{folder / META_FILE} is not valid JSON ({exc})") from None
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{folder} is not an rpg_worldmodel checkpoint (format {meta.get('format')!r})")
+    if int(meta.get("version", -1)) > CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{folder} was written by a newer rpg_worldmodel (checkpoint version "
+            f"{meta['version']} > {CHECKPOINT_VERSION}); upgrade the package"
+        )
+    return meta
+
+
+def _safe_load(file: Path, map_location: str | torch.device) -> Any:
+    if not file.is_file():
+        raise CheckpointError(f"{file} is missing")
+    try:
+        return torch.load(file, map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "unsafe or corrupt"
+        raise CheckpointError(
+            f"{file} cannot be loaded safely (tensors and plain containers only): "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from None
+
+
+def config_differences(a: ModelConfig, b: ModelConfig) -> list[str]:
+    """``["width: 192 vs 256", ...]`` for the fields that differ."""
+    return [
+        f"{f.name}: {getattr(a, f.name)!r} vs {getattr(b, f.name)!r}"
+        for f in dataclasses.fields(ModelConfig)
+        if getattr(a, f.name) != getattr(b, f.name)
+    ]
+
+
+def load_model_weights(
+    model: WorldModel, path: str | os.PathLike, map_location: str | torch.device = "cpu"
+) -> dict:
+    """Load a checkpoint's weights into an existing ``model``; raises `CheckpointError` naming both
+    configs when they differ. Returns the checkpoint's meta."""
+    folder = resolve_checkpoint(path)
+    meta = read_meta(folder)
+    saved = WorldModelConfig.from_dict(meta["config"], source=str(folder / META_FILE)).model
+    diffs = config_differences(saved, model.cfg)
+    if diffs:
+        raise CheckpointError(
+            f"checkpoint {folder} does not fit this model: model config differs "
+            f"(checkpoint vs current): {'; '.join(diffs)}"
+        )
+    state = _safe_load(folder / MODEL_FILE, map_location)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise CheckpointError(
+            f"weights in {folder / MODEL_FILE} do not fit the model built from its own "
+            f"config ({str(exc).splitlines()[0]}); the checkpoint is corrupt"
+        ) from None
+    return meta
+
+
+def load_checkpoint(
+    path: str | os.PathLike, map_location: str | torch.device = "cpu", model_config: ModelConfig | None = None
+) -> LoadedCheckpoint:
+    """Rebuild the model from a checkpoint's own config and load its weights (eval mode).
+
+    ``model_config``, when given, must equal the saved one (else `CheckpointError` naming both).
+    """
+    folder = resolve_checkpoint(path)
+    meta = read_meta(folder)
+    try:
+        config = WorldModelConfig.from_dict(meta["config"], source=str(folder / META_FILE))
+    except (ConfigError, KeyError) as exc:
+        raise CheckpointError(f"{folder / META_FILE} holds an unusable config: {exc}") from None
+    if model_config is not None:
+        diffs = config_differences(config.model, model_config)
+        if diffs:
+            raise CheckpointError(
+                f"checkpoint {folder} was trained with another model config "
+                f"(checkpoint vs requested): {'; '.join(diffs)}"
+            )
+    model = WorldModel(config.model)
+    load_model_weights(model, folder, map_location)
+    model.to(map_location).eval()
+    return LoadedCheckpoint(model=model, config=config, meta=meta, path=folder)
+
+
+def load_training_state(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The optimizer/scheduler/RNG state saved beside a checkpoint (for exact resume)."""
+    return _safe_load(resolve_checkpoint(path) / TRAINING_FILE, map_location)

@@ -1,0 +1,346 @@
+"""The whole experiment on built-in defaults, in one command (the README's main job).
+
+    python -m rpg_worldmodel.pipeline [--out DIR] [--seed S] [--quick]
+
+Stages (each a function, so tests and notebooks can run them one by one):
+
+1. experts   the shipped SB3 experts (`rpg_env.experts.pretrained_path`): ``dqn`` is the
+             agent we model ("self"), ``ppo`` the other agent ("cross"); scripted policies
+             stand in (with a warning) where a shipped expert is missing.
+2. record    each expert's games to an HDF5 trajectory file (`rpg_env.record.record`).
+3. train     the world model on the self file with the default config
+             (`rpg_worldmodel.train`), and a shorter run with an input mask for the probes.
+4. evaluate  held-out test split of the self file, beside the baselines (`rpg_worldmodel.evaluate`).
+5. transfer  the same model on the cross expert's games: self-vs-cross table and relative gap.
+6. probes    masking table: models trained with / without a mask x masks at evaluation.
+7. report    plots and ``report.md`` (`rpg_worldmodel.report`); ``metrics.json`` beside it.
+
+The last line printed is the path of the report. Everything is seeded by ``--seed``.
+``--quick`` shrinks every stage (tiny data, tiny model, a few steps) for smoke tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+DEFAULT_OUT_ROOT = "runs/pipeline"
+#: What a pipeline run writes into its folder (all of it is replaced by --overwrite, nothing else).
+PIPELINE_OUTPUTS = ("data", "run", "run_mask_*", "metrics.json", "examples.npz", "report.md", "*.png")
+
+
+def default_out() -> str:
+    """A fresh run folder: ``runs/pipeline/YYYYmmdd-HHMMSS`` (UTC), so reruns never collide."""
+    return f"{DEFAULT_OUT_ROOT}/{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+
+
+def prepare_out(out: Path, overwrite: bool) -> None:
+    """Create ``out``; refuse one that already holds a pipeline run unless ``overwrite``, which
+    removes only what an earlier run wrote there (`PIPELINE_OUTPUTS`)."""
+    import shutil
+
+    previous = [p for pattern in PIPELINE_OUTPUTS for p in out.glob(pattern)] if out.is_dir() else []
+    if previous and not overwrite:
+        names = ", ".join(sorted(p.name for p in previous))
+        raise FileExistsError(f"{out} already holds a pipeline run ({names}); choose another --out or "
+                              "pass --overwrite to replace it")
+    for p in previous:
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass
+class PipelineSettings:
+    """Sizes of every stage. The defaults fit ~10 minutes on a 2-core CPU (see docs/worldmodel.md)."""
+
+    out: str = ""  # "" -> default_out()
+    seed: int = 0
+    self_expert: str = "dqn"  # shipped expert name, "greedy"/"random", or a path to an SB3 .zip
+    cross_expert: str = "ppo"
+    self_games: int = 1500  # games for the self file (split by game); recording is cheap, more data
+    # curbs the action head's over-fitting (measured: 600 games over-fit after ~1000 steps)
+    cross_games: int = 80  # games of the cross expert (all scored: the model never saw them)
+    num_envs: int = 64
+    record_co_players: bool = False  # model one agent's own stream, as the reference did
+    train_overrides: list[str] = field(default_factory=list)  # key=value for the main run
+    mask_train: str = "random_cells"  # train mask of the probe model ("" to skip that run)
+    mask_train_steps_fraction: float = 0.25  # the probe model trains this fraction of the steps
+    eval_masks: tuple[str, ...] = ("none", "random_cells", "gem", "bone", "food", "wall")
+    mask_eval_episodes: int = 40  # test episodes scored per cell of the masking table
+    context: str = "full"  # main and transfer tables: every prediction with num_frames of history
+    mask_context: str = "stride"  # masking table: non-overlapping windows (num_frames times cheaper)
+    bootstrap: int = 1000
+    batch_size: int = 256
+    quick: bool = False
+
+    @classmethod
+    def quick_settings(cls, out: str = "", seed: int = 0) -> PipelineSettings:
+        """A tiny end-to-end run (seconds): scripted policies, a tiny model, a few steps."""
+        return cls(out=out, seed=seed, self_expert="greedy", cross_expert="random", self_games=24,
+                   cross_games=6, num_envs=8,
+                   train_overrides=["model.width=24", "model.num_heads=2", "model.num_layers=1",
+                                    "model.num_frames=3", "train.max_steps=6", "train.warmup_steps=2",
+                                    "train.batch_size=16", "train.eval_every=3", "train.log_every=2",
+                                    "train.checkpoint_every=3", "data.max_val_windows=64"],
+                   eval_masks=("none", "random_cells", "gem"), mask_eval_episodes=4, bootstrap=200,
+                   quick=True)
+
+
+class Stage:
+    """Prints ``[i/n] name ...`` and ``done in Xs`` around a stage (progress bars run inside)."""
+
+    def __init__(self, index: int, total: int, name: str, timings: dict[str, float]):
+        self.index, self.total, self.name, self.timings = index, total, name, timings
+
+    def __enter__(self) -> Stage:
+        self.start = time.perf_counter()
+        print(f"[{self.index}/{self.total}] {self.name} ...", flush=True)
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        seconds = time.perf_counter() - self.start
+        self.timings[self.name] = round(seconds, 2)
+        status = "failed" if exc_type else "done"
+        print(f"[{self.index}/{self.total}] {self.name} {status} in {seconds:.1f}s", flush=True)
+
+
+# ---------------------------------------------------------------------------- stages
+def resolve_expert(name: str) -> tuple[str, str]:
+    """``(policy spec for rpg_env.record, label)`` of an expert name, path or scripted policy.
+
+    A shipped name (``dqn``, ``ppo``) that is missing falls back to a scripted policy with a
+    warning (``greedy`` for dqn, ``random`` for ppo), so the pipeline still runs end to end.
+    """
+    if name in ("greedy", "random") or name.endswith(".zip"):
+        if name.endswith(".zip") and not Path(name).is_file():
+            raise FileNotFoundError(f"expert file {name} does not exist")
+        return name, Path(name).stem if name.endswith(".zip") else name
+    from rpg_env.experts import PRETRAINED, pretrained_path
+
+    if name not in PRETRAINED:
+        raise ValueError(f"unknown expert {name!r}: use one of {list(PRETRAINED)}, greedy, random or a .zip")
+    try:
+        return str(pretrained_path(name)), name
+    except FileNotFoundError as exc:
+        fallback = "greedy" if name == "dqn" else "random"
+        print(f"WARNING: {exc}; using the scripted {fallback!r} policy instead", flush=True)
+        return fallback, fallback
+
+
+def stage_record(policy: str, label: str, out: Path, games: int, seed: int, num_envs: int,
+                 record_co_players: bool, quick: bool = False) -> dict:
+    """Record ``games`` games of ``policy`` into ``out`` (replacing it); returns the summary."""
+    from rpg_env.record import record
+
+    summary = record(policy, out, games, seed=seed, num_envs=num_envs, mode="w", policy_id=label,
+                     record_co_players=record_co_players, progress=not quick)
+    summary["path"] = str(out)
+    return summary
+
+
+def training_config(overrides: Sequence[str], seed: int, quick: bool = False):
+    """The default config (`rpg_worldmodel/configs/default.yaml`) plus ``overrides``, read once."""
+    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+
+    cfg = load_config(DEFAULT_CONFIG_PATH, [f"train.seed={seed}", *overrides])
+    if quick:
+        cfg.train.progress = False
+    return cfg
+
+
+def masked_config(cfg, mask: str, fraction: float):
+    """A copy of ``cfg`` trained with input mask ``mask`` for ``fraction`` of its steps."""
+    import copy
+
+    short = copy.deepcopy(cfg)
+    steps = max(2, int(cfg.train.max_steps * fraction))
+    short.train.max_steps = steps
+    short.train.warmup_steps = min(cfg.train.warmup_steps, steps // 2)
+    short.train.eval_every = max(1, min(cfg.train.eval_every, steps))
+    short.train.checkpoint_every = max(1, min(cfg.train.checkpoint_every, steps))
+    short.train.train_mask = mask
+    return short.validate()
+
+
+def stage_train(data: Path, run_dir: Path, cfg) -> tuple[Path, Path]:
+    """Train ``cfg`` on ``data`` into ``run_dir``; returns ``(final checkpoint, run folder)``.
+
+    Same as ``python -m rpg_worldmodel.train --data DATA --out RUN_DIR [overrides]``.
+    """
+    import copy
+
+    from rpg_worldmodel.train import train
+
+    cfg = copy.deepcopy(cfg)
+    cfg.data.path = str(data)
+    cfg.out_dir = str(run_dir)
+    result = train(cfg.validate())
+    print(f"    {run_dir.name}: step {result.step}, val loss {result.val.get('loss', float('nan')):.4f}, "
+          f"{result.train_samples_per_s:.0f} samples/s, {result.wall_s:.0f}s", flush=True)
+    return Path(result.checkpoint), Path(result.run_dir)
+
+
+def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
+    """Run every stage; returns the path of ``report.md``."""
+    from rpg_env.provenance import provenance
+    from rpg_worldmodel import evaluate as E
+    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.report import fmt_percent, write_report
+
+    out = Path(settings.out or default_out())
+    prepare_out(out, overwrite)
+    timings: dict[str, float] = {}
+    total = 7
+    s = settings
+    start = time.perf_counter()
+
+    with Stage(1, total, "experts", timings):
+        self_policy, self_label = resolve_expert(s.self_expert)
+        cross_policy, cross_label = resolve_expert(s.cross_expert)
+        if self_label == cross_label:
+            cross_label = f"{cross_label}-cross"
+        print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
+
+    with Stage(2, total, "record", timings):
+        data_dir = out / "data"
+        self_file, cross_file = data_dir / f"{self_label}.h5", data_dir / f"{cross_label}.h5"
+        recorded = {
+            "self": stage_record(self_policy, self_label, self_file, s.self_games, s.seed, s.num_envs,
+                                 s.record_co_players, s.quick),
+            "cross": stage_record(cross_policy, cross_label, cross_file, s.cross_games, s.seed + 1,
+                                  s.num_envs, s.record_co_players, s.quick),
+        }
+        for key, summary in recorded.items():
+            print(f"    {key}: {summary['games']} games, {summary['agent_steps']} steps, mean return "
+                  f"{summary['mean_return']:.2f}, {summary['seconds']:.1f}s -> {summary['path']}")
+
+    with Stage(3, total, "train", timings):
+        cfg = training_config(s.train_overrides, s.seed, s.quick)
+        checkpoint, run_dir = stage_train(self_file, out / "run", cfg)
+        masked = None
+        if s.mask_train and s.mask_train != "none":
+            masked, _ = stage_train(self_file, out / f"run_mask_{s.mask_train}",
+                                    masked_config(cfg, s.mask_train, s.mask_train_steps_fraction))
+
+    with Stage(4, total, "evaluate (held-out test split)", timings):
+        ck = load_checkpoint(checkpoint)
+        meta = ck.meta
+        baselines = E.fit_baselines(self_file, E.checkpoint_split(meta)["train"], seed=s.seed)
+        self_set = E.select_episodes(meta, self_file, "test")
+        agent = getattr(ck.config.data, "agent_id", None)
+        self_result, self_scores = E.evaluate_file(ck.model, ck.config, self_set, baselines, s.bootstrap,
+                                                   s.seed, s.batch_size, context=s.context)
+        print(E.format_table(self_result))
+        for name, check in self_result["quality_checks"].items():
+            print(f"    {name}: model - baseline {E.fmt_interval(check['difference'])} "
+                  f"({check['better']} is better): {'met' if check['met'] else 'NOT met'}")
+
+    with Stage(5, total, "transfer (cross expert)", timings):
+        cross_set = E.select_episodes(meta, cross_file, "all", agent_id=agent)
+        cross_result, cross_scores = E.evaluate_file(ck.model, ck.config, cross_set, baselines, s.bootstrap,
+                                                     s.seed, s.batch_size, num_examples=0, context=s.context)
+        transfer = E.transfer_table(self_scores, cross_scores, str(self_file), str(cross_file), s.bootstrap,
+                                    s.seed)
+        gap = transfer["relative_gap"].get("total_ce")
+        print(f"    relative gap in total CE (cross - self) / self: {fmt_percent(gap)}")
+
+    with Stage(6, total, "masking probes", timings):
+        probe_set = _subset(self_set, s.mask_eval_episodes)
+        models = {E._train_mask(ck.config): (ck.model, ck.config)}
+        if masked is not None:
+            mck = load_checkpoint(masked)
+            models[E._train_mask(mck.config)] = (mck.model, mck.config)
+        masking = E.masking_table(models, probe_set, s.eval_masks, s.bootstrap, s.seed, s.batch_size,
+                                  context=s.mask_context)
+
+    with Stage(7, total, "report", timings):
+        results = {
+            "checkpoint": str(checkpoint),
+            "checkpoint_step": meta.get("step") if isinstance(meta, dict) else None,
+            "train_mask": E._train_mask(ck.config),
+            "baselines": E.baselines_summary(baselines, self_file),
+            "bootstrap": {"resampled_unit": "game", "replicates": s.bootstrap, "level": 0.95, "seed": s.seed},
+            "self": str(self_file),
+            "files": {str(self_file): self_result, str(cross_file): cross_result},
+            "transfer": {str(cross_file): transfer},
+            "masking": masking,
+            "pipeline": {"settings": asdict(s), "recorded": recorded, "run_dir": str(run_dir),
+                         "masked_checkpoint": str(masked) if masked else None},
+        }
+        timings["total_before_report"] = round(time.perf_counter() - start, 2)
+        results["pipeline"]["timings_s"] = timings
+        results["provenance"] = provenance(seed=s.seed, checkpoint=str(checkpoint))
+        metrics_path = E.write_outputs(results, self_scores, out)
+        report = write_report(metrics_path, run_dir, extra_sections=_pipeline_section(results))
+    timings["total"] = round(time.perf_counter() - start, 2)
+    results["pipeline"]["timings_s"] = timings
+    E.write_outputs(results, self_scores, out)
+    return report
+
+
+def _subset(es, max_episodes: int):
+    """The first ``max_episodes`` episodes (by index) of an EvalSet: a fixed, seeded-free subset."""
+    from rpg_worldmodel.evaluate import EvalSet
+
+    keep = slice(0, max(1, int(max_episodes)))
+    return EvalSet(es.path, es.episodes[keep], es.label + f" (first {max_episodes} episodes)",
+                   es.held_out, es.game_ids[keep], es.agent_ids[keep], es.policy_ids[keep])
+
+
+def _pipeline_section(results: dict) -> list[str]:
+    p = results["pipeline"]
+    rec = p["recorded"]
+    lines = ["## How this was made", "",
+             "`python -m rpg_worldmodel.pipeline` with settings:", "", "```json",
+             json.dumps(p["settings"], indent=1), "```", "",
+             f"- self expert: {rec['self']['policy_id']}, {rec['self']['games']} games "
+             f"(mean return {rec['self']['mean_return']:.2f}); cross expert: {rec['cross']['policy_id']}, "
+             f"{rec['cross']['games']} games (mean return {rec['cross']['mean_return']:.2f})",
+             f"- training run: `{p['run_dir']}`; probe model trained with a mask: `{p['masked_checkpoint']}`",
+             "- stage timings (s): " + ", ".join(f"{k} {v}" for k, v in p["timings_s"].items()), ""]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rpg_worldmodel.pipeline",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="", help="folder for data, runs, metrics.json, report.md "
+                        f"(default: a new {DEFAULT_OUT_ROOT}/YYYYmmdd-HHMMSS)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier pipeline run in --out")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
+    parser.add_argument("--self-expert", default=None, help="dqn (default), ppo, greedy, random or a .zip")
+    parser.add_argument("--cross-expert", default=None, help="ppo (default), dqn, greedy, random or a .zip")
+    parser.add_argument("--self-games", type=int, default=None)
+    parser.add_argument("--cross-games", type=int, default=None)
+    parser.add_argument("--no-mask-train", action="store_true",
+                        help="skip training the masked probe model (the masking table then has one row)")
+    parser.add_argument("overrides", nargs="*", help="training config overrides, key=value")
+    args = parser.parse_args(argv)
+    s = PipelineSettings.quick_settings(args.out, args.seed) if args.quick else PipelineSettings(
+        out=args.out, seed=args.seed)
+    for name in ("self_expert", "cross_expert", "self_games", "cross_games"):
+        if getattr(args, name) is not None:
+            setattr(s, name, getattr(args, name))
+    if args.no_mask_train:
+        s.mask_train = ""
+    s.train_overrides = [*s.train_overrides, *args.overrides]
+    try:
+        report = run_pipeline(s, overwrite=args.overwrite)
+    except (FileExistsError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

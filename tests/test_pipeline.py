@@ -1,0 +1,109 @@
+"""The whole pipeline, tiny (--quick), end to end through its command line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rpg_worldmodel.pipeline import PipelineSettings, resolve_expert, run_pipeline
+
+
+def _strip_volatile(metrics: dict) -> dict:
+    """Drop what legitimately differs between two identical runs (timestamps, timings, paths)."""
+    metrics = json.loads(json.dumps(metrics))
+    metrics.pop("provenance", None)
+    pipeline = metrics.get("pipeline", {})
+    pipeline.pop("timings_s", None)
+    for rec in pipeline.get("recorded", {}).values():
+        for key in [k for k in rec if "seconds" in k or k.endswith("_s") or "per_s" in k]:
+            rec.pop(key)
+    return metrics
+
+
+def _differences(a, b, path=""):
+    """Paths where two JSON trees differ (for a readable failure message)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in
+                (_differences(a.get(k), b.get(k), f"{path}/{k}") if k in a and k in b else [f"{path}/{k}"])]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        pairs = enumerate(zip(a, b, strict=True))
+        return [d for i, (x, y) in pairs for d in _differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pipeline") / "quick"
+    proc = subprocess.run([sys.executable, "-m", "rpg_worldmodel.pipeline", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc
+
+
+def test_quick_pipeline_prints_the_report_path_last(quick_run):
+    out, proc = quick_run
+    last = proc.stdout.strip().splitlines()[-1]
+    assert Path(last).resolve() == (out / "report.md").resolve()
+    for stage in ("experts", "record", "train", "evaluate", "transfer", "masking probes", "report"):
+        assert f"] {stage}" in proc.stdout, stage
+
+
+def test_quick_pipeline_outputs(quick_run):
+    out, _ = quick_run
+    metrics = json.loads((out / "metrics.json").read_text())
+    main = metrics["files"][metrics["self"]]
+    assert main["held_out"] and main["selection"].startswith("test split")
+    for predictor in ("model", "copy", "motion_oracle"):
+        for figure in ("view_ce", "cell_acc", "changed_acc", "f1_gem", "f1_wall", "f1_agent"):
+            iv = main["predictors"][predictor][figure]
+            if iv["value"] is not None and iv["lo"] is not None:
+                assert iv["lo"] - 1e-9 <= iv["value"] <= iv["hi"] + 1e-9, (predictor, figure, iv)
+    for predictor in ("model", "majority_action"):
+        assert main["predictors"][predictor]["action_acc"]["value"] is not None
+    assert set(main["model_minus"]) == {"copy", "motion_oracle", "majority_action", "previous_action"}
+    (cross_key, transfer), = metrics["transfer"].items()
+    assert cross_key in metrics["files"] and cross_key != metrics["self"]
+    gap = transfer["relative_gap"]["total_ce"]
+    self_ce = transfer["model"]["self"]["total_ce"]["value"]
+    cross_ce = transfer["model"]["cross"]["total_ce"]["value"]
+    assert gap["value"] == pytest.approx((cross_ce - self_ce) / self_ce)
+    table = metrics["masking"]["table"]
+    assert set(table) == {"none", "random_cells"}  # rows: train masks
+    assert all(set(row) == {"none", "random_cells", "gem"} for row in table.values())  # columns: eval masks
+    for name in ("entity_f1.png", "view_strip.png", "learning_curves.png", "masking.png"):
+        assert (out / name).stat().st_size > 1000, name
+    transfer_png = list(out.glob("transfer_*.png"))
+    assert len(transfer_png) == 1
+    report = (out / "report.md").read_text()
+    pngs = ("entity_f1.png", "view_strip.png", "learning_curves.png", "masking.png", transfer_png[0].name)
+    for name in pngs:
+        assert f"]({name})" in report, name
+    for section in ("## Held-out table", "## Cross-agent transfer", "## Masking probes"):
+        assert section in report
+
+
+def test_quick_pipeline_is_deterministic(quick_run, tmp_path):
+    out, _ = quick_run
+    again = tmp_path / "quick"
+    report = run_pipeline(PipelineSettings.quick_settings(out=str(again)))  # in-process this time
+    assert report == again / "report.md"
+    first = _strip_volatile(json.loads((out / "metrics.json").read_text()))
+    second = _strip_volatile(json.loads((again / "metrics.json").read_text()))
+    first = json.loads(json.dumps(first).replace(str(out), "OUT"))
+    second = json.loads(json.dumps(second).replace(str(again), "OUT"))
+    assert _differences(first, second) == []
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        run_pipeline(PipelineSettings.quick_settings(out=str(again)))
+    assert (again / "report.md").exists()  # the refused run removed nothing
+
+
+def test_expert_resolution_errors():
+    with pytest.raises(ValueError, match="unknown expert"):
+        resolve_expert("alphazero")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        resolve_expert("missing/model.zip")
+    assert resolve_expert("greedy") == ("greedy", "greedy")
+    quick = PipelineSettings.quick_settings()
+    assert quick.quick and quick.self_games < PipelineSettings().self_games

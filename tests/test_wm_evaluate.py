@@ -1,0 +1,212 @@
+"""Held-out evaluation: episode selection, window coverage, eval-only scoring, the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rpg_env.record import record
+from rpg_env.trajectories import TrajectoryFile, split_episodes
+from rpg_worldmodel import evaluate as E
+from rpg_worldmodel.config import WorldModelConfig
+from rpg_worldmodel.model import WorldModel
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wm_eval")
+    greedy, rand = root / "greedy.h5", root / "random.h5"
+    record("greedy", greedy, 20, seed=0, num_envs=10, mode="w", progress=False)
+    record("random", rand, 4, seed=1, num_envs=4, mode="w", progress=False)
+    return greedy, rand
+
+
+def _meta(path):
+    split = {k: v.tolist() for k, v in split_episodes(TrajectoryFile(path)).items()}
+    return {"splits": split, "data": {"path": str(path)}}
+
+
+def _tiny_model(num_frames=3, dropout=0.0):
+    cfg = WorldModelConfig()
+    cfg.model.width, cfg.model.num_heads, cfg.model.num_layers = 24, 2, 1
+    cfg.model.num_frames, cfg.model.dropout = num_frames, dropout
+    torch.manual_seed(0)
+    return WorldModel(cfg.model), cfg
+
+
+def test_selection_uses_the_recorded_test_split_and_refuses_training_episodes(files):
+    greedy, rand = files
+    meta = _meta(greedy)
+    es = E.select_episodes(meta, greedy)
+    assert es.episodes == sorted(meta["splits"]["test"]) and es.held_out
+    assert not set(es.episodes) & set(meta["splits"]["train"])
+    for split in ("train", "all"):
+        with pytest.raises(E.TrainingEpisodesError, match="--allow-training-episodes"):
+            E.select_episodes(meta, greedy, split)
+    with pytest.warns(UserWarning, match="TRAINING EPISODES"):
+        marked = E.select_episodes(meta, greedy, "train", allow_training_episodes=True)
+    assert not marked.held_out and "INCLUDING TRAINING EPISODES" in marked.label
+    assert marked.episodes == sorted(meta["splits"]["train"])
+    # another file: every episode is held out
+    other = E.select_episodes(meta, rand)
+    assert other.episodes == list(range(len(TrajectoryFile(rand)))) and other.held_out
+    with pytest.raises(ValueError, match="split must be"):
+        E.select_episodes(meta, greedy, "everything")
+
+
+@pytest.mark.parametrize("context", E.CONTEXTS)
+@pytest.mark.parametrize("length,t", [(100, 5), (7, 5), (6, 5), (5, 5), (11, 3), (10, 3)])
+def test_window_plan_scores_each_target_once(context, length, t):
+    starts, score = E.window_plan(length, t, context)
+    targets = sorted((starts[:, None] + np.arange(t)[None] + 1)[score].tolist())
+    assert targets == list(range(1, length - 1 + 1)) if length > t else targets == []
+    assert (starts + t <= length - 1).all()  # the window's last action (target t+1) exists
+    if context == "full" and length > t:
+        assert score[1:, :-1].sum() == 0  # later windows: only the full-history position
+    with pytest.raises(ValueError, match="context"):
+        E.window_plan(length, t, "sliding")
+
+
+@pytest.mark.parametrize("context", E.CONTEXTS)
+def test_every_transition_is_scored_exactly_once(files, context):
+    greedy, _ = files
+    tf = TrajectoryFile(greedy)
+    es = E.select_episodes(_meta(greedy), greedy)
+    t = 4
+    seen = {}
+    for batch in E.iter_windows(es, t, batch_size=37, desc="", context=context):
+        assert batch.views.shape[1:3] == (t + 1, 6) and batch.actions.shape[1] == t + 1
+        w, p = np.nonzero(batch.score)
+        for row, start_offset in zip(batch.rows[w], p, strict=True):
+            seen.setdefault(int(row), []).append(int(start_offset))
+    for row, ep in enumerate(es.episodes):
+        length = int(tf.episodes["length"][ep])
+        assert len(seen[row]) == length - 1  # targets 1 .. L-1 (action t+1 must exist)
+    if context != "full":
+        return
+    # and windows hold the right data: rebuild one episode's windows and compare
+    first = next(E.iter_windows(es, t, batch_size=10_000, desc=""))
+    ep = tf.episode(es.episodes[0])
+    np.testing.assert_array_equal(first.views[0], ep["obs"][: t + 1])
+    np.testing.assert_array_equal(first.views[3], ep["obs"][3 : t + 4])
+    np.testing.assert_array_equal(first.actions[3], ep["actions"][3 : t + 4])
+
+
+def test_scoring_never_changes_the_model_and_is_deterministic(files):
+    greedy, _ = files
+    meta = _meta(greedy)
+    model, cfg = _tiny_model(dropout=0.5)
+    model.train()  # the evaluator must switch to eval mode itself
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    es = E.select_episodes(meta, greedy)
+    fb = E.fit_baselines(greedy, meta["splits"]["train"])
+    a = E.score_eval_set(model, cfg, es, fb, desc="")
+    b = E.score_eval_set(model, cfg, es, fb, desc="")
+    assert not model.training
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    for name in a.counts:
+        for key in a.counts[name]:
+            np.testing.assert_array_equal(a.counts[name][key], b.counts[name][key])
+    # every predictor scored the same predictions
+    n = a.counts["model"]["action_n"].sum()
+    assert n == a.num_predictions == a.counts["majority_action"]["action_n"].sum()
+    assert a.counts["motion_oracle"]["cells"].sum() == n * 81
+
+
+def test_baselines_are_fitted_on_training_episodes_only(files):
+    greedy, _ = files
+    meta = _meta(greedy)
+    fb = E.fit_baselines(greedy, meta["splits"]["train"])
+    tf = TrajectoryFile(greedy)
+    steps = sum(int(tf.episodes["length"][i]) for i in meta["splits"]["train"])
+    assert fb.shift_cal.counts.sum() == steps * 81
+    assert fb.majority.counts.sum() == steps - len(meta["splits"]["train"])
+    assert fb.train_episodes_used == len(meta["splits"]["train"])
+
+
+def test_masking_table_rows_columns_and_seeded_masks(files):
+    greedy, _ = files
+    es = E.select_episodes(_meta(greedy), greedy)
+    plain, cfg = _tiny_model()
+    other, cfg2 = _tiny_model()
+    cfg2.train.train_mask = "random_cells"
+    models = {"none": (plain, cfg), "random_cells": (other, cfg2)}
+    masks = ("none", "random_cells", "gem")
+    a = E.masking_table(models, es, masks, num_boot=50, seed=3, context="stride")
+    b = E.masking_table(models, es, masks, num_boot=50, seed=3, context="stride")
+    assert a == b  # masks and bootstrap are seeded
+    assert list(a["table"]) == ["none", "random_cells"]
+    assert all(list(row) == list(masks) for row in a["table"].values())
+    row = a["table"]["none"]
+    assert row["random_cells"]["view_ce"]["value"] != row["none"]["view_ce"]["value"]
+    assert row["gem"]["view_ce"]["value"] != row["none"]["view_ce"]["value"]
+    # identical weights, identical masks: identical rows
+    assert a["table"]["none"] == a["table"]["random_cells"]
+    cost = a["cost"]["none"]
+    assert cost["none"]["view_ce"] == {"value": 0.0, "lo": 0.0, "hi": 0.0}
+    expected = row["gem"]["view_ce"]["value"] - row["none"]["view_ce"]["value"]
+    assert cost["gem"]["view_ce"]["value"] == pytest.approx(expected)
+    assert a["train_steps"] == {"none": cfg.train.max_steps, "random_cells": cfg2.train.max_steps}
+    c = E.masking_table({"none": (plain, cfg)}, es, ("random_cells",), num_boot=50, seed=4, context="stride")
+    assert c["table"]["none"]["random_cells"] != row["random_cells"]
+
+
+# ------------------------------------------------------------------------------ with a real checkpoint
+@pytest.fixture(scope="module")
+def trained(files, tmp_path_factory):
+    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.train import train
+
+    greedy, _ = files
+    cfg = load_config(DEFAULT_CONFIG_PATH, [
+        "model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
+        "train.max_steps=4", "train.warmup_steps=1", "train.batch_size=8", "train.eval_every=4",
+        "train.checkpoint_every=4", "train.progress=false", "data.max_val_windows=16"])
+    cfg.data.path = str(greedy)
+    cfg.out_dir = str(tmp_path_factory.mktemp("wm_run") / "run")
+    return train(cfg).checkpoint
+
+
+def test_cli_refuses_training_episodes_and_evaluates_held_out(files, trained, tmp_path, capsys):
+    greedy, rand = files
+    code = E.main(["--checkpoint", str(trained), "--data", str(greedy), "--split", "train",
+                   "--out", str(tmp_path / "refused")])
+    assert code == 2
+    assert "trained on" in capsys.readouterr().err
+    assert not (tmp_path / "refused" / "metrics.json").exists()
+
+    out = tmp_path / "eval"
+    code = E.main(["--checkpoint", str(trained), "--data", str(greedy), "--data", str(rand),
+                   "--out", str(out), "--bootstrap", "100", "--masks", "none", "wall"])
+    assert code == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == str(out / "metrics.json")
+    metrics = json.loads((out / "metrics.json").read_text())
+    main = metrics["files"][str(greedy)]
+    assert main["held_out"] and main["selection"] == "test split recorded in the checkpoint"
+    assert metrics["self"] == str(greedy) and str(rand) in metrics["transfer"]
+    assert list(metrics["masking"]["table"]["none"]) == ["none", "wall"]
+    assert metrics["provenance"]["seed"] == 0 and "torch" in metrics["provenance"]["versions"]
+    with pytest.raises(SystemExit):
+        E.main(["--checkpoint", str(trained), "--data", str(greedy), "--masks", "everything"])
+
+
+def test_training_file_is_recognised_by_content(files, trained, tmp_path):
+    import shutil
+
+    from rpg_worldmodel.checkpoint import load_checkpoint
+
+    greedy, _ = files
+    meta = load_checkpoint(trained).meta
+    copy = tmp_path / "copy.h5"
+    shutil.copy(greedy, copy)
+    with pytest.raises(E.TrainingEpisodesError):
+        E.select_episodes(meta, copy, "all")  # a renamed copy is still the training data
+    assert E.select_episodes(meta, copy).episodes == sorted(meta["splits"]["test"])
+    # the training path re-recorded with other games: the recorded split no longer applies
+    moved = dict(meta, data=dict(meta["data"], path=str(copy)))
+    record("greedy", copy, 3, seed=9, num_envs=3, mode="w", progress=False)
+    with pytest.raises(ValueError, match="changed since the checkpoint"):
+        E.select_episodes(moved, copy)

@@ -1,0 +1,127 @@
+"""World model: shapes, causality over steps, agent embedding, input masks."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.data import MASK_KINDS, apply_input_mask
+from rpg_worldmodel.model import WorldModel
+
+TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4)
+
+
+def _views(b, t, v=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 6, (b, t, v, v), generator=g)
+    return F.one_hot(codes, 6).permute(0, 1, 4, 2, 3).float()
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return WorldModel(ModelConfig(**{**TINY, **kw})).eval()
+
+
+def test_output_shapes_for_full_and_shorter_windows():
+    model = _model()
+    for t in (4, 2, 1):
+        view_logits, action_logits = model(_views(3, t), torch.randint(0, 4, (3, t)))
+        assert view_logits.shape == (3, t, 6, 9, 9) and action_logits.shape == (3, t, 4)
+        assert torch.isfinite(view_logits).all() and torch.isfinite(action_logits).all()
+    other = _model(view_size=12, patch_size=4, num_actions=5)
+    vl, al = other(_views(2, 3, v=12), torch.randint(0, 5, (2, 3)))
+    assert vl.shape == (2, 3, 6, 12, 12) and al.shape == (2, 3, 5)
+
+
+def test_patch_layout_maps_each_cell_back_to_its_place():
+    # With a one-patch-per-view grid and a head that copies the patch token, a cell's logit
+    # must depend on that cell's input only through the right patch: perturb one cell and
+    # check that the view logits of the same patch change most.
+    model = _model(num_layers=1, action_conv=False)
+    views, actions = _views(1, 1), torch.zeros(1, 1, dtype=torch.long)
+    base = model(views, actions)[0]
+    changed = views.clone()
+    changed[0, 0, :, 7, 1] = 0
+    changed[0, 0, 2, 7, 1] = 1
+    delta = (model(changed, actions)[0] - base).abs().sum(2)[0, 0]  # (9, 9)
+    per_patch = delta.reshape(3, 3, 3, 3).sum((1, 3))
+    assert per_patch.argmax() == 2 * 3 + 0  # patch row 2, column 0 holds cell (7, 1)
+
+
+@pytest.mark.parametrize("agent_embedding", [False, True])
+def test_predictions_at_step_t_ignore_later_steps(agent_embedding):
+    model = _model(agent_embedding=agent_embedding)
+    views, actions = _views(2, 4), torch.randint(0, 4, (2, 4))
+    ids = torch.tensor([0, 1]) if agent_embedding else None
+    v0, a0 = model(views, actions, ids)
+    for t in range(3):
+        later_v, later_a = views.clone(), actions.clone()
+        later_v[:, t + 1:] = _views(2, 3 - t, seed=t + 1)
+        later_a[:, t + 1:] = (actions[:, t + 1:] + 1) % 4
+        v1, a1 = model(later_v, later_a, ids)
+        torch.testing.assert_close(v1[:, :t + 1], v0[:, :t + 1], rtol=0, atol=1e-6)
+        torch.testing.assert_close(a1[:, :t + 1], a0[:, :t + 1], rtol=0, atol=1e-6)
+        assert not torch.allclose(v1[:, t + 1:], v0[:, t + 1:])  # later steps do see them
+    # ...and the action taken at step t does reach the prediction at step t.
+    changed = actions.clone()
+    changed[:, 0] = (changed[:, 0] + 1) % 4
+    assert not torch.allclose(model(views, changed, ids)[0][:, 0], v0[:, 0])
+
+
+def test_action_conv_is_a_per_action_local_prior():
+    # Only the transformer's view head and the motion prior differ between these two models.
+    with_conv, without = _model(), _model(action_conv=False)
+    assert with_conv.action_conv is not None and without.action_conv is None
+    views, actions = _views(2, 3), torch.randint(0, 4, (2, 3))
+    other = (actions + 1) % 4
+    assert not torch.allclose(with_conv(views, actions)[0], with_conv(views, other)[0])
+
+
+def test_agent_embedding_requires_and_uses_agent_ids():
+    model = _model(agent_embedding=True, max_agents=3)
+    views, actions = _views(2, 3), torch.randint(0, 4, (2, 3))
+    with pytest.raises(ValueError, match="agent_ids"):
+        model(views, actions)
+    out0 = model(views, actions, torch.tensor([0, 0]))[1]
+    out2 = model(views, actions, torch.tensor([2, 2]))[1]
+    assert not torch.allclose(out0, out2)
+
+
+def test_bad_input_shapes_are_refused():
+    model = _model()
+    with pytest.raises(ValueError, match=r"views must be \(B,T,6,9,9\)"):
+        model(_views(2, 3, v=7), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="same B,T"):
+        model(_views(2, 3), torch.zeros(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="longer than model.num_frames=4"):
+        model(_views(1, 5), torch.zeros(1, 5, dtype=torch.long))
+
+
+def test_gradients_reach_every_parameter():
+    model = _model(agent_embedding=True).train()
+    vl, al = model(_views(2, 4), torch.randint(0, 4, (2, 4)), torch.tensor([0, 1]))
+    (vl.square().mean() + al.square().mean()).backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == []
+
+
+def test_input_masks():
+    views = _views(4, 3)
+    assert apply_input_mask(views, "none", 0.5) is views
+    for kind, channel in [("wall", 1), ("gem", 2), ("bone", 3), ("food", 4)]:
+        masked = apply_input_mask(views, kind)
+        assert masked[:, :, channel].sum() == 0
+        keep = [c for c in range(6) if c != channel]
+        assert torch.equal(masked[:, :, keep], views[:, :, keep])
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    a = apply_input_mask(views, "random_cells", 0.3, g1)
+    assert torch.equal(a, apply_input_mask(views, "random_cells", 0.3, g2))
+    hidden = a.sum(2) == 0  # whole cells are hidden, never single channels
+    assert ((a.sum(2) == 1) | hidden).all()
+    assert 0.2 < hidden.float().mean() < 0.4
+    assert apply_input_mask(views, "random_cells", 0.0).equal(views)
+    assert set(MASK_KINDS) == {"none", "random_cells", "gem", "bone", "food", "wall"}
+    with pytest.raises(ValueError, match="unknown mask kind"):
+        apply_input_mask(views, "gems")
+    with pytest.raises(ValueError, match=r"prob must be in \[0, 1\]"):
+        apply_input_mask(views, "random_cells", 1.5)

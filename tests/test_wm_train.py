@@ -1,0 +1,176 @@
+"""World-model training end to end on a small recorded file: windows, splits, run folder,
+exact resume, checkpoint safety and mismatch errors."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rpg_env.record import record
+from rpg_env.trajectories import TrajectoryFile, split_episodes
+from rpg_worldmodel import train as T
+from rpg_worldmodel.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_model_weights,
+    resolve_checkpoint,
+)
+from rpg_worldmodel.config import ConfigError, ModelConfig, load_config
+from rpg_worldmodel.data import EpochBatchSampler, TrajectoryWindows, check_data_matches
+from rpg_worldmodel.model import WorldModel
+
+TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
+        "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=3",
+        "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=64", "train.num_threads=1"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wm_train")
+    greedy, small_view = root / "greedy.h5", root / "small_view.h5"
+    record("greedy", greedy, 12, seed=0, num_envs=6, mode="w", progress=False,
+           env_kwargs={"max_turns": 30})
+    record("greedy", small_view, 3, seed=1, num_envs=3, mode="w", progress=False,
+           env_kwargs={"max_turns": 10, "vision_radius": 3})
+    return greedy, small_view
+
+
+def _cfg(path, out, *extra):
+    return load_config(None, [*TINY, f"data.path={path}", f"out_dir={out}", *extra])
+
+
+def _rows(run_dir, split="train"):
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [r for r in csv.DictReader(f) if r["split"] == split]
+
+
+def test_windows_match_the_reader_and_stay_inside_their_episodes(files):
+    greedy, _ = files
+    with TrajectoryFile(greedy) as tf:
+        episodes = split_episodes(tf)["val"]
+        ds = TrajectoryWindows(greedy, episodes, num_frames=3)
+        assert len(ds) == sum(int(tf.episodes["length"][e]) - 3 for e in episodes)
+        for i in (0, len(ds) // 2, len(ds) - 1):
+            item = ds[i]
+            ref = tf.window(int(item["episode"]), int(item["start"]), 4)
+            np.testing.assert_array_equal(item["views"], ref["obs"][:4])  # views s..s+3
+            np.testing.assert_array_equal(item["actions"], ref["actions"])  # actions s..s+3
+            assert item["agent_id"] == tf.episodes["agent_id"][item["episode"]]
+        assert set(np.unique(ds.window_episode)) == set(episodes.tolist())
+    batch = ds.get_batch([0, 5, len(ds) - 1])
+    assert batch["views"].shape == (3, 4, 6, 9, 9) and batch["views"].dtype == torch.uint8
+    np.testing.assert_array_equal(batch["actions"][1].numpy(), ds[5]["actions"])
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+
+
+def test_batch_order_is_a_function_of_seed_and_step():
+    full = list(EpochBatchSampler(10, 4, seed=3, start_step=0, num_steps=6))
+    assert list(EpochBatchSampler(10, 4, seed=3, start_step=4, num_steps=2)) == full[4:]
+    epoch0 = [i for b in full for i in b][:10]
+    assert sorted(epoch0) == list(range(10))  # one permutation per epoch
+    assert full != list(EpochBatchSampler(10, 4, seed=4, start_step=0, num_steps=6))
+
+
+def test_training_run_end_to_end(files, tmp_path):
+    greedy, _ = files
+    out = tmp_path / "run"
+    result = T.train(_cfg(greedy, out, "train.max_steps=6"))
+    assert result.step == 6 and result.checkpoint == out / "checkpoints" / "step_00000006"
+    for name in ("config.yaml", "metrics.csv", "provenance.json", "summary.json", "tb"):
+        assert (out / name).exists(), name
+    assert [int(r["step"]) for r in _rows(out)] == list(range(1, 7))
+    assert [int(r["step"]) for r in _rows(out, "val")] == [3, 6]
+    assert (out / "checkpoints" / "step_00000003").is_dir()
+    assert load_config(out / "config.yaml").model.width == 24
+    ck = load_checkpoint(out)  # run folder -> latest checkpoint
+    assert ck.step == 6 and not ck.model.training and ck.config.model.num_frames == 3
+    meta = ck.meta
+    # The split is by game, recorded, and only the learner's streams (data.agent_id=0) are used.
+    with TrajectoryFile(greedy) as tf:
+        expected = split_episodes(tf)
+        games = {k: set(tf.episodes["game_id"][v].tolist()) for k, v in meta["splits"].items()}
+        assert all((tf.episodes["agent_id"][meta["splits"][k]] == 0).all() for k in expected)
+        assert meta["data"]["fingerprint"] == tf.digest()
+    for k in expected:
+        assert set(meta["splits"][k]) == {e for e in expected[k].tolist() if e % 2 == 0}
+    assert not games["train"] & games["val"] and not games["train"] & games["test"]
+    assert meta["seed"] == 0 and "torch" in meta["versions"] and meta["step"] == 6
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["val"]["loss"] == pytest.approx(meta["metrics"]["loss"])
+    # The validation loss is computed on val windows only.
+    val_set = TrajectoryWindows(greedy, np.array(meta["splits"]["val"]), 3)
+    again = T.evaluate_split(ck.model, val_set, np.arange(len(val_set)), ck.config, torch.device("cpu"))
+    assert again["loss"] == pytest.approx(meta["metrics"]["loss"], rel=1e-5)
+    # The same seed gives the same run.
+    other = T.train(_cfg(greedy, tmp_path / "run2", "train.max_steps=6"))
+    assert [r["loss"] for r in _rows(tmp_path / "run2")] == [r["loss"] for r in _rows(out)]
+    assert other.val == result.val
+    # A run folder is never overwritten by a new run.
+    with pytest.raises(ConfigError, match="already holds a run; resume it with --resume"):
+        T.train(_cfg(greedy, out, "train.max_steps=6"))
+
+
+@pytest.mark.parametrize("extra", [[], ["train.train_mask=random_cells", "model.dropout=0.1"]])
+def test_resume_gives_exactly_the_uninterrupted_run(files, tmp_path, extra):
+    greedy, _ = files
+    whole = T.train(_cfg(greedy, tmp_path / "whole", "train.max_steps=7", *extra))
+    T.train(_cfg(greedy, tmp_path / "cut", "train.max_steps=7", *extra), stop_at=4)
+    assert resolve_checkpoint(tmp_path / "cut").name == "step_00000004"
+    # Rows logged after the last checkpoint of an interrupted run are replaced on resume.
+    with open(tmp_path / "cut" / "metrics.csv", "a") as f:
+        f.write("5,train,99,,,,,,,\n")
+    assert T.main(["--resume", str(tmp_path / "cut")]) == 0
+    resumed = resolve_checkpoint(tmp_path / "cut")
+    losses = lambda d: [(r["step"], r["loss"], r["view_ce"], r["action_ce"]) for r in _rows(d)]  # noqa: E731
+    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
+    a = torch.load(whole.checkpoint / "model.pt", weights_only=True)
+    b = torch.load(resumed / "model.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_checkpoint_and_data_mismatches_name_both_sides(files, tmp_path):
+    greedy, small_view = files
+    out = tmp_path / "run"
+    T.train(_cfg(greedy, out, "train.max_steps=3"))
+    with pytest.raises(CheckpointError, match=r"width: 24 vs 32"):
+        load_checkpoint(out, model_config=ModelConfig(width=32, num_heads=2, num_layers=1, num_frames=3))
+    with pytest.raises(CheckpointError, match=r"num_layers: 1 vs 2"):
+        load_model_weights(WorldModel(ModelConfig(width=24, num_heads=2, num_layers=2, num_frames=3)), out)
+    # A data file with another view shape: training and evaluation refuse it, naming both shapes.
+    with TrajectoryFile(small_view) as tf:
+        with pytest.raises(ConfigError, match=r"views \(6, 7, 7\) in .*small_view.h5 but \(6, 9, 9\) in"):
+            check_data_matches(load_checkpoint(out).config.model, tf.meta, data_path=small_view)
+    with pytest.raises(ConfigError, match=r"views \(6, 7, 7\)"):
+        T.train(_cfg(small_view, tmp_path / "small"))
+    # Resuming with a changed model or another data file is refused.
+    with pytest.raises(CheckpointError, match=r"model config differs .*width: 24 vs 48"):
+        T.train(_cfg(greedy, out, "train.max_steps=6", "model.width=48"), resume=out)
+    assert T.main(["--resume", str(out), f"data.path={small_view}", "train.max_steps=6"]) == 2
+
+
+def test_checkpoints_load_safely(files, tmp_path, capsys):
+    greedy, _ = files
+    out = tmp_path / "run"
+    T.train(_cfg(greedy, out, "train.max_steps=3"))
+    folder = resolve_checkpoint(out)
+    # A model.pt that would run arbitrary code when unpickled is refused, not executed.
+    torch.save({"weights": torch.zeros(1), "payload": _Exploit()}, folder / "model.pt")
+    with pytest.raises(CheckpointError, match="cannot be loaded safely"):
+        load_checkpoint(folder)
+    (folder / "meta.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_checkpoint(folder)
+    with pytest.raises(CheckpointError, match="is not a checkpoint"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "nope")
+    assert T.main(["--data", str(greedy), "--out", str(tmp_path / "bad"), "model.patch_size=2"]) == 2
+    assert "patch sizes that divide it: [1, 3, 9]" in capsys.readouterr().err
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (print, ("pwned",))
