@@ -69,9 +69,10 @@ def record(
     """Record ``episodes`` games of ``policy`` (anything `make_policy` takes) into ``out``.
 
     Returns a summary: ``games``, ``streams``, ``agent_steps`` (steps summed over streams),
-    ``policy_seconds`` (time inside the learner policy's ``act``). ``torch_threads`` sets
-    torch's intra-op threads when the policies use torch (None: leave torch's default)., ``seconds``,
-    ``file_bytes``, ``mean_return`` (learner), ``policy_id``.
+    ``seconds``, ``policy_seconds`` (time inside the learner policy's ``act``), ``file_bytes``,
+    ``mean_return`` (learner), ``policy_id``. ``torch_threads`` sets torch's intra-op threads
+    while recording when the policies use torch (None: leave torch's default); the caller's
+    setting is restored afterwards.
     """
     from rpg_env.recorder import HDF5VectorRecorder
 
@@ -81,10 +82,6 @@ def record(
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     learner: BatchPolicy = make_policy(policy)
     pid = policy_id or _zip_policy_id(policy) or learner.policy_id
-    if torch_threads is not None and "torch" in sys.modules:
-        # Small CNN batches run fastest on one thread; on a busy 2-core machine torch's default
-        # of one thread per core made DQN inference about 7x slower per sample.
-        sys.modules["torch"].set_num_threads(int(torch_threads))
     num_envs = min(int(num_envs), int(episodes))
     env = gym.make_vec(rpg_env.ENV_ID, num_envs=num_envs, vectorization_mode="vector_entry_point",
                        **(env_kwargs or {}))
@@ -100,6 +97,12 @@ def record(
         from tqdm import tqdm
 
         bar = tqdm(total=int(episodes), desc=f"record {pid}", unit="game")
+    torch = sys.modules.get("torch") if torch_threads is not None else None
+    threads_before = torch.get_num_threads() if torch is not None else None
+    if torch is not None:
+        # Small CNN batches run fastest on one thread; on a busy 2-core machine torch's default
+        # of one thread per core made DQN inference about 7x slower per sample.
+        torch.set_num_threads(int(torch_threads))
     start, returns, steps_before = time.perf_counter(), [], rec.writer._step_end
     policy_seconds = 0.0
     try:
@@ -126,6 +129,8 @@ def record(
         rec.close()
         if bar is not None:
             bar.close()
+        if threads_before is not None:
+            torch.set_num_threads(threads_before)
     seconds = time.perf_counter() - start
     return {
         "games": rec.games_recorded,

@@ -125,3 +125,22 @@ def test_shipped_expert_records(tmp_path):
     with TrajectoryFile(out) as tf:
         assert tf.episodes["policy_id"].tolist() == ["sb3-dqn", "random"] * 2
         assert (tf.episodes["length"] == 5).all()
+
+
+def test_record_restores_the_callers_torch_threads(tmp_path):
+    """Recording runs torch on one thread but must not leave the caller (e.g. a trainer) on it."""
+    torch = pytest.importorskip("torch")
+    from rpg_env.record import record
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        record("greedy", episodes=2, out=tmp_path / "t.h5", seed=0, num_envs=2, progress=False,
+               env_kwargs={"height": 8, "width": 8, "vision_radius": 2, "max_turns": 5})
+        assert torch.get_num_threads() == 2
+        with pytest.raises(Exception, match="differ|mismatch|settings"):  # a refused append too
+            record("greedy", episodes=1, out=tmp_path / "t.h5", seed=1, num_envs=1, progress=False,
+                   env_kwargs={"height": 9, "width": 9, "vision_radius": 2, "max_turns": 5})
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
