@@ -8,6 +8,8 @@ from __future__ import annotations
 import platform
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -50,3 +52,27 @@ def provenance(seed: int | None = None, **extra) -> dict:
     }
     record.update(extra)
     return record
+
+
+@contextmanager
+def pinned_torch_threads(num_threads: int | None, *, import_torch: bool = True) -> Iterator[None]:
+    """Run the block with torch's intra-op thread count set to ``num_threads``, then restore the
+    caller's setting.
+
+    The thread count changes the order of floating-point reductions, so it is part of what
+    makes a result reproducible; library code must not leave it changed behind the caller's
+    back. ``None`` leaves torch alone; with ``import_torch=False`` nothing happens unless torch
+    is already imported (for callers whose policies may not use torch at all).
+    """
+    torch = sys.modules.get("torch")
+    if num_threads is None or (torch is None and not import_torch):
+        yield
+        return
+    if torch is None:
+        import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(num_threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -31,6 +31,7 @@ import numpy as np
 import rpg_env
 from rpg_env.core import WorldParams
 from rpg_env.policies import BatchPolicy, make_policy
+from rpg_env.provenance import pinned_torch_threads
 from rpg_env.trajectories import TrajectoryFormatError
 
 DEFAULT_NUM_ENVS = 64
@@ -97,40 +98,35 @@ def record(
         from tqdm import tqdm
 
         bar = tqdm(total=int(episodes), desc=f"record {pid}", unit="game")
-    torch = sys.modules.get("torch") if torch_threads is not None else None
-    threads_before = torch.get_num_threads() if torch is not None else None
-    if torch is not None:
-        # Small CNN batches run fastest on one thread; on a busy 2-core machine torch's default
-        # of one thread per core made DQN inference about 7x slower per sample.
-        torch.set_num_threads(int(torch_threads))
     start, returns, steps_before = time.perf_counter(), [], rec.writer._step_end
     policy_seconds = 0.0
-    try:
-        wave = 0
-        obs = None
-        needs_reset = np.ones(num_envs, dtype=bool)
-        while not rec.done:
-            if needs_reset.all():
-                s = wave_seed(seed, wave)
-                obs, _ = rec.reset(seed=s)
-                learner.seed(np.random.default_rng(np.random.SeedSequence([s & 0xFFFFFFFF, s >> 32, 1])))
-                wave += 1
-            tick = time.perf_counter()
-            actions = learner.act(obs, rec.episode_start)
-            policy_seconds += time.perf_counter() - tick
-            before = rec.games_recorded
-            obs, _, terminated, truncated, infos = rec.step(actions)
-            needs_reset = terminated | truncated
-            if needs_reset.any():
-                returns.extend(infos["episode_return"][needs_reset].tolist())
-            if bar is not None and rec.games_recorded > before:
-                bar.update(rec.games_recorded - before)
-    finally:
-        rec.close()
-        if bar is not None:
-            bar.close()
-        if threads_before is not None:
-            torch.set_num_threads(threads_before)
+    # Small CNN batches run fastest on one thread; on a busy 2-core machine torch's default
+    # of one thread per core made DQN inference about 7x slower per sample.
+    with pinned_torch_threads(torch_threads, import_torch=False):
+        try:
+            wave = 0
+            obs = None
+            needs_reset = np.ones(num_envs, dtype=bool)
+            while not rec.done:
+                if needs_reset.all():
+                    s = wave_seed(seed, wave)
+                    obs, _ = rec.reset(seed=s)
+                    learner.seed(np.random.default_rng(np.random.SeedSequence([s & 0xFFFFFFFF, s >> 32, 1])))
+                    wave += 1
+                tick = time.perf_counter()
+                actions = learner.act(obs, rec.episode_start)
+                policy_seconds += time.perf_counter() - tick
+                before = rec.games_recorded
+                obs, _, terminated, truncated, infos = rec.step(actions)
+                needs_reset = terminated | truncated
+                if needs_reset.any():
+                    returns.extend(infos["episode_return"][needs_reset].tolist())
+                if bar is not None and rec.games_recorded > before:
+                    bar.update(rec.games_recorded - before)
+        finally:
+            rec.close()
+            if bar is not None:
+                bar.close()
     seconds = time.perf_counter() - start
     return {
         "games": rec.games_recorded,

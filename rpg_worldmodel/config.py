@@ -120,7 +120,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     warmup_steps: int = 100  # capped at max_steps
-    max_steps: int = 1200
+    max_steps: int = 2000
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
     view_loss_weight: float = 1.0
     action_loss_weight: float = 0.5

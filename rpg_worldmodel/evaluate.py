@@ -664,6 +664,11 @@ def run_evaluation(
         raise ValueError("give at least one trajectory file (--data F)")
     ck = load_checkpoint(checkpoint)
     model, config, meta = ck.model, ck.config, ck.meta
+    from rpg_worldmodel.data import check_data_matches
+
+    for path in data:  # fail before any work on a file recorded for another view or action set
+        with _open(path) as tf:
+            check_data_matches(config.model, tf.meta, data_path=path, model_source=f"checkpoint {checkpoint}")
     train_path, _ = checkpoint_data(meta)
     if train_path is None or not Path(train_path).exists():
         candidates = [p for p in data if is_training_file(meta, p)]

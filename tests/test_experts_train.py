@@ -24,8 +24,12 @@ def _train(tmp_path, name, algo, *extra):
 
 
 def test_dqn_training_writes_complete_run_folder(tmp_path):
+    import torch
+
+    threads = torch.get_num_threads()
     run = _train(tmp_path, "dqn", "dqn", "timesteps=1500", "hyperparams.learning_starts=200",
-                 "hyperparams.buffer_size=2000", "seed=3", "vec_env=subproc")
+                 "hyperparams.buffer_size=2000", "seed=3", "vec_env=subproc", "torch_threads=1")
+    assert torch.get_num_threads() == threads  # training pins its threads, then gives them back
     assert (run / "model.zip").is_file()
     cfg = from_dict(yaml.safe_load((run / "config.yaml").read_text()))
     assert (cfg.algo, cfg.seed, cfg.total_timesteps, cfg.net.channels) == ("dqn", 3, 1500, [4])

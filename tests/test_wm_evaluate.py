@@ -210,3 +210,16 @@ def test_training_file_is_recognised_by_content(files, trained, tmp_path):
     record("greedy", copy, 3, seed=9, num_envs=3, mode="w", progress=False)
     with pytest.raises(ValueError, match="changed since the checkpoint"):
         E.select_episodes(moved, copy)
+
+
+def test_data_recorded_for_another_view_is_refused_naming_both_shapes(files, trained, tmp_path, capsys):
+    greedy, _ = files
+    other = tmp_path / "radius3.h5"
+    record("greedy", other, 2, seed=0, num_envs=2, mode="w", progress=False,
+           env_kwargs={"vision_radius": 3})
+    code = E.main(["--checkpoint", str(trained), "--data", str(greedy), "--data", str(other),
+                   "--out", str(tmp_path / "eval")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "(6, 7, 7)" in err and "(6, 9, 9)" in err and str(other) in err
+    assert not (tmp_path / "eval" / "metrics.json").exists()

@@ -18,7 +18,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import torch
 from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
@@ -26,7 +25,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 import rpg_env
 from rpg_env.experts.config import ExpertConfig, algo_class, env_defaults
 from rpg_env.experts.policy import expert_spec, policy_kwargs_from_net
-from rpg_env.provenance import provenance
+from rpg_env.provenance import pinned_torch_threads, provenance
 
 #: Offset of the EvalCallback's env seeds from the training seed (disjoint streams).
 EVAL_CALLBACK_SEED_OFFSET = 1_000_003
@@ -67,11 +66,17 @@ def resolve_run_dir(out: str | Path | None, cfg: ExpertConfig) -> Path:
 
 
 def train(cfg: ExpertConfig, out: str | Path | None = None, command: str | None = None) -> Path:
-    """Train per ``cfg``; return the run folder (see module docstring for its contents)."""
+    """Train per ``cfg``; return the run folder (see module docstring for its contents).
+
+    Runs with torch on ``cfg.torch_threads`` threads and restores the caller's setting after."""
+    run_dir = resolve_run_dir(out, cfg)
+    with pinned_torch_threads(cfg.torch_threads):
+        return _train_run(cfg, run_dir, command)
+
+
+def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None) -> Path:
     from rpg_env.experts.evaluate import compare, print_table
 
-    run_dir = resolve_run_dir(out, cfg)
-    torch.set_num_threads(cfg.torch_threads)
     venv = make_training_env(cfg, cfg.n_envs, cfg.seed)
     eval_seed = cfg.seed + EVAL_CALLBACK_SEED_OFFSET
     eval_env = make_training_env(cfg, 1, eval_seed)
