@@ -44,14 +44,6 @@ def wave_seed(seed: int, wave: int) -> int:
     return int(state >> np.uint64(1))
 
 
-def _zip_policy_id(policy: Any) -> str | None:
-    """``sb3-<name>`` for an expert zip; shipped experts live in ``<name>/model.zip``."""
-    if not isinstance(policy, (str, Path)) or not str(policy).endswith(".zip"):
-        return None
-    path = Path(policy)
-    return f"sb3-{path.parent.name if path.stem == 'model' and path.parent.name else path.stem}"
-
-
 def record(
     policy: Any,
     out: str | Path,
@@ -82,7 +74,7 @@ def record(
     if int(num_envs) < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     learner: BatchPolicy = make_policy(policy)
-    pid = policy_id or _zip_policy_id(policy) or learner.policy_id
+    pid = policy_id or learner.policy_id  # an expert zip is "sb3-<name>" (SB3Policy.load)
     num_envs = min(int(num_envs), int(episodes))
     env = gym.make_vec(rpg_env.ENV_ID, num_envs=num_envs, vectorization_mode="vector_entry_point",
                        **(env_kwargs or {}))

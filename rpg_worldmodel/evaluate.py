@@ -153,7 +153,8 @@ def select_episodes(meta: dict, path: str | Path, split: str = "auto",
     if split not in ("auto", "test", "val", "all", "train"):
         raise ValueError(f"split must be auto, test, val, all or train, got {split!r}")
     path = Path(path)
-    table = _episode_table(_open(path))
+    with _open(path) as tf:
+        table = _episode_table(tf)
     num = len(table["game_id"])
     if is_training_file(meta, path):
         recorded = checkpoint_split(meta)
@@ -257,33 +258,34 @@ def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str 
     (model input: the first ``T``; targets: the last ``T``); see `window_plan` for which
     windows and positions. Episodes shorter than ``T + 1`` steps have no window.
     """
-    tf = _open(es.path)
-    t = num_frames
-    pending: list[Batch] = []
-    pending_n = 0
-    for row, ep_index in enumerate(tqdm(es.episodes, desc=desc or f"windows {es.path.name}",
-                                        unit="episode", leave=False, disable=desc == "")):
-        ep = tf.episode(int(ep_index))
-        obs, actions = np.asarray(ep["obs"]), np.asarray(ep["actions"]).astype(np.int64)
-        starts, score = window_plan(len(actions), t, context)
-        num = len(starts)
-        if num < 1:
-            continue
-        win_obs = np.moveaxis(np.lib.stride_tricks.sliding_window_view(obs[: len(actions)], t + 1, axis=0),
-                              -1, 1)[starts]
-        win_act = np.lib.stride_tricks.sliding_window_view(actions, t + 1)[starts]
-        pending.append(Batch(win_obs, win_act, np.full(num, es.agent_ids[row]), np.full(num, row), score))
-        pending_n += num
-        if pending_n >= batch_size:
-            merged = _cat_batches(pending)
-            pending, pending_n = [], 0
-            full = (len(merged.views) // batch_size) * batch_size
-            for start in range(0, full, batch_size):
-                yield _slice_batch(merged, start, start + batch_size)
-            if full < len(merged.views):
-                pending, pending_n = [_slice_batch(merged, full, len(merged.views))], len(merged.views) - full
-    if pending:
-        yield _cat_batches(pending)
+    with _open(es.path) as tf:
+        t = num_frames
+        pending: list[Batch] = []
+        pending_n = 0
+        for row, ep_index in enumerate(tqdm(es.episodes, desc=desc or f"windows {es.path.name}",
+                                            unit="episode", leave=False, disable=desc == "")):
+            ep = tf.episode(int(ep_index))
+            obs, actions = np.asarray(ep["obs"]), np.asarray(ep["actions"]).astype(np.int64)
+            starts, score = window_plan(len(actions), t, context)
+            num = len(starts)
+            if num < 1:
+                continue
+            windows = np.lib.stride_tricks.sliding_window_view(obs[: len(actions)], t + 1, axis=0)
+            win_obs = np.moveaxis(windows, -1, 1)[starts]
+            win_act = np.lib.stride_tricks.sliding_window_view(actions, t + 1)[starts]
+            pending.append(Batch(win_obs, win_act, np.full(num, es.agent_ids[row]), np.full(num, row), score))
+            pending_n += num
+            if pending_n >= batch_size:
+                merged = _cat_batches(pending)
+                pending, pending_n = [], 0
+                full = (len(merged.views) // batch_size) * batch_size
+                for start in range(0, full, batch_size):
+                    yield _slice_batch(merged, start, start + batch_size)
+                if full < len(merged.views):
+                    rest = len(merged.views)
+                    pending, pending_n = [_slice_batch(merged, full, rest)], rest - full
+        if pending:
+            yield _cat_batches(pending)
 
 
 def _cat_batches(parts: list[Batch]) -> Batch:
@@ -331,35 +333,35 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
     At most ``max_episodes`` training episodes (a seeded random subset) are read; counts of
     a few hundred episodes pin the tables down far below the evaluation's noise.
     """
-    tf = _open(train_path)
-    meta = tf.meta
-    channel_names = [str(c) for c in _meta_get(meta, "channel_names")]
-    action_names = [str(a) for a in _meta_get(meta, "action_names")]
-    missing = {"empty", "wall", "agent"} - set(channel_names)
-    if missing:
-        raise ValueError(f"{train_path}: channel_names {channel_names} lack {sorted(missing)}; "
-                         "the baselines need them")
-    chosen = np.asarray(sorted(int(i) for i in train_episodes), dtype=np.int64)
-    if len(chosen) > max_episodes:
-        chosen = np.sort(np.random.default_rng(seed).choice(chosen, max_episodes, replace=False))
-    fb = FittedBaselines(channel_names, action_names, CalibratedCells(len(channel_names)),
-                         CalibratedCells(len(channel_names)), ActionFrequencies(len(action_names), 0),
-                         ActionFrequencies(len(action_names), 1), len(chosen))
-    for i in tqdm(chosen, desc="fit baselines (train split)", unit="episode", leave=False):
-        ep = tf.episode(int(i))
-        codes = views_to_codes(np.asarray(ep["obs"]))
-        actions = np.asarray(ep["actions"]).astype(np.int64)
-        length = len(actions)
-        if length < 1:
-            continue
-        now, nxt = codes[:length], codes[1 : length + 1]
-        fb.copy_cal.update(*copy_view(now), nxt)
-        pred, revealed, _ = fb.shift(now, actions)
-        fb.shift_cal.update(pred, revealed, nxt)
-        if length > 1:
-            fb.majority.update(actions[:-1], actions[1:])
-            fb.previous.update(actions[:-1], actions[1:])
-    return fb
+    with _open(train_path) as tf:
+        meta = tf.meta
+        channel_names = [str(c) for c in _meta_get(meta, "channel_names")]
+        action_names = [str(a) for a in _meta_get(meta, "action_names")]
+        missing = {"empty", "wall", "agent"} - set(channel_names)
+        if missing:
+            raise ValueError(f"{train_path}: channel_names {channel_names} lack {sorted(missing)}; "
+                             "the baselines need them")
+        chosen = np.asarray(sorted(int(i) for i in train_episodes), dtype=np.int64)
+        if len(chosen) > max_episodes:
+            chosen = np.sort(np.random.default_rng(seed).choice(chosen, max_episodes, replace=False))
+        fb = FittedBaselines(channel_names, action_names, CalibratedCells(len(channel_names)),
+                             CalibratedCells(len(channel_names)), ActionFrequencies(len(action_names), 0),
+                             ActionFrequencies(len(action_names), 1), len(chosen))
+        for i in tqdm(chosen, desc="fit baselines (train split)", unit="episode", leave=False):
+            ep = tf.episode(int(i))
+            codes = views_to_codes(np.asarray(ep["obs"]))
+            actions = np.asarray(ep["actions"]).astype(np.int64)
+            length = len(actions)
+            if length < 1:
+                continue
+            now, nxt = codes[:length], codes[1 : length + 1]
+            fb.copy_cal.update(*copy_view(now), nxt)
+            pred, revealed, _ = fb.shift(now, actions)
+            fb.shift_cal.update(pred, revealed, nxt)
+            if length > 1:
+                fb.majority.update(actions[:-1], actions[1:])
+                fb.previous.update(actions[:-1], actions[1:])
+        return fb
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -494,7 +496,8 @@ def _concat(parts: list[M.Counts]) -> M.Counts:
 
 
 def _channel_names(path: Path) -> list[str]:
-    return [str(c) for c in _meta_get(_open(path).meta, "channel_names")]
+    with _open(path) as tf:
+        return [str(c) for c in _meta_get(tf.meta, "channel_names")]
 
 
 def _uses_agent_ids(config) -> bool:

@@ -22,15 +22,11 @@ def watch(model: str | Path, out: str | Path | None = None, seed: int = 0, episo
     policy = SB3Policy.load(model)
     kwargs = dict(policy.model.rpg_expert.get("env", {}))
     kwargs.update(env_kwargs or {})
-    if out is not None:
-        from rpg_env import render
+    if out is not None:  # refuse a bad path before playing, not after
+        from rpg_env.render import VIDEO_SUFFIXES
 
-        if not hasattr(render, "save_animation"):
-            raise RuntimeError("rpg_env.render.save_animation is not available in this version; "
-                               "watch without --out to use the pygame window")
-        suffix = Path(out).suffix.lower()
-        if suffix not in (".gif", ".mp4"):
-            raise ValueError(f"--out must end in .gif or .mp4, got {str(out)!r}")
+        if Path(out).suffix.lower() not in VIDEO_SUFFIXES:
+            raise ValueError(f"--out must end in {' or '.join(VIDEO_SUFFIXES)}, got {str(out)!r}")
     env = gym.make(rpg_env.ENV_ID, render_mode="rgb_array" if out is not None else "human", **kwargs)
     policy.check_view_shape(env.observation_space.shape)
     if out is None:
