@@ -18,16 +18,17 @@ ENV_ID = "Treasurehunt-v0"
 if ENV_ID not in registry:
     register(
         id=ENV_ID,
-        entry_point="rpg_env.env:TreasurehuntEnv",
-        vector_entry_point="rpg_env.vector:TreasurehuntVectorEnv",
+        entry_point="rpg_env.envs.treasurehunt:TreasurehuntEnv",
+        vector_entry_point="rpg_env.envs.vector:TreasurehuntVectorEnv",
     )
 
 _LAZY = {
-    "TreasurehuntEnv": "rpg_env.env",
-    "TreasurehuntVectorEnv": "rpg_env.vector",
-    "WorldParams": "rpg_env.core",
-    "CELL_NAMES": "rpg_env.core",
-    "ACTION_NAMES": "rpg_env.core",
+    "TreasurehuntEnv": "rpg_env.envs.treasurehunt",
+    "TreasurehuntVectorEnv": "rpg_env.envs.vector",
+    "WorldParams": "rpg_env.game.world",
+    "CELL_NAMES": "rpg_env.game.constants",
+    "ACTION_NAMES": "rpg_env.game.constants",
+    "vocabulary": "rpg_env.game.constants",
     "GreedyPolicy": "rpg_env.policies",
     "RandomPolicy": "rpg_env.policies",
     "BatchPolicy": "rpg_env.policies",

@@ -21,6 +21,7 @@ import rpg_env
 from rpg_env.policies import BatchPolicy, GreedyPolicy, RandomPolicy
 from rpg_env.provenance import provenance
 from rpg_env.render import annotate, save_animation, save_png
+from rpg_env.rollout import rollout
 
 DEFAULT_OUT = Path("out/demo")
 
@@ -44,28 +45,22 @@ def play_episode(learner: BatchPolicy, *, seed: int, turns: int, co_policy: str 
     """
     env = gym.make(rpg_env.ENV_ID, max_turns=turns, co_policy=co_policy, render_mode="rgb_array",
                    **(env_kwargs or {}))
-    learner.seed(np.random.default_rng(seed))
     frames: list[np.ndarray] = []
+    last: dict = {}
 
-    def snap(info: dict) -> None:
+    def snap(infos: dict) -> None:
+        last.update(turn=int(infos["turn"][0]), score=float(infos["episode_return"][0]))
         if keep_frames:
-            text = (f"turn {info['turn']}/{turns}  score {info['episode_return']:+g}  "
+            text = (f"turn {last['turn']}/{turns}  score {last['score']:+g}  "
                     f"{learner.policy_id} vs {co_policy}")
             frames.append(annotate(env.render(), text))
 
     try:
-        obs, info = env.reset(seed=seed)
-        snap(info)
-        start = np.ones(1, dtype=bool)
-        truncated = terminated = False
-        while not (terminated or truncated):
-            action = int(learner.act(obs[None], start)[0])
-            start[:] = False
-            obs, _, terminated, truncated, info = env.step(action)
-            snap(info)
+        rollout(env, learner, seed=seed, policy_rng=np.random.default_rng(seed),
+                on_reset=lambda _obs, infos: snap(infos), on_step=lambda step: snap(step.infos))
     finally:
         env.close()
-    return EpisodeResult(learner.policy_id, float(info["episode_return"]), int(info["turn"]), frames)
+    return EpisodeResult(learner.policy_id, last["score"], last["turn"], frames)
 
 
 @dataclass

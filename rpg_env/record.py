@@ -29,9 +29,10 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.core import WorldParams
+from rpg_env.game.world import WorldParams
 from rpg_env.policies import BatchPolicy, make_policy
 from rpg_env.provenance import pinned_torch_threads
+from rpg_env.rollout import Step, rollout
 from rpg_env.trajectories import TrajectoryFormatError
 
 DEFAULT_NUM_ENVS = 64
@@ -78,9 +79,6 @@ def record(
     num_envs = min(int(num_envs), int(episodes))
     env = gym.make_vec(rpg_env.ENV_ID, num_envs=num_envs, vectorization_mode="vector_entry_point",
                        **(env_kwargs or {}))
-    check = getattr(learner, "check_view_shape", None)
-    if check is not None:
-        check(env.single_observation_space.shape)
     run_info = {"seed": int(seed), "num_envs": num_envs, "games": int(episodes),
                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rec = HDF5VectorRecorder(env, out, policy_id=pid, mode=mode, max_games=int(episodes),
@@ -90,31 +88,26 @@ def record(
         from tqdm import tqdm
 
         bar = tqdm(total=int(episodes), desc=f"record {pid}", unit="game")
-    start, returns, steps_before = time.perf_counter(), [], rec.writer._step_end
-    policy_seconds = 0.0
+    start, returns, steps_before = time.perf_counter(), [], rec.writer.num_steps
+    timed = _TimedPolicy(learner)
+
+    def progress_and_returns(step: Step) -> None:
+        ended = (step.terminated | step.truncated) & step.counted
+        if ended.any():
+            returns.extend(step.infos["episode_return"][ended].tolist())
+        if bar is not None and rec.games_recorded > bar.n:
+            bar.update(rec.games_recorded - bar.n)
+
     # Small CNN batches run fastest on one thread; on a busy 2-core machine torch's default
     # of one thread per core made DQN inference about 7x slower per sample.
     with pinned_torch_threads(torch_threads, import_torch=False):
         try:
             wave = 0
-            obs = None
-            needs_reset = np.ones(num_envs, dtype=bool)
             while not rec.done:
-                if needs_reset.all():
-                    s = wave_seed(seed, wave)
-                    obs, _ = rec.reset(seed=s)
-                    learner.seed(np.random.default_rng(np.random.SeedSequence([s & 0xFFFFFFFF, s >> 32, 1])))
-                    wave += 1
-                tick = time.perf_counter()
-                actions = learner.act(obs, rec.episode_start)
-                policy_seconds += time.perf_counter() - tick
-                before = rec.games_recorded
-                obs, _, terminated, truncated, infos = rec.step(actions)
-                needs_reset = terminated | truncated
-                if needs_reset.any():
-                    returns.extend(infos["episode_return"][needs_reset].tolist())
-                if bar is not None and rec.games_recorded > before:
-                    bar.update(rec.games_recorded - before)
+                s = wave_seed(seed, wave)
+                rng = np.random.default_rng(np.random.SeedSequence([s & 0xFFFFFFFF, s >> 32, 1]))
+                rollout(rec, timed, seed=s, policy_rng=rng, on_step=progress_and_returns)
+                wave += 1
         finally:
             rec.close()
             if bar is not None:
@@ -122,14 +115,34 @@ def record(
     seconds = time.perf_counter() - start
     return {
         "games": rec.games_recorded,
-        "streams": rec.games_recorded * rec._num_agents,
-        "agent_steps": rec.writer._step_end - steps_before,
+        "streams": rec.games_recorded * rec.agents_recorded,
+        "agent_steps": rec.writer.num_steps - steps_before,
         "seconds": seconds,
-        "policy_seconds": policy_seconds,
+        "policy_seconds": timed.seconds,
         "file_bytes": Path(out).stat().st_size,
         "mean_return": float(np.mean(returns[: rec.games_recorded])) if returns else float("nan"),
         "policy_id": pid,
     }
+
+
+class _TimedPolicy(BatchPolicy):
+    """``policy`` with the seconds spent in its ``act`` counted (the rest is the env and the file)."""
+
+    def __init__(self, policy: BatchPolicy) -> None:
+        super().__init__()
+        self.policy, self.policy_id, self.seconds = policy, policy.policy_id, 0.0
+
+    def seed(self, rng: np.random.Generator) -> None:
+        self.policy.seed(rng)
+
+    def check_view_shape(self, shape: tuple[int, ...]) -> None:
+        self.policy.check_view_shape(shape)
+
+    def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
+        tick = time.perf_counter()
+        actions = self.policy.act(obs, episode_start)
+        self.seconds += time.perf_counter() - tick
+        return actions
 
 
 def _add_env_args(parser: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
 import rpg_env
-from rpg_env.core import ACTION_NAMES, CELL_NAMES, NUM_CELL_KINDS
+from rpg_env.game.constants import ACTION_NAMES, CELL_NAMES, NUM_CELL_KINDS
 from rpg_env.trajectories import Stream, TrajectoryWriter, encode_policy_id
 
 
@@ -118,6 +118,11 @@ class _RecorderCore:
         return [self.policy_id] + [self._co_id()] * (self._num_agents - 1)
 
     @property
+    def agents_recorded(self) -> int:
+        """Streams written per game: every agent, or only the learner."""
+        return self._num_agents
+
+    @property
     def episodes_recorded(self) -> int:
         """Streams committed to the file (by this recorder or before it, when appending)."""
         return self.writer.num_episodes
@@ -204,7 +209,7 @@ class HDF5Recorder(_RecorderCore, gym.Wrapper):
 
     def close(self) -> None:
         try:
-            if not self.writer._closed:
+            if not self.writer.closed:
                 self._finish_interrupted()
         finally:
             self.writer.close()
@@ -337,7 +342,7 @@ class HDF5VectorRecorder(_RecorderCore, VectorWrapper):
 
     def close(self, **kwargs: Any) -> None:
         try:
-            if not self.writer._closed and self.keep_interrupted:
+            if not self.writer.closed and self.keep_interrupted:
                 self._commit([g.streams(self._policy_ids(), interrupted=True)
                               for g in self._games_buf if g is not None and len(g)])
         finally:

@@ -1,9 +1,12 @@
-"""Rendering of a world: RGB frames, text maps, the pygame window, and GIF/MP4/PNG files.
+"""Frames and the window: RGB frames and text maps of a world, GIF/MP4/PNG files, and a
+pygame window that shows any RGB frame.
 
-Kept apart from the rules: every function takes the map codes ``(H, W)`` and agent positions
-``(A, 2)`` (row, column; row 0 is the learner) and draws them; nothing here changes game state.
-pygame is imported only when a window is opened, so ``import rpg_env`` and the ``rgb_array`` /
-``ansi`` modes never load it.
+Kept apart from the rules: the frame functions take the map codes ``(H, W)`` and agent
+positions ``(A, 2)`` (row, column; row 0 is the learner) and draw them with the vocabulary's
+colours and sprites; nothing here changes game state. The window knows nothing about the game:
+it shows whatever frames it is given (a real map, an imagined 9x9 view, both side by side)
+with a header, status lines and a legend. pygame is imported only when a window is opened,
+so ``import rpg_env`` and the ``rgb_array`` / ``ansi`` modes never load it.
 """
 
 from __future__ import annotations
@@ -17,15 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from rpg_env.core import AGENT, AGENT_LETTERS, BONE, EMPTY, FOOD, GEM, WALL, WorldParams
-from rpg_env.observation import PALETTE, codes_to_rgb, tile_atlas
+from rpg_env.game.constants import AGENT_LETTERS, vocabulary
+from rpg_env.game.observation import codes_to_rgb, tile_atlas
+from rpg_env.game.world import WorldParams
 
-ANSI_CHARS = {EMPTY: ".", WALL: "#", GEM: "g", BONE: "b", FOOD: "f"}
 RGB_TILE = 16
 VIEW_OUTLINE_RGB = (255, 120, 0)
 # Cells outside the learner's view are drawn at this brightness, so the view stands out.
 OUTSIDE_VIEW_BRIGHTNESS = 0.62
-LEARNER_RGB = PALETTE[AGENT]
 LEARNER_MARK_RGB = (40, 40, 40)
 # Co-players B, C, ... get hues that no item uses (gem blue, food green, bone red).
 CO_PLAYER_RGB = ((150, 80, 210), (225, 80, 170), (120, 85, 50), (20, 20, 20))
@@ -35,7 +37,12 @@ VIDEO_SUFFIXES = (".gif", ".mp4")
 
 def agent_rgb(index: int) -> tuple[int, int, int]:
     """Body colour of agent ``index`` (0 the learner, 1.. co-players)."""
-    return LEARNER_RGB if index == 0 else CO_PLAYER_RGB[(index - 1) % len(CO_PLAYER_RGB)]
+    if index == 0:
+        return tuple(int(v) for v in vocabulary().palette[vocabulary().agent])
+    return CO_PLAYER_RGB[(index - 1) % len(CO_PLAYER_RGB)]
+
+
+LEARNER_RGB = agent_rgb(0)
 
 
 def render_ansi(grid: np.ndarray, agent_rc: np.ndarray, params: WorldParams, *, turn: int,
@@ -43,9 +50,10 @@ def render_ansi(grid: np.ndarray, agent_rc: np.ndarray, params: WorldParams, *, 
     """The map as text in the layout alphabet (``A`` the learner, ``B``.. co-players).
 
     The first line is a ``turn t/T  score s`` header; the remaining ``H`` lines parse back with
-    `rpg_env.core.parse_layout` into the same grid and agent positions.
+    `rpg_env.game.world.parse_layout` into the same grid and agent positions.
     """
-    rows = [[ANSI_CHARS.get(int(c), "?") for c in row] for row in grid]
+    chars = {code: ch for ch, code in vocabulary().layout_chars.items()}
+    rows = [[chars.get(int(c), "?") for c in row] for row in grid]
     for k, (r, c) in enumerate(agent_rc):
         rows[r][c] = AGENT_LETTERS[k]
     header = f"turn {turn}/{params.max_turns}  score {score:+g}"
@@ -64,14 +72,15 @@ def render_rgb(grid: np.ndarray, agent_rc: np.ndarray, params: WorldParams,
                tile: int = RGB_TILE) -> np.ndarray:
     """``(H * tile, W * tile, 3)`` uint8 frame of the whole map.
 
-    The learner's view is outlined and the map outside it dimmed; the learner is orange with a
-    dark centre, co-players take the colours of ``CO_PLAYER_RGB`` in agent order.
+    The learner's view is outlined and the map outside it dimmed; the learner is drawn in the
+    agent colour with a dark centre, co-players take the colours of ``CO_PLAYER_RGB`` in order.
     """
     grid = np.asarray(grid)
     agent_rc = np.asarray(agent_rc)
     if grid.shape != (params.height, params.width):
         raise ValueError(f"grid has shape {grid.shape}, expected (height, width) = "
                          f"{(params.height, params.width)}")
+    vocab = vocabulary()
     frame = codes_to_rgb(grid, tile)
     top, left, bottom, right = (v * tile for v in view_box(agent_rc, params))
     bottom, right = bottom + tile - 1, right + tile - 1
@@ -79,8 +88,8 @@ def render_rgb(grid: np.ndarray, agent_rc: np.ndarray, params: WorldParams,
     frame[:] = (frame * OUTSIDE_VIEW_BRIGHTNESS).astype(np.uint8)
     frame[top : bottom + 1, left : right + 1] = inside
 
-    body = tile_atlas(tile)[AGENT].reshape(-1, 3)
-    body_mask = (body == PALETTE[AGENT]).all(axis=1).reshape(tile, tile)
+    body = tile_atlas(tile)[vocab.agent].reshape(-1, 3)
+    body_mask = (body == vocab.palette[vocab.agent]).all(axis=1).reshape(tile, tile)
     for k, (row, col) in enumerate(agent_rc):
         cell = frame[row * tile : (row + 1) * tile, col * tile : (col + 1) * tile]
         dim = not (top <= row * tile <= bottom and left <= col * tile <= right)
@@ -92,6 +101,47 @@ def render_rgb(grid: np.ndarray, agent_rc: np.ndarray, params: WorldParams,
     frame[top : bottom + 1, [left, right]] = VIEW_OUTLINE_RGB
     frame[[top, bottom], left : right + 1] = VIEW_OUTLINE_RGB
     return frame
+
+
+def render_view(codes: np.ndarray, tile: int = RGB_TILE) -> np.ndarray:
+    """``(V, V)`` cell codes of an egocentric view -> ``(V * tile, V * tile, 3)`` uint8 frame,
+    outlined like the view on the map, the agent at the centre drawn as the learner."""
+    codes = np.asarray(codes)
+    side = codes.shape[-1]
+    if codes.ndim != 2 or codes.shape[0] != side or side % 2 == 0:
+        raise ValueError(f"an egocentric view is a square (V, V) with odd V, got shape {codes.shape}")
+    frame = codes_to_rgb(codes, tile)
+    c = side // 2
+    if codes[c, c] == vocabulary().agent:
+        a, b = c * tile + tile // 3, (c + 1) * tile - tile // 3
+        frame[a:b, a:b] = LEARNER_MARK_RGB
+    frame[:, [0, -1]] = VIEW_OUTLINE_RGB
+    frame[[0, -1], :] = VIEW_OUTLINE_RGB
+    return frame
+
+
+def game_legend(params: WorldParams | None = None, num_agents: int = 2,
+                tile: int = 18) -> list[tuple[np.ndarray, str]]:
+    """``(icon, label)`` rows for a window's legend: every kind with its points, then the agents."""
+    vocab = vocabulary()
+    atlas, values = tile_atlas(tile), vocab.values(params)
+    rows = []
+    for code, kind in enumerate(vocab.cells):
+        if kind.name in ("empty", "agent"):
+            continue
+        verb = "" if kind.passable else " (bump)"
+        rows.append((atlas[code], f"{kind.name}  {values[code]:+g}{verb}"))
+    rows.append((_agent_icon(tile, 0), "A  the learner"))
+    if num_agents > 1:
+        rows.append((_agent_icon(tile, 1), "B..  co-players"))
+    return rows
+
+
+def _agent_icon(tile: int, index: int) -> np.ndarray:
+    vocab = vocabulary()
+    icon = tile_atlas(tile)[vocab.agent].copy()
+    icon[(icon == vocab.palette[vocab.agent]).all(axis=-1)] = agent_rgb(index)
+    return icon
 
 
 # --------------------------------------------------------------------------- annotated frames
@@ -223,94 +273,93 @@ def save_png(frame: np.ndarray, path: str | os.PathLike) -> Path:
 # --------------------------------------------------------------------------- pygame window
 PLAY_HELP = "arrows/WASD move  ·  R restart  ·  Esc quit"
 WATCH_HELP = "watching an agent  ·  close the window to hide it"
-_PANEL_WIDTH = 230
+WINDOW_SCALE = 2  # screen pixels per frame pixel: a 16-pixel tile shows 32 pixels wide
+_PANEL_WIDTH = 240
+_HEADER_HEIGHT = 34
+_CAPTION_HEIGHT = 24
 _HELP_HEIGHT = 30
-_MAX_STATUS_LINES = 4
+_MAX_STATUS_LINES = 5
+_GAP = 12
 _BACKGROUND = (30, 30, 36)
 _TEXT = (235, 235, 235)
 _DIM_TEXT = (170, 170, 180)
-
-
-def window_tile(params: WorldParams, target_px: int = 640) -> int:
-    """Tile size (pixels) that makes the map about ``target_px`` on its longer side."""
-    return int(np.clip(target_px // max(params.height, params.width), 12, 48))
+_STATUS_TEXT = (250, 200, 90)
 
 
 class PygameWindow:
-    """A pygame window showing one world: the map with the learner's view highlighted, agents
-    lettered like layouts (``A`` you, ``B``.. co-players), a side panel with turn, score and a
-    legend, and a one-line key help.
+    """A pygame window that shows RGB frames: one, or several side by side with a caption each,
+    under a header line, beside a panel of status lines and a legend, above a key-help line.
 
-    ``draw`` pumps pygame's event queue (so the OS sees the window as responsive) without taking
-    key events out of it: a caller that handles keys (``rpg_env.play``) reads them itself with
+    It knows nothing about the game: callers pass whatever ``env.render()`` returned. Frames
+    are scaled by ``scale`` (nearest neighbour), so a frame drawn at the game's 16-pixel tiles
+    shows the same cell size whether it is a 20 x 20 map or a 9 x 9 view. The window resizes
+    itself when the frames change size.
+
+    ``show`` pumps pygame's event queue (so the OS sees the window as responsive) without taking
+    key events out of it: a caller that handles keys (`rpg_env.play`) reads them itself with
     ``pygame.event.get``. Closing the window sets ``quit_requested``; with ``close_on_quit`` the
-    window then closes itself and later ``draw`` calls are no-ops (the game keeps running).
+    window then closes itself and later ``show`` calls are no-ops (the game keeps running).
     """
 
-    def __init__(self, params: WorldParams, fps: float = 8, *, tile: int | None = None,
-                 help_text: str = WATCH_HELP, close_on_quit: bool = True,
-                 title: str = "Treasurehunt") -> None:
+    def __init__(self, fps: float = 8, *, scale: int = WINDOW_SCALE, help_text: str = WATCH_HELP,
+                 close_on_quit: bool = True, title: str = "Treasurehunt",
+                 legend: Sequence[tuple[np.ndarray, str]] | None = None) -> None:
         if isinstance(fps, bool) or not isinstance(fps, (int, float)) or fps < 0:
             raise ValueError(f"fps must be a number >= 0 (0 = as fast as possible), got {fps!r}")
+        if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+            raise ValueError(f"scale must be a positive int (screen pixels per frame pixel), got {scale!r}")
         os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
         import pygame
 
         self._pg = pygame
-        self.params = params
-        self.fps = fps
-        self.tile = int(tile) if tile is not None else window_tile(params)
+        self.fps, self.scale = fps, scale
         self.help_text = help_text
         self.close_on_quit = close_on_quit
+        self.legend = list(game_legend() if legend is None else legend)
         self.quit_requested = False
         self.closed = False
-        self.map_size = (params.width * self.tile, params.height * self.tile)
         pygame.display.init()
         pygame.font.init()
+        pygame.display.set_caption(title)
         self.clock = pygame.time.Clock()
         self.font = pygame.font.Font(None, 26)
         self.small_font = pygame.font.Font(None, 22)
-        self.letter_font = pygame.font.Font(None, max(int(self.tile * 0.75), 10))
-        legend_tile = 18
-        atlas = tile_atlas(legend_tile)
-        self._legend = [
-            (atlas[GEM], f"gem  {params.gem_value:+g}"),
-            (atlas[FOOD], f"food  {params.food_value:+g}"),
-            (atlas[BONE], f"bone  {params.bone_value:+g}"),
-            (atlas[WALL], f"wall  {params.wall_penalty:+g} (bump)"),
-            (self._agent_icon(legend_tile, 0), "A  you (the learner)"),
-        ]
-        if params.num_agents > 1:
-            self._legend.append((self._agent_icon(legend_tile, 1), "B..  co-players"))
-        # Title, turn, score, up to _MAX_STATUS_LINES status lines, the legend and "your view".
-        panel_height = 12 + 32 + 2 * 26 + _MAX_STATUS_LINES * 22 + 10 + (len(self._legend) + 1) * 24 + 8
-        self.size = (self.map_size[0] + _PANEL_WIDTH,
-                     max(self.map_size[1], panel_height) + _HELP_HEIGHT)
-        self.screen = pygame.display.set_mode(self.size)
-        pygame.display.set_caption(title)
+        self.screen = None
+        self.size = (0, 0)
         self.frames_drawn = 0
 
-    @staticmethod
-    def _agent_icon(tile: int, index: int) -> np.ndarray:
-        icon = tile_atlas(tile)[AGENT].copy()
-        icon[(icon == PALETTE[AGENT]).all(axis=-1)] = agent_rgb(index)
-        return icon
-
-    def _surface(self, rgb: np.ndarray):
+    def _surface(self, rgb: np.ndarray, scale: int = 1):
         rgb = np.ascontiguousarray(rgb)
-        return self._pg.image.frombuffer(rgb.tobytes(), (rgb.shape[1], rgb.shape[0]), "RGB")
+        surface = self._pg.image.frombuffer(rgb.tobytes(), (rgb.shape[1], rgb.shape[0]), "RGB")
+        if scale != 1:
+            surface = self._pg.transform.scale(surface, (rgb.shape[1] * scale, rgb.shape[0] * scale))
+        return surface
 
     def _text(self, text: str, pos: tuple[int, int], *, font=None, colour=_TEXT) -> None:
         self.screen.blit((font or self.font).render(text, True, colour), pos)
 
-    def draw(self, grid: np.ndarray, agent_rc: np.ndarray, *, turn: int, score: float,
-             status: Sequence[str] = ()) -> None:
-        """Draw one frame and wait so that frames come at most ``fps`` per second.
+    def _layout(self, frames: list[np.ndarray], captions: bool) -> tuple[int, int]:
+        """Open or resize the window for ``frames``; returns the top of the frame row."""
+        frames_w = sum(f.shape[1] * self.scale for f in frames) + _GAP * (len(frames) - 1)
+        frames_h = max(f.shape[0] * self.scale for f in frames)
+        top = _HEADER_HEIGHT + (_CAPTION_HEIGHT if captions else 0)
+        panel_h = 10 + _MAX_STATUS_LINES * 22 + 14 + len(self.legend) * 24
+        height = max(top + frames_h, _HEADER_HEIGHT + panel_h) + _HELP_HEIGHT
+        size = (frames_w + _PANEL_WIDTH + 2 * _GAP, height)
+        if self.screen is None or size != self.size:
+            self.size = size
+            self.screen = self._pg.display.set_mode(size)
+        return top
+
+    def show(self, frames: np.ndarray | Sequence[np.ndarray], *, captions: Sequence[str] = (),
+             header: str = "", status: Sequence[str] = ()) -> None:
+        """Draw one screen and wait so that screens come at most ``fps`` per second.
 
         Args:
-            grid: ``(H, W)`` cell codes of the map.
-            agent_rc: ``(A, 2)`` agent (row, column), row 0 the learner.
-            turn, score: shown in the side panel (score: the learner's episode return, points).
-            status: up to 4 extra short lines for the panel (e.g. the last reward, "episode over").
+            frames: one ``(H, W, 3)`` uint8 frame or a list of them (shown left to right).
+            captions: a short title above each frame (e.g. "real game", "imagined").
+            header: the line at the top (e.g. turn and score).
+            status: up to 5 short lines for the panel (e.g. the last reward, "episode over").
         """
         if self.closed:
             return
@@ -322,44 +371,42 @@ class PygameWindow:
                 pg.event.get(pg.QUIT)
                 self.close()
                 return
-        agent_rc = np.asarray(agent_rc)
+        frames = [frames] if isinstance(frames, np.ndarray) and frames.ndim == 3 else list(frames)
+        frames = [_check_frame(f, f"frames[{i}]") for i, f in enumerate(frames)]
+        if not frames:
+            raise ValueError("show needs at least one frame")
+        top = self._layout(frames, bool(captions))
         self.screen.fill(_BACKGROUND)
-        self.screen.blit(self._surface(render_rgb(grid, agent_rc, self.params, self.tile)), (0, 0))
-        for k, (row, col) in enumerate(agent_rc):
-            letter = self.letter_font.render(AGENT_LETTERS[k], True,
-                                             (255, 255, 255) if k else (250, 210, 120))
-            centre = ((int(col) + 0.5) * self.tile, (int(row) + 0.5) * self.tile)
-            self.screen.blit(letter, letter.get_rect(center=centre))
-
-        x, y = self.map_size[0] + 14, 12
-        self._text("Treasurehunt", (x, y))
-        y += 32
-        self._text(f"turn   {turn} / {self.params.max_turns}", (x, y))
-        y += 26
-        self._text(f"score  {score:+g}", (x, y))
-        y += 26
+        self._text(header, (_GAP, 8))
+        x = _GAP
+        for i, frame in enumerate(frames):
+            if i < len(captions):
+                self._text(captions[i], (x, _HEADER_HEIGHT), font=self.small_font, colour=_DIM_TEXT)
+            self.screen.blit(self._surface(frame, self.scale), (x, top))
+            x += frame.shape[1] * self.scale + _GAP
+        x, y = x + _GAP, _HEADER_HEIGHT + 10
         for line in list(status)[:_MAX_STATUS_LINES]:
-            self._text(line, (x, y), font=self.small_font, colour=(250, 200, 90))
+            self._text(line, (x, y), font=self.small_font, colour=_STATUS_TEXT)
             y += 22
-        y += 10
-        for icon, label in self._legend:
+        y = _HEADER_HEIGHT + 10 + _MAX_STATUS_LINES * 22 + 14
+        for icon, label in self.legend:
             self.screen.blit(self._surface(icon), (x, y))
             self._text(label, (x + 26, y + 2), font=self.small_font, colour=_DIM_TEXT)
             y += 24
-        pg.draw.rect(self.screen, VIEW_OUTLINE_RGB, (x, y + 2, 18, 18), width=2)
-        self._text("your view", (x + 26, y + 4), font=self.small_font, colour=_DIM_TEXT)
-        self._text(self.help_text, (10, self.size[1] - _HELP_HEIGHT + 7), font=self.small_font,
+        self._text(self.help_text, (_GAP, self.size[1] - _HELP_HEIGHT + 7), font=self.small_font,
                    colour=_DIM_TEXT)
         pg.display.flip()
         self.frames_drawn += 1
         self.clock.tick(self.fps)
 
     def tick(self) -> None:
-        """Wait as ``draw`` does (at most ``fps`` calls per second) without redrawing."""
+        """Wait as ``show`` does (at most ``fps`` calls per second) without redrawing."""
         self.clock.tick(self.fps)
 
     def snapshot(self) -> np.ndarray:
         """``(height, width, 3)`` uint8 copy of what the window shows now."""
+        if self.screen is None:
+            raise RuntimeError("nothing shown yet: call show() first")
         return np.ascontiguousarray(self._pg.surfarray.array3d(self.screen).swapaxes(0, 1))
 
     def close(self) -> None:

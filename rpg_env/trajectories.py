@@ -38,6 +38,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from rpg_env.errors import InputError
+
 FORMAT_NAME = "rpg_env.trajectories"
 SCHEMA_VERSION = 1
 POLICY_ID_BYTES = 128
@@ -81,7 +83,7 @@ DEFAULT_STEP_CHUNK = 4096
 DEFAULT_COMPRESSION_LEVEL = 4
 
 
-class TrajectoryFormatError(ValueError):
+class TrajectoryFormatError(InputError):
     """A file is not a (readable, writable or compatible) trajectory file; the message says why."""
 
 
@@ -420,6 +422,15 @@ class TrajectoryWriter:
     def num_episodes(self) -> int:
         """Committed streams in the file."""
         return self._rows
+
+    @property
+    def num_steps(self) -> int:
+        """Committed steps over all streams in the file."""
+        return self._step_end
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def num_games(self) -> int:

@@ -10,6 +10,7 @@ import pygame
 import pytest
 
 import rpg_env  # noqa: F401  (registers Treasurehunt-v0)
+from rpg_env.cli import command_status
 from rpg_env.play import main, play
 from rpg_env.render import PLAY_HELP, PygameWindow
 
@@ -28,14 +29,14 @@ START = (3, 3)
 @pytest.fixture
 def env():
     env = gym.make("Treasurehunt-v0", height=7, width=7, vision_radius=2, spawn_prob=0.0,
-                   max_turns=5, co_policy="random")
+                   max_turns=5, co_policy="random", render_mode="rgb_array")
     yield env
     env.close()
 
 
 @pytest.fixture
 def window(env):
-    window = PygameWindow(env.unwrapped.params, fps=0, help_text=PLAY_HELP, close_on_quit=False)
+    window = PygameWindow(fps=0, help_text=PLAY_HELP, close_on_quit=False)
     pygame.event.clear()
     yield window
     window.close()
@@ -125,15 +126,83 @@ def test_episode_end_ignores_moves_until_restart(env, window):
     assert summary.turn == 1 and learner(env) == (4, 3)
 
 
-def test_play_rejects_a_human_mode_env_and_bad_max_frames(env):
+def test_play_rejects_an_env_without_rgb_frames_and_bad_max_frames(env):
     human = gym.make("Treasurehunt-v0", render_mode="human")
-    with pytest.raises(ValueError, match="own window"):
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
         play(human, max_frames=1)
     human.close()
     with pytest.raises(ValueError, match="max_frames"):
         play(env, max_frames=0)
-    with pytest.raises(TypeError, match="Treasurehunt"):
-        play(gym.make("CartPole-v1"), max_frames=1)
+    with pytest.raises(ValueError, match="one-hot egocentric views"):
+        play(gym.make("CartPole-v1", render_mode="rgb_array"), max_frames=1)
+
+
+class HiddenGame(gym.Env):
+    """An env with Treasurehunt-v0's spaces and frames that hides the game (no world, no params):
+    what an imagined env or a remote game looks like to the play loop, recorder and evaluator."""
+
+    def __init__(self, **kwargs):
+        self._inner = gym.make("Treasurehunt-v0", render_mode="rgb_array", **kwargs)
+        self.observation_space = self._inner.observation_space
+        self.action_space = self._inner.action_space
+        self.metadata = dict(self._inner.metadata)
+        self.render_mode = "rgb_array"
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        return self._inner.step(action)
+
+    def render(self):
+        return self._inner.render()[::2, ::2]  # not the real game's frame size
+
+    def close(self):
+        self._inner.close()
+
+
+def test_play_drives_an_env_that_hides_the_game(window):
+    hidden = HiddenGame(height=7, width=7, vision_radius=2, spawn_prob=0.0, max_turns=5)
+    assert not hasattr(hidden, "world") and not hasattr(hidden.unwrapped, "params")
+    press(pygame.K_UP, pygame.K_DOWN, pygame.K_LEFT)
+    summary = play(hidden, options={"layout": LAYOUT}, seed=0, window=window, fps=0, max_frames=1, log=None)
+    assert summary.score == 15.0 and summary.turn == 3
+    assert window.snapshot().shape[1] == window.size[0]
+    hidden.close()
+
+
+def test_tab_switches_the_env_that_gets_the_keys(window, env):
+    other = gym.make("Treasurehunt-v0", height=7, width=7, vision_radius=2, spawn_prob=0.0, max_turns=5,
+                     render_mode="rgb_array")
+    press(pygame.K_UP, pygame.K_TAB, pygame.K_LEFT, pygame.K_LEFT)
+    summary = play({"first": env, "second": other}, options={"layout": LAYOUT}, seed=0, window=window,
+                   fps=0, max_frames=1, log=None)
+    assert summary.switches == 1 and summary.steps == 3
+    assert learner(env) == (2, 3)  # one move up, then the keys went to the other env
+    assert learner(other) == (3, 1) and summary.turn == 2
+    other.close()
+
+
+def test_side_by_side_sends_every_key_to_both_envs(window, env):
+    other = gym.make("Treasurehunt-v0", height=7, width=7, vision_radius=2, spawn_prob=0.0, max_turns=5,
+                     render_mode="rgb_array")
+    press(pygame.K_UP, pygame.K_TAB, pygame.K_RIGHT)
+    summary = play({"real": env, "copy": other}, options={"layout": LAYOUT}, seed=0, window=window, fps=0,
+                   max_frames=1, side_by_side=True, log=None)
+    assert summary.switches == 0 and learner(env) == learner(other) == (2, 4)
+    frame = env.render()
+    assert window.size[0] > 2 * frame.shape[1] * window.scale  # both frames on screen
+    other.close()
+
+
+def test_extra_keys_and_status_lines_reach_the_panel(window, env):
+    toggled = []
+    press(pygame.K_SPACE, pygame.K_UP)
+    play(env, options={"layout": LAYOUT}, seed=0, window=window, fps=0, max_frames=1, log=None,
+         extra_keys={pygame.K_SPACE: lambda: toggled.append(1) or "toggled"},
+         status=lambda e, info: [f"turn seen {info['turn']}"])
+    assert toggled == [1] and learner(env) == (2, 3)
 
 
 def test_main_plays_from_the_command_line_and_prints_the_score(capsys):
@@ -163,9 +232,10 @@ def test_main_rejects_bad_arguments(argv, match, capsys):
     assert match in capsys.readouterr().err
 
 
-def test_main_reports_a_bad_map_size():
-    with pytest.raises(SystemExit, match="height and width must be >= 3"):
-        main(["--height", "2", "--max-frames", "1"])
+def test_main_reports_a_bad_map_size(capsys):
+    assert command_status(main, ["--height", "2", "--max-frames", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: height and width must be >= 3") and err.count("\n") == 1
 
 
 def test_record_writes_the_human_games_to_a_trajectory_file(tmp_path, capsys):
@@ -203,6 +273,6 @@ def test_record_refuses_a_file_of_another_game(tmp_path):
     main(["--height", "8", "--width", "8", "--max-turns", "2", "--fps", "0", "--record", str(path),
           "--max-frames", "100"])
     before = path.read_bytes()
-    with pytest.raises(SystemExit, match="cannot record to"):
-        main(["--height", "9", "--width", "8", "--record", str(path), "--max-frames", "1"])
+    argv = ["--height", "9", "--width", "8", "--record", str(path), "--max-frames", "1"]
+    assert command_status(main, argv) == 2
     assert path.read_bytes() == before

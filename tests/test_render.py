@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 import rpg_env  # noqa: F401  (registers Treasurehunt-v0)
-from rpg_env.core import WorldParams, parse_layout
-from rpg_env.observation import FLOOR_RGB, PALETTE
+from rpg_env.game.constants import FLOOR_RGB, vocabulary
+from rpg_env.game.world import WorldParams, parse_layout
 from rpg_env.render import (
     CO_PLAYER_RGB,
     LEARNER_MARK_RGB,
@@ -19,11 +19,15 @@ from rpg_env.render import (
     VIEW_OUTLINE_RGB,
     PygameWindow,
     annotate,
+    game_legend,
     render_ansi,
     render_rgb,
+    render_view,
     save_animation,
     save_png,
 )
+
+PALETTE = {code: tuple(int(v) for v in rgb) for code, rgb in enumerate(vocabulary().palette)}
 
 LAYOUT = [
     "##########",
@@ -138,21 +142,33 @@ def test_human_mode_draws_a_frame_per_reset_and_step():
     assert window.frames_drawn == 4  # reset + 3 steps
     shot = window.snapshot()
     assert shot.shape == (window.size[1], window.size[0], 3)
-    # The map part of the window is the rgb_array frame at the window's tile size (a wall tile
-    # away from the agents' letters compares exactly).
-    expected = render_rgb(env.unwrapped.world.grid[0], env.unwrapped.world.agent_rc()[0],
-                          env.unwrapped.params, window.tile)
-    t = window.tile
-    np.testing.assert_array_equal(shot[:t, :t], expected[:t, :t])
-    # (1, 8) is an empty cell 5 moves away from co-player B's start: no agent reached it.
-    np.testing.assert_array_equal(shot[t : 2 * t, 8 * t : 9 * t], expected[t : 2 * t, 8 * t : 9 * t])
-    assert not np.array_equal(shot[3 * t : 4 * t, 2 * t : 3 * t],  # the learner carries its letter
-                              expected[3 * t : 4 * t, 2 * t : 3 * t])
-    # The side panel holds text (not just background).
-    panel = shot[: window.map_size[1], window.map_size[0] :]
+    # The window shows the env's rgb_array frame, scaled by an integer factor (nearest neighbour).
+    game = env.unwrapped
+    expected = render_rgb(game.world.grid[0], game.world.agent_rc()[0], game.params)
+    scaled = expected.repeat(window.scale, axis=0).repeat(window.scale, axis=1)
+    top, left = 34, 12  # below the header line, after the left margin
+    np.testing.assert_array_equal(shot[top : top + scaled.shape[0], left : left + scaled.shape[1]], scaled)
+    # The side panel holds text and the legend (not just background).
+    panel = shot[:, left + scaled.shape[1] :]
     assert len(np.unique(panel.reshape(-1, 3), axis=0)) > 10
     env.close()
     assert env.unwrapped._renderer is None and window.closed
+
+
+def test_window_shows_frames_of_any_size_side_by_side():
+    window = PygameWindow(fps=0, scale=3, legend=[])
+    try:
+        view = render_view(np.full((5, 5), 0, dtype=np.int8))
+        window.show([view, view[:, :40]], captions=["left", "right"], header="turn 1", status=["hello"])
+        first = window.size
+        shot = window.snapshot()
+        assert shot.shape == (first[1], first[0], 3)
+        window.show(view, header="one frame")  # fewer frames: the window shrinks
+        assert window.size[0] < first[0] and window.frames_drawn == 2
+        with pytest.raises(ValueError, match=r"\(H, W, 3\) uint8"):
+            window.show(np.zeros((4, 4), dtype=np.uint8))
+    finally:
+        window.close()
 
 
 def test_closing_the_window_hides_it_and_the_game_goes_on():
@@ -169,9 +185,11 @@ def test_closing_the_window_hides_it_and_the_game_goes_on():
     env.close()
 
 
-def test_window_rejects_bad_fps():
+def test_window_rejects_bad_fps_and_scale():
     with pytest.raises(ValueError, match="fps"):
-        PygameWindow(WorldParams(), fps=-1)
+        PygameWindow(fps=-1)
+    with pytest.raises(ValueError, match="scale"):
+        PygameWindow(fps=1, scale=0)
 
 
 # --------------------------------------------------------------------------- files
@@ -266,16 +284,17 @@ def test_window_waits_to_honour_fps():
 
     params = WorldParams(height=H, width=W, num_agents=1)
     grid, agents = parse_layout([row.replace("B", ".") for row in LAYOUT], params)
-    window = PygameWindow(params, fps=20)
+    frame = render_rgb(grid, agents, params)
+    window = PygameWindow(fps=20, legend=game_legend(params, num_agents=1))
     try:
-        window.draw(grid, agents, turn=0, score=0.0)
+        window.show(frame, header="turn 0")
         start = time.perf_counter()
         for turn in range(1, 4):
-            window.draw(grid, agents, turn=turn, score=0.0)
+            window.show(frame, header=f"turn {turn}")
         # The clock spaces frames at least 1/20 s apart (a lower bound: never flaky when slow).
         assert time.perf_counter() - start >= 3 / 20 - 0.01
         assert window.frames_drawn == 4
-        assert len(window._legend) == 5  # no co-player entry in a one-agent game
+        assert len(window.legend) == 5  # wall, gem, bone, food, the learner: no co-player entry
     finally:
         window.close()
 

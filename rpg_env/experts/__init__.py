@@ -29,9 +29,9 @@ def pretrained_path(name: str = "dqn") -> Path:
 
 def __getattr__(name: str):
     if name in ("SB3Policy", "load_expert", "ExpertLoadError"):
-        from rpg_env.experts import policy
+        from rpg_env.policies import sb3
 
-        return getattr(policy, name)
+        return getattr(sb3, name)
     raise AttributeError(f"module 'rpg_env.experts' has no attribute {name!r}")
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from rpg_env.policies import sb3
+
 ALGOS = ("dqn", "ppo")
 VEC_ENVS = ("dummy", "subproc")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -104,7 +106,7 @@ class ExpertConfig:
 # --------------------------------------------------------------------------- valid keys
 def env_defaults() -> dict[str, Any]:
     """`TreasurehuntEnv` keyword arguments a config may set, with their defaults."""
-    from rpg_env.env import TreasurehuntEnv
+    from rpg_env.envs.treasurehunt import TreasurehuntEnv
 
     params = inspect.signature(TreasurehuntEnv.__init__).parameters
     return {n: p.default for n, p in params.items() if n != "self" and n not in _ENV_FIXED}
@@ -114,9 +116,7 @@ def algo_class(algo: str):
     """The SB3 class for ``algo`` (``dqn`` or ``ppo``)."""
     if algo not in ALGOS:
         raise ConfigError(f"algo must be one of {ALGOS}, got {algo!r}")
-    from stable_baselines3 import DQN, PPO
-
-    return {"dqn": DQN, "ppo": PPO}[algo]
+    return sb3.algo_class(algo)
 
 
 def hyperparam_defaults(algo: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.policies import BatchPolicy, GreedyPolicy, RandomPolicy
+from rpg_env.envs.protocol import EnvDescription, describe
+from rpg_env.policies import BatchPolicy, GreedyPolicy, RandomPolicy, SB3Policy
+from rpg_env.rollout import Step, rollout
 
 MAX_BATCH = 100
 DEFAULT_EPISODES = 100
@@ -55,108 +58,95 @@ def summarize(returns: np.ndarray) -> dict[str, Any]:
     return {"mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)], "episodes": n}
 
 
-def run_episodes(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int,
-                 seed: int = DEFAULT_SEED) -> np.ndarray:
-    """Per-episode learner returns ``(episodes,)`` of ``policy`` on the fixed evaluation seeds."""
+def _seeded_batches(episodes: int, seed: int) -> list[tuple[int, int]]:
+    """``(env seed, worlds)`` of each batch: batch ``i`` holds up to `MAX_BATCH` worlds, seed ``seed + i``."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    starts = range(0, episodes, MAX_BATCH)
+    return [(seed + i, min(MAX_BATCH, episodes - start)) for i, start in enumerate(starts)]
+
+
+def _play(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int, seed: int, env_id: str,
+          on_step: Callable[[Step], None] | None = None,
+          also_seed: Sequence[BatchPolicy] = ()) -> tuple[np.ndarray, EnvDescription]:
+    """Per-episode learner returns of ``policy`` on the fixed evaluation seeds (one rollout per
+    batch), and what the env says of itself (`rpg_env.envs.protocol`)."""
     returns = []
-    for batch_index, start in enumerate(range(0, episodes, MAX_BATCH)):
-        size = min(MAX_BATCH, episodes - start)
-        env = gym.make_vec(rpg_env.ENV_ID, num_envs=size, **env_kwargs)
+    for batch_seed, size in _seeded_batches(episodes, seed):
+        env = gym.make_vec(env_id, num_envs=size, **env_kwargs)
         try:
-            if hasattr(policy, "check_view_shape"):
-                policy.check_view_shape(env.single_observation_space.shape)
-            obs, _ = env.reset(seed=seed + batch_index)
-            policy.seed(np.random.default_rng(seed + batch_index))
-            episode_start = np.ones(size, dtype=bool)
-            total = np.zeros(size)
-            for _ in range(env.unwrapped.params.max_turns):
-                obs, reward, terminated, truncated, _ = env.step(policy.act(obs, episode_start))
-                total += reward
-                episode_start[:] = False
-            assert truncated.all(), "every world ends after max_turns steps"
+            description = describe(env)
+            for other in also_seed:
+                other.seed(np.random.default_rng(batch_seed))
+            result = rollout(env, policy, seed=batch_seed, policy_rng=np.random.default_rng(batch_seed),
+                             on_step=on_step)
         finally:
             env.close()
-        returns.append(total)
-    return np.concatenate(returns)
+        returns.append(result.returns)
+    return np.concatenate(returns), description
+
+
+def run_episodes(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int,
+                 seed: int = DEFAULT_SEED, env_id: str = rpg_env.ENV_ID) -> np.ndarray:
+    """Per-episode learner returns ``(episodes,)`` of ``policy`` on the fixed evaluation seeds."""
+    return _play(policy, env_kwargs, episodes, seed, env_id)[0]
 
 
 def compare(model: str | Path | BatchPolicy, episodes: int = DEFAULT_EPISODES, seed: int = DEFAULT_SEED,
-            env_kwargs: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+            env_kwargs: dict[str, Any] | None = None,
+            env_id: str = rpg_env.ENV_ID) -> dict[str, dict[str, Any]]:
     """``{"model": summary, "greedy": summary, "random": summary}`` on the same seeds.
 
     ``env_kwargs`` default to the environment the expert was trained in (its ``rpg_expert``
     record), so the comparison is on the expert's own game.
     """
-    from rpg_env.experts.policy import SB3Policy
-
     policy = model if isinstance(model, BatchPolicy) else SB3Policy.load(model)
     if env_kwargs is None:
         spec = getattr(getattr(policy, "model", None), "rpg_expert", None) or {}
         env_kwargs = dict(spec.get("env", {}))
-    results = {"model": summarize(run_episodes(policy, env_kwargs, episodes, seed))}
+    results = {"model": summarize(run_episodes(policy, env_kwargs, episodes, seed, env_id))}
     for name, baseline in (("greedy", GreedyPolicy()), ("random", RandomPolicy())):
-        results[name] = summarize(run_episodes(baseline, env_kwargs, episodes, seed))
+        results[name] = summarize(run_episodes(baseline, env_kwargs, episodes, seed, env_id))
     return results
 
 
 def behaviour(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int = DEFAULT_EPISODES,
-              seed: int = DEFAULT_SEED) -> dict[str, Any]:
+              seed: int = DEFAULT_SEED, env_id: str = rpg_env.ENV_ID) -> dict[str, Any]:
     """How a policy plays, per episode on the fixed seeds: return, pickups, wall bumps, and the
-    share of each action (``up, down, left, right``). Used to tell experts apart."""
-    from rpg_env.core import ACTION_NAMES, NUM_ACTIONS
+    share of each action. Used to tell experts apart."""
+    counts: dict[str, float] = {"bumps": 0.0}
+    actions_taken: list[np.ndarray] = []
 
-    counts = {"gem": 0.0, "food": 0.0, "bone": 0.0, "bumps": 0.0}
-    actions_taken = np.zeros(NUM_ACTIONS)
-    returns = []
-    for batch_index, start in enumerate(range(0, episodes, MAX_BATCH)):
-        size = min(MAX_BATCH, episodes - start)
-        env = gym.make_vec(rpg_env.ENV_ID, num_envs=size, **env_kwargs)
-        try:
-            obs, _ = env.reset(seed=seed + batch_index)
-            policy.seed(np.random.default_rng(seed + batch_index))
-            episode_start = np.ones(size, dtype=bool)
-            total = np.zeros(size)
-            for _ in range(env.unwrapped.params.max_turns):
-                actions = policy.act(obs, episode_start)
-                actions_taken += np.bincount(actions, minlength=NUM_ACTIONS)
-                obs, reward, _, _, info = env.step(actions)
-                total += reward
-                episode_start[:] = False
-                for kind in ("gem", "food", "bone"):
-                    counts[kind] += float(info["pickups"][kind].sum())
-                counts["bumps"] += float(info["bumped"].sum())
-        finally:
-            env.close()
-        returns.append(total)
-    result: dict[str, Any] = {"return": summarize(np.concatenate(returns))}
+    def tally(step: Step) -> None:
+        actions_taken.append(np.asarray(step.actions)[step.counted])
+        for kind, picked in step.infos["pickups"].items():
+            if not kind.startswith("_"):
+                counts[kind] = counts.get(kind, 0.0) + float(picked[step.counted].sum())
+        counts["bumps"] += float(step.infos["bumped"][step.counted].sum())
+
+    returns, description = _play(policy, env_kwargs, episodes, seed, env_id, on_step=tally)
+    names = description.action_names
+    taken = np.bincount(np.concatenate(actions_taken), minlength=len(names)).astype(np.float64)
+    result: dict[str, Any] = {"return": summarize(returns)}
     result.update({f"{k}_per_episode": round(v / episodes, 3) for k, v in counts.items()})
-    share = actions_taken / actions_taken.sum()
-    result["action_share"] = {name: round(float(x), 4) for name, x in zip(ACTION_NAMES, share, strict=True)}
+    share = taken / taken.sum()
+    result["action_share"] = {name: round(float(x), 4) for name, x in zip(names, share, strict=True)}
     return result
 
 
 def action_agreement(first: BatchPolicy, second: BatchPolicy, env_kwargs: dict[str, Any],
-                     episodes: int = DEFAULT_EPISODES, seed: int = DEFAULT_SEED) -> float:
+                     episodes: int = DEFAULT_EPISODES, seed: int = DEFAULT_SEED,
+                     env_id: str = rpg_env.ENV_ID) -> float:
     """Share of states (visited by ``first``) where ``second`` picks the same action."""
     agree, total = 0, 0
-    for batch_index, start in enumerate(range(0, episodes, MAX_BATCH)):
-        size = min(MAX_BATCH, episodes - start)
-        env = gym.make_vec(rpg_env.ENV_ID, num_envs=size, **env_kwargs)
-        try:
-            obs, _ = env.reset(seed=seed + batch_index)
-            for policy in (first, second):
-                policy.seed(np.random.default_rng(seed + batch_index))
-            episode_start = np.ones(size, dtype=bool)
-            for _ in range(env.unwrapped.params.max_turns):
-                actions = first.act(obs, episode_start)
-                agree += int((second.act(obs, episode_start) == actions).sum())
-                total += size
-                obs, *_ = env.step(actions)
-                episode_start[:] = False
-        finally:
-            env.close()
+
+    def compare_step(step: Step) -> None:
+        nonlocal agree, total
+        same = second.act(step.obs, step.episode_start) == step.actions
+        agree += int(same[step.counted].sum())
+        total += int(step.counted.sum())
+
+    _play(first, env_kwargs, episodes, seed, env_id, on_step=compare_step, also_seed=(second,))
     return agree / total
 
 
@@ -192,8 +182,6 @@ def profile_cli(models: list[str], episodes: int = DEFAULT_EPISODES, seed: int =
     """Behaviour table of each model plus greedy and random, and each pair's action agreement."""
     from rich.console import Console
     from rich.table import Table
-
-    from rpg_env.experts.policy import SB3Policy
 
     experts = {f"{Path(m).parent.name}/{Path(m).name}": SB3Policy.load(m) for m in models}
     env_kwargs = dict(next(iter(experts.values())).model.rpg_expert.get("env", {}))

@@ -24,7 +24,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 
 import rpg_env
 from rpg_env.experts.config import ExpertConfig, algo_class, env_defaults
-from rpg_env.experts.policy import expert_spec, policy_kwargs_from_net
+from rpg_env.policies.sb3 import expert_spec, policy_kwargs_from_net
 from rpg_env.provenance import pinned_torch_threads, provenance
 
 #: Offset of the EvalCallback's env seeds from the training seed (disjoint streams).

@@ -9,7 +9,9 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.experts.policy import SB3Policy
+from rpg_env.policies.sb3 import SB3Policy
+from rpg_env.render import VIDEO_SUFFIXES, save_animation
+from rpg_env.rollout import rollout
 
 
 def watch(model: str | Path, out: str | Path | None = None, seed: int = 0, episodes: int = 1,
@@ -23,38 +25,27 @@ def watch(model: str | Path, out: str | Path | None = None, seed: int = 0, episo
     kwargs = dict(policy.model.rpg_expert.get("env", {}))
     kwargs.update(env_kwargs or {})
     if out is not None:  # refuse a bad path before playing, not after
-        from rpg_env.render import VIDEO_SUFFIXES
-
         if Path(out).suffix.lower() not in VIDEO_SUFFIXES:
             raise ValueError(f"--out must end in {' or '.join(VIDEO_SUFFIXES)}, got {str(out)!r}")
     env = gym.make(rpg_env.ENV_ID, render_mode="rgb_array" if out is not None else "human", **kwargs)
     policy.check_view_shape(env.observation_space.shape)
     if out is None:
-        # A copy: the class-level metadata dict is shared by every env instance.
-        env.unwrapped.metadata = {**env.unwrapped.metadata, "render_fps": fps}
+        env.unwrapped.metadata["render_fps"] = fps  # the env's own copy of its metadata
     frames: list[np.ndarray] = []
     returns = []
+
+    def snap(*_args) -> None:
+        if out is not None:
+            frames.append(env.render())
+
     try:
         for episode in range(episodes):
-            obs, info = env.reset(seed=seed + episode)
-            policy.seed(np.random.default_rng(seed + episode))
-            start = np.ones(1, dtype=bool)
-            if out is not None:
-                frames.append(env.render())
-            done = False
-            while not done:
-                action = policy.act(obs[None], start)[0]
-                start[:] = False
-                obs, _, terminated, truncated, info = env.step(action)
-                done = terminated or truncated
-                if out is not None:
-                    frames.append(env.render())
-            returns.append(float(info["episode_return"]))
+            rng = np.random.default_rng(seed + episode)
+            result = rollout(env, policy, seed=seed + episode, policy_rng=rng, on_reset=snap, on_step=snap)
+            returns.append(float(result.returns[0]))
     finally:
         env.close()
     if out is not None:
-        from rpg_env.render import save_animation
-
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         save_animation(frames, out, fps)
     return {"returns": returns, "frames": len(frames)}

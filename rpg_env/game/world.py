@@ -1,0 +1,420 @@
+"""The Treasurehunt rules, in NumPy, over a batch of N worlds at once.
+
+This module is the single source of truth for the rules; what they act on (cell kinds, their
+values, what blocks and what spawns, the moves) comes from the vocabulary in
+`rpg_env.game.constants`. The single env (N = 1) and the vector env (N = num_envs) both step
+`WorldBatch`. Every world in a batch is a flat row of
+integer cell codes over the map *padded* by ``p = max(vision_radius, 1)`` cells of wall on
+each side, so that an egocentric crop is one gather with precomputed offsets, "outside the
+map reads as wall" needs no special case, and a move off the map bumps. Agent positions are
+flat indices into that padded row.
+
+Shapes (N worlds, A agents, map H x W, vision radius r, padding p, view V = 2r + 1):
+
+- ``WorldBatch.cells``: ``(N, (H + 2p) * (W + 2p))`` int8 cell codes (padded, flat)
+- ``WorldBatch.positions``: ``(N, A)`` int64 flat indices into each row of ``cells`` (read-only)
+- ``WorldBatch.grid``: ``(N, H, W)`` int8 view of the map without padding
+- ``WorldBatch.views()``: ``(N, A, V * V)`` int8 cell codes of each agent's window
+- ``WorldBatch.agent_rc()``: ``(N, A, 2)`` int64 (row, column) map coordinates
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from rpg_env.game.constants import AGENT_LETTERS, Vocabulary, vocabulary
+
+MIN_SPAWN_PROB = 1e-12
+
+
+@dataclass(frozen=True)
+class WorldParams:
+    """Every number of the game, with the reference treasurehunt's defaults.
+
+    Rewards are in points per step; ``spawn_prob`` is per empty cell per turn.
+    """
+
+    height: int = 20
+    width: int = 20
+    vision_radius: int = 4
+    num_agents: int = 2
+    spawn_prob: float = 0.01
+    max_turns: int = 100
+    gem_value: float = 10.0
+    food_value: float = 5.0
+    bone_value: float = -10.0
+    wall_penalty: float = -1.0
+
+    def __post_init__(self) -> None:
+        for name in ("height", "width", "vision_radius", "num_agents", "max_turns"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if self.height < 3 or self.width < 3:
+            raise ValueError(
+                f"height and width must be >= 3 (a wall border around at least one free cell), "
+                f"got {self.height} x {self.width}"
+            )
+        if self.vision_radius < 0:
+            raise ValueError(f"vision_radius must be >= 0, got {self.vision_radius}")
+        if not 1 <= self.num_agents <= len(AGENT_LETTERS):
+            raise ValueError(f"num_agents must be in 1..{len(AGENT_LETTERS)}, got {self.num_agents}")
+        free_cells = (self.height - 2) * (self.width - 2)
+        if self.num_agents > free_cells:
+            raise ValueError(
+                f"num_agents={self.num_agents} does not fit in the {free_cells} free cells of a "
+                f"{self.height} x {self.width} map; use a larger map or fewer agents"
+            )
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        for name in ("spawn_prob", "gem_value", "food_value", "bone_value", "wall_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+            if not np.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value!r}")
+        if not 0.0 <= self.spawn_prob <= 1.0:
+            raise ValueError(f"spawn_prob must be a probability in [0, 1], got {self.spawn_prob}")
+        if 0.0 < self.spawn_prob < MIN_SPAWN_PROB:
+            # Geometric gaps of ~1/p cells would overflow int64 positions; such a rate never
+            # spawns in practice anyway.
+            raise ValueError(f"spawn_prob={self.spawn_prob} is below {MIN_SPAWN_PROB:g}, which never "
+                             f"spawns in practice; pass spawn_prob=0 to disable spawning")
+
+    @property
+    def view_size(self) -> int:
+        return 2 * self.vision_radius + 1
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+def parse_layout(layout: str | list[str] | tuple[str, ...], params: WorldParams):
+    """Parse a text map into ``(grid (H, W) int8, agent_rc (A, 2) int64)``.
+
+    ``#`` wall, ``.`` empty, ``g`` gem, ``f`` food, ``b`` bone, ``A`` the learner and
+    ``B``, ``C``, ... the co-players in agent order. Raises ValueError saying what is wrong.
+    """
+    if isinstance(layout, str):
+        # A triple-quoted block may be indented and may use Windows line ends.
+        rows = textwrap.dedent(layout).strip("\r\n").splitlines()
+    elif isinstance(layout, (list, tuple)) and all(isinstance(r, str) for r in layout):
+        rows = list(layout)
+    else:
+        raise ValueError(
+            f"layout must be a string or a list of strings (one per map row), got {type(layout).__name__}"
+        )
+    if len(rows) != params.height:
+        raise ValueError(f"layout has {len(rows)} rows but the env's height is {params.height}; "
+                         f"pass height={len(rows)} to the env or fix the layout")
+    bad_widths = [(i, len(r)) for i, r in enumerate(rows) if len(r) != params.width]
+    if bad_widths:
+        i, n = bad_widths[0]
+        raise ValueError(f"layout row {i} has {n} characters but the env's width is {params.width}; "
+                         f"every row must have exactly {params.width}")
+    vocab = vocabulary()
+    chars = vocab.layout_chars
+    grid = np.empty((params.height, params.width), dtype=np.int8)
+    agents: dict[str, tuple[int, int]] = {}
+    for i, row in enumerate(rows):
+        for j, ch in enumerate(row):
+            if ch in chars:
+                grid[i, j] = chars[ch]
+            elif ch in AGENT_LETTERS:
+                if ch in agents:
+                    raise ValueError(f"layout places agent {ch!r} twice: at {agents[ch]} and {(i, j)}")
+                agents[ch] = (i, j)
+                grid[i, j] = vocab.agent
+            else:
+                known = ", ".join(f"{c!r} {vocab.cells[code].name}" for c, code in chars.items())
+                raise ValueError(f"layout has unknown character {ch!r} at row {i}, column {j}; use "
+                                 f"{known}, 'A'.. agents")
+    expected = AGENT_LETTERS[: params.num_agents]
+    if sorted(agents) != list(expected):
+        raise ValueError(f"layout must place exactly the agents {', '.join(expected)} "
+                         f"(num_agents={params.num_agents}), found {', '.join(sorted(agents)) or 'none'}")
+    agent_rc = np.array([agents[ch] for ch in expected], dtype=np.int64)
+    return grid, agent_rc
+
+
+class WorldBatch:
+    """N Treasurehunt worlds stepped together. All randomness comes from the ``rng`` given.
+
+    The hot path (``step``) costs a fixed number of NumPy calls per agent, whatever N, so
+    the same code serves one world (`TreasurehuntEnv`) and thousands (the vector env).
+    Internally agent positions are kept agent-major, ``(A, N)``, as flat indices into
+    ``cells.reshape(-1)`` (row offset included), so each agent's move is a handful of
+    contiguous gathers and scatters.
+    """
+
+    #: Most spawn successes drawn per generator call (bounds the buffer's memory).
+    max_spawn_block: int = 1 << 20
+
+    def __init__(self, params: WorldParams, num_worlds: int):
+        if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)):
+            raise TypeError(f"num_worlds must be an int, got {type(num_worlds).__name__} {num_worlds!r}")
+        if num_worlds < 1:
+            raise ValueError(f"num_worlds must be >= 1, got {num_worlds}")
+        self.params = params
+        self.vocab: Vocabulary = vocabulary()
+        wall, empty = self.vocab.wall, self.vocab.empty
+        self._empty, self._agent = empty, self.vocab.agent
+        self.num_worlds = n = int(num_worlds)
+        # At least one cell of wall padding, so that a move off the map (possible in a layout
+        # without border walls) bumps instead of wrapping into the next row or world.
+        r = params.vision_radius
+        self.pad = pad = max(r, 1)
+        self.padded_height, self.padded_width = params.height + 2 * pad, params.width + 2 * pad
+        self.row_size = self.padded_height * self.padded_width
+        self.cells = np.full((n, self.row_size), wall, dtype=np.int8)
+        self._flat = self.cells.reshape(-1)
+        self._row_base = np.arange(n, dtype=np.int64) * self.row_size
+        # (A, N) flat indices into self._flat (row offset included).
+        self._pos = np.repeat(self._row_base[None], params.num_agents, axis=0)
+        self.turn = np.zeros(n, dtype=np.int64)
+
+        pw = self.padded_width
+        deltas = self.vocab.action_deltas
+        self._moves = deltas[:, 0] * pw + deltas[:, 1]
+        dr, dc = np.meshgrid(np.arange(-r, r + 1), np.arange(-r, r + 1), indexing="ij")
+        self._view_offsets = (dr * pw + dc).reshape(-1).astype(np.int64)
+        self._windows = self._window_view()
+        self._window_corner = r * pw + r  # agent index - corner index
+        self._reward_by_code = self.vocab.values(params)
+        self._passable = self.vocab.passable
+        # (row, col) in map coordinates of every padded flat index: agent_rc is one gather.
+        prow, pcol = np.divmod(np.arange(self.row_size, dtype=np.int64), pw)
+        self._rc_of_index = np.stack([prow - pad, pcol - pad], axis=-1)
+        # Interior (non-border) map cells as flat padded indices: where agents may start.
+        rows, cols = np.meshgrid(np.arange(1, params.height - 1), np.arange(1, params.width - 1),
+                                 indexing="ij")
+        self._interior = ((rows + pad) * pw + (cols + pad)).reshape(-1).astype(np.int64)
+        self._empty_map = np.full((self.padded_height, self.padded_width), wall, dtype=np.int8)
+        self._empty_map[pad + 1 : pad + params.height - 1, pad + 1 : pad + params.width - 1] = empty
+        self._empty_map = self._empty_map.reshape(-1)
+        self._item_codes = self.vocab.spawn_codes
+        # Spawn trials run over every map cell of every world, in this order (world-major).
+        rows, cols = np.meshgrid(np.arange(params.height), np.arange(params.width), indexing="ij")
+        map_cells = ((rows + pad) * pw + (cols + pad)).reshape(-1)
+        self._spawn_cells = (self._row_base[:, None] + map_cells).reshape(-1)
+        self._trials_per_turn = self._spawn_cells.size
+        self.discard_buffered_draws()
+
+    def _window_view(self) -> np.ndarray:
+        """Every (V, V) window of the padded maps, keyed by the flat index of its top-left
+        cell: a read-only strided view of ``cells``, so a crop is one gather of windows."""
+        side, pw, step = self.params.view_size, self.padded_width, self._flat.strides[0]
+        span = (side - 1) * pw + side - 1
+        return np.lib.stride_tricks.as_strided(self._flat, shape=(self._flat.size - span, side, side),
+                                               strides=(step, pw * step, step), writeable=False)
+
+    # Views of ``cells`` must stay views after a copy or pickle: rebuild them.
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_flat"], state["_windows"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._flat = self.cells.reshape(-1)
+        self._windows = self._window_view()
+
+    # ----------------------------------------------------------------- state views
+    @property
+    def grid(self) -> np.ndarray:
+        """``(N, H, W)`` view of the maps without the padding (writes go through)."""
+        r, p = self.pad, self.params
+        return self.cells.reshape(self.num_worlds, self.padded_height, self.padded_width)[
+            :, r : r + p.height, r : r + p.width
+        ]
+
+    @property
+    def positions(self) -> np.ndarray:
+        """``(N, A)`` int64 flat indices of the agents into each world's padded row of ``cells``.
+
+        A read-only snapshot: move agents through ``reset``, ``load_layout`` or ``step``.
+        """
+        local = self._pos.T - self._row_base[:, None]
+        local.flags.writeable = False
+        return local
+
+    def agent_rc(self) -> np.ndarray:
+        """``(N, A, 2)`` agent (row, column) positions in map coordinates."""
+        return self._rc_of_index[self._pos.T - self._row_base[:, None]]
+
+    def world_agent_rc(self, world: int) -> np.ndarray:
+        """``(A, 2)`` agent (row, column) positions of one world (cheaper than ``agent_rc``)."""
+        local = self._pos[:, world]
+        return self._rc_of_index[local - self._row_base[world] if world else local]
+
+    def views(self) -> np.ndarray:
+        """``(N, A, V * V)`` int8 cell codes of each agent's egocentric window, row-major."""
+        if self.num_worlds <= 4:  # few windows: a per-cell gather has less overhead
+            return self._flat[self._pos.T[:, :, None] + self._view_offsets]
+        side = self.params.view_size
+        return self._windows[self._pos.T - self._window_corner].reshape(
+            self.num_worlds, self.params.num_agents, side * side)
+
+    def world_views(self, world: int) -> np.ndarray:
+        """``(A, V * V)`` int8 cell codes of the agents' windows in one world."""
+        return self._flat[self._pos[:, world, None] + self._view_offsets]
+
+    def truncated(self) -> np.ndarray:
+        return self.turn >= self.params.max_turns
+
+    # ----------------------------------------------------------------- transitions
+    def reset(self, rng: np.random.Generator, mask: np.ndarray | None = None) -> None:
+        """Start new episodes: empty map, border walls, agents on distinct random free cells.
+
+        ``mask`` ``(N,)`` bool selects the worlds to reset (all when None). A full reset also
+        discards the buffered spawn draws, so what follows depends only on ``rng``'s state.
+        """
+        if mask is None:
+            idx = np.arange(self.num_worlds)
+            self.discard_buffered_draws()
+        else:
+            idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return
+        self.cells[idx] = self._empty_map
+        keys = rng.random((idx.size, self._interior.size))
+        picks = np.argpartition(keys, self.params.num_agents - 1, axis=1)[:, : self.params.num_agents]
+        starts = self._interior[picks] + self._row_base[idx, None]  # (k, A) flat
+        self._pos[:, idx] = starts.T
+        self._flat[starts] = self._agent
+        self.turn[idx] = 0
+
+    def load_layout(self, world: int, grid: np.ndarray, agent_rc: np.ndarray) -> None:
+        """Put a parsed layout (see ``parse_layout``) into world ``world`` at turn 0."""
+        r = self.pad
+        padded = self.cells[world].reshape(self.padded_height, self.padded_width)
+        padded[:] = self.vocab.wall
+        padded[r : r + self.params.height, r : r + self.params.width] = grid
+        local = (agent_rc[:, 0] + r) * self.padded_width + (agent_rc[:, 1] + r)
+        self._pos[:, world] = local + self._row_base[world]
+        self.turn[world] = 0
+
+    def discard_buffered_draws(self) -> None:
+        """Forget pre-drawn spawn trials (the next ``step`` draws afresh from its ``rng``)."""
+        # Successes ("hits") along the endless sequence of spawn trials: turn after turn,
+        # each turn every map cell of every world in order (``_trials_per_turn`` trials).
+        # Per hit: its trial index (counted from the buffer's first turn), its flat cell and
+        # the item it places. ``_turn_ends[t]`` is the index of the first hit after turn t.
+        # -1 is a sentinel "last hit" so the first geometric gap g lands on trial g - 1.
+        self._hit_pos = np.array([-1], dtype=np.int64)
+        self._hit_cell = np.zeros(1, dtype=np.int64)
+        self._hit_kind = np.zeros(1, dtype=np.int8)
+        self._hit_next = 1  # index of the first unconsumed hit
+        self._turn_ends: list[int] = []
+        self._buffer_turn = 0  # the next turn to play, counted from the buffer's first turn
+
+    def step(self, actions: np.ndarray, rng: np.random.Generator,
+             active: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Advance every active world by one turn.
+
+        Agents move one after another in index order (agent 0, the learner, first), so an
+        agent may step into the cell another agent left earlier in the same turn. Then every
+        empty cell spawns an item with probability ``spawn_prob``.
+
+        Args:
+            actions: ``(N, A)`` integer actions in ``0..3`` (validated by the caller).
+            rng: the generator that draws the spawns. They are drawn ahead in blocks, so
+                pass the same generator every turn; another one takes over only after a
+                full ``reset`` or ``discard_buffered_draws``.
+            active: optional ``(N,)`` bool; inactive worlds do not change at all.
+
+        Returns:
+            rewards: ``(N, A)`` float32 points earned this turn.
+            target_codes: ``(N, A)`` int8 code of the cell each agent tried to enter (the item
+            when picked up, the wall when bumped, the agent when blocked, empty otherwise).
+            Both are fresh arrays (transposed views of agent-major storage).
+        """
+        flat, pos, num_agents = self._flat, self._pos, self.params.num_agents
+        delta = self._moves.take(actions.T)  # (A, N) flat offsets of the moves
+        if active is not None:
+            delta[:, ~active] = 0  # an inactive agent "moves" onto itself: blocked, no change
+        codes = np.empty((num_agents, self.num_worlds), dtype=np.int8)
+        for a in range(num_agents):
+            here = pos[a]  # a view: updated in place below
+            target = here + delta[a]
+            code = flat.take(target, out=codes[a])
+            flat[here] = self._empty
+            np.copyto(here, target, where=self._passable.take(code))
+            flat[here] = self._agent
+        rewards = self._reward_by_code.take(codes)
+        if active is not None:
+            inactive = ~active
+            rewards[:, inactive] = 0.0
+            codes[:, inactive] = self._empty
+            self.turn += active
+        else:
+            self.turn += 1
+        self._spawn(rng, active)
+        return rewards.T, codes.T
+
+    def _spawn(self, rng: np.random.Generator, active: np.ndarray | None) -> None:
+        """Each empty map cell of each active world becomes a uniform random item with prob. p.
+
+        The Bernoulli trials of all turns form one endless sequence; its successes are drawn
+        in blocks as cumulative geometric gaps (with their items), so a turn costs
+        O(N * cells * p) work and no generator call most turns. Blocks come from ``rng`` in
+        order, so the same generator state gives the same spawns.
+        """
+        p = self.params.spawn_prob
+        if p <= 0.0 or not len(self._item_codes):
+            return
+        flat = self._flat
+        if p >= 1.0:
+            cells = self._spawn_cells
+            if active is not None:
+                cells = cells.reshape(self.num_worlds, -1)[active].reshape(-1)
+            cells = cells[flat[cells] == self._empty]
+            flat[cells] = self._item_codes[rng.integers(0, len(self._item_codes), size=cells.size)]
+            return
+        if self._buffer_turn >= len(self._turn_ends):
+            self._draw_hits(rng)
+        first, last = self._hit_next, self._turn_ends[self._buffer_turn]
+        self._hit_next = last
+        self._buffer_turn += 1
+        if last == first:
+            return
+        cells = self._hit_cell[first:last]  # distinct: one trial per cell per turn
+        current = flat[cells]
+        hit = current == self._empty
+        if active is not None:
+            hit &= active.take(cells // self.row_size)
+        # Rewriting the non-hits with their own codes is cheaper than compressing twice.
+        flat[cells] = np.where(hit, self._hit_kind[first:last], current)
+
+    def _draw_hits(self, rng: np.random.Generator) -> None:
+        """Draw hits until at least the next turn is fully known; rebase to that turn."""
+        p, per_turn = self.params.spawn_prob, self._trials_per_turn
+        base = self._buffer_turn * per_turn
+        # Unconsumed hits all lie in the next turn (later turns would have been complete).
+        positions = [self._hit_pos[self._hit_next :] - base]
+        cells = [self._hit_cell[self._hit_next :]]
+        kinds = [self._hit_kind[self._hit_next :]]
+        last = int(self._hit_pos[-1]) - base  # the last drawn hit, maybe already consumed
+        # About 32 turns' worth of hits per draw: few generator calls, bounded memory.
+        block = int(min(max(256.0, 32.0 * per_turn * p), self.max_spawn_block))
+        while last < per_turn:
+            drawn = last + np.cumsum(rng.geometric(p, size=block))
+            positions.append(drawn)
+            cells.append(self._spawn_cells.take(drawn % per_turn))
+            kinds.append(self._item_codes.take(rng.integers(0, len(self._item_codes), size=block)))
+            last = int(drawn[-1])
+        self._hit_pos = np.concatenate(positions)
+        self._hit_cell = np.concatenate(cells)
+        self._hit_kind = np.concatenate(kinds)
+        self._hit_next = 0
+        self._buffer_turn = 0
+        complete_turns = last // per_turn  # turns whose every trial is decided
+        ends = np.arange(1, complete_turns + 1, dtype=np.int64) * per_turn
+        self._turn_ends = self._hit_pos.searchsorted(ends).tolist()

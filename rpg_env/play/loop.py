@@ -1,0 +1,229 @@
+"""The keyboard loop: maps keys to actions and draws the frames the envs render.
+
+It knows nothing about the world. Any env that follows the protocol (`rpg_env.envs.protocol`:
+one-hot observations, discrete actions, ``render_mode="rgb_array"``) can be played: the real
+game, an imagined one, or a wrapper that hides both. With several envs, Tab switches which one
+is shown and receives the keys (as DIAMOND's play loop switches between the game and the
+dream), or, with ``side_by_side``, all of them receive every key and are shown next to each
+other. The game is turn-based: nothing moves until a move key is pressed.
+
+Tests drive it headless by posting ``KEYDOWN`` events (``SDL_VIDEODRIVER=dummy``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from rpg_env.envs.protocol import describe
+
+DEFAULT_FPS = 30.0
+#: pygame key name -> action name; resolved against the env's ``action_names``.
+MOVE_KEYS = {"up": ("up", "w"), "down": ("down", "s"), "left": ("left", "a"), "right": ("right", "d")}
+
+
+def key_actions(action_names: Sequence[str] = ("up", "down", "left", "right")) -> dict[int, int]:
+    """pygame key code -> action index, for arrows and WASD (``action_names`` gives the order)."""
+    import pygame
+
+    keys = {}
+    for index, name in enumerate(action_names):
+        for key_name in MOVE_KEYS.get(name, ()):
+            keys[pygame.key.key_code(key_name)] = index
+    return keys
+
+
+@dataclass
+class PlaySummary:
+    """What happened in one `play` session, for the env that had the keys at the end (scores in
+    points: the learner's episode return)."""
+
+    episode_returns: list[float] = field(default_factory=list)  # finished or restarted episodes
+    score: float = 0.0  # return of the episode on screen when the session ended
+    turn: int = 0  # its turn
+    steps: int = 0  # moves made, all episodes
+    restarts: int = 0
+    frames: int = 0  # loop iterations (at most fps per second), each handling all pending events
+    quit: bool = False  # the player quit (Esc or closing the window), not max_frames
+    switches: int = 0  # Tab presses that changed the env on screen
+
+    @property
+    def final_score(self) -> float:
+        return self.score
+
+
+@dataclass
+class _Screen:
+    """One env and its episode as the loop sees it."""
+
+    name: str
+    env: gym.Env
+    max_turns: int | None
+    info: dict = field(default_factory=dict)
+    turn: int = 0
+    score: float = 0.0
+    over: bool = False
+    last: list[str] = field(default_factory=list)
+
+    def reset(self, seed: int | None, options: dict | None) -> None:
+        _, self.info = self.env.reset(seed=seed, options=options)
+        self.turn, self.score, self.over = int(self.info.get("turn", 0)), 0.0, False
+        self.score = float(self.info.get("episode_return", 0.0))
+        self.last = []
+
+    def step(self, action: int, action_name: str) -> None:
+        _, reward, terminated, truncated, self.info = self.env.step(action)
+        self.turn = int(self.info.get("turn", self.turn + 1))
+        self.score = float(self.info.get("episode_return", self.score + float(reward)))
+        self.last = [f"moved {action_name}", describe_step(float(reward), self.info)]
+        self.over = bool(terminated or truncated)
+
+    def header(self) -> str:
+        total = f"/{self.max_turns}" if self.max_turns else ""
+        return f"turn {self.turn}{total}   score {self.score:+g}"
+
+
+def describe_step(reward: float, info: Mapping[str, Any]) -> str:
+    """``"last move: +10 (gem)"`` from a step's reward and info (``pickups``, ``bumped``)."""
+    picked = [name for name, n in (info.get("pickups") or {}).items() if n]
+    if picked:
+        return f"last move: {reward:+g} ({picked[0]})"
+    if info.get("bumped"):
+        return f"last move: {reward:+g} (bumped a wall)"
+    return f"last move: {reward:+g}"
+
+
+def _screens(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env]) -> list[_Screen]:
+    if isinstance(envs, gym.Env):
+        envs = {"": envs}
+    elif not isinstance(envs, Mapping):
+        envs = {f"env {i + 1}": env for i, env in enumerate(envs)}
+    if not envs:
+        raise ValueError("play needs at least one env")
+    screens = []
+    for name, env in envs.items():
+        mode = getattr(env, "render_mode", None)
+        if mode != "rgb_array":
+            raise ValueError(f"play draws the frames the env renders: make {name or 'the env'} with "
+                             f"render_mode='rgb_array' (it has {mode!r})")
+        screens.append(_Screen(name, env, describe(env).max_turns))
+    return screens
+
+
+def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int | None = None,
+         options: dict | None = None, fps: float = DEFAULT_FPS, max_frames: int | None = None,
+         window=None, side_by_side: bool = False,
+         extra_keys: Mapping[int, Callable[[], str | None]] | None = None,
+         status: Callable[[gym.Env, dict], Sequence[str]] | None = None,
+         help_text: str | None = None, log: Callable[[str], None] | None = print) -> PlaySummary:
+    """Run the keyboard loop until the player quits (or ``max_frames`` frames).
+
+    Args:
+        envs: one env, a list, or ``{caption: env}``; each made with ``render_mode="rgb_array"``.
+        seed, options: passed to the first ``reset`` of every env; R restarts all of them with
+            the same ``options`` (e.g. a fixed ``layout``) and their continuing random streams.
+        fps: at most this many loop iterations per second; each handles every pending event
+            and redraws the window if anything happened (the game itself waits for keys).
+        max_frames: stop after this many iterations; None plays until the player quits.
+        window: a `rpg_env.render.PygameWindow` to draw in (made, and closed, here if None).
+        side_by_side: every env receives every key and all are shown; otherwise Tab switches.
+        extra_keys: pygame key code -> callback (e.g. a toggle); its return, if any, is shown
+            as a status line.
+        status: ``(env, info) -> lines`` added to the panel after each step (e.g. uncertainty).
+        help_text: the key-help line (default: the move, restart, switch and quit keys).
+        log: where the episode scores are reported (None: silent).
+    """
+    import pygame
+
+    from rpg_env.render import PLAY_HELP, PygameWindow
+
+    if max_frames is not None and max_frames < 1:
+        raise ValueError(f"max_frames must be >= 1 or None, got {max_frames}")
+    screens = _screens(envs)
+    action_names = describe(screens[0].env).action_names
+    keys = key_actions(action_names)
+    say = log or (lambda _msg: None)
+    if help_text is None:
+        help_text = PLAY_HELP + ("  ·  Tab switch" if len(screens) > 1 and not side_by_side else "")
+    own_window = window is None
+    if own_window:
+        window = PygameWindow(fps, help_text=help_text, close_on_quit=False)
+    pygame.key.set_repeat(300, 110)  # holding a key keeps moving, one turn per repeat
+    summary = PlaySummary()
+    active = 0
+    for screen in screens:
+        screen.reset(seed, options)
+    notes = ["your move"]
+
+    def finish_episode(screen: _Screen, reason: str) -> None:
+        summary.episode_returns.append(screen.score)
+        label = f" ({screen.name})" if len(screens) > 1 else ""
+        say(f"episode {len(summary.episode_returns)}{label} {reason} after {screen.turn} turns: "
+            f"score {screen.score:+g}")
+
+    def handle(event) -> None:
+        nonlocal active, notes
+        keyed = screens if side_by_side else [screens[active]]
+        if event.key == pygame.K_r:
+            for screen in keyed:
+                if not screen.over and screen.turn > 0:
+                    finish_episode(screen, "restarted")
+            for screen in screens:
+                screen.reset(None, options)
+            summary.restarts += 1
+            notes = ["new episode: your move"]
+        elif event.key == pygame.K_TAB and len(screens) > 1 and not side_by_side:
+            active = (active + 1) % len(screens)
+            summary.switches += 1
+            notes = [f"now playing: {screens[active].name}"]
+        elif extra_keys and event.key in extra_keys:
+            note = extra_keys[event.key]()
+            notes = [note] if note else notes
+        elif event.key in keys and not keyed[0].over:
+            action = keys[event.key]
+            for screen in keyed:
+                if not screen.over:
+                    screen.step(action, action_names[action])
+                    if screen.over:
+                        finish_episode(screen, "over")
+            summary.steps += 1
+            notes = []
+            if keyed[0].over:
+                notes = ["episode over:", "R plays again, Esc quits"]
+
+    def draw() -> None:
+        shown = screens if side_by_side else [screens[active]]
+        lines = list(shown[0].last)
+        if status is not None:
+            lines += list(status(shown[0].env, shown[0].info))
+        window.show([s.env.render() for s in shown], captions=[s.name for s in shown if s.name],
+                    header="   |   ".join(s.header() for s in shown), status=lines + notes)
+
+    dirty = True  # redraw only when something happened: an idle window costs no CPU
+    try:
+        while not summary.quit:
+            for event in pygame.event.get():
+                # Keys change the game; an exposed window needs repainting; the rest does not.
+                dirty = dirty or event.type in (pygame.KEYDOWN, pygame.VIDEOEXPOSE, pygame.WINDOWEXPOSED)
+                if event.type == pygame.QUIT or (event.type == pygame.KEYDOWN
+                                                 and event.key == pygame.K_ESCAPE):
+                    summary.quit = True
+                    break
+                if event.type == pygame.KEYDOWN:
+                    handle(event)
+            if dirty:
+                draw()
+                dirty = False
+            else:
+                window.tick()
+            summary.frames += 1
+            if max_frames is not None and summary.frames >= max_frames:
+                break
+    finally:
+        if own_window:
+            window.close()
+    summary.score, summary.turn = screens[active].score, screens[active].turn
+    return summary

@@ -1,0 +1,58 @@
+"""Features extractors sized for the stacked one-hot egocentric view ``(6 * k, V, V)``.
+
+SB3's `NatureCNN` assumes Atari frames (8x8 stride-4 kernels need at least 36x36 pixels) and
+fails on a 9x9 view. The view here is tiny and every cell matters, so the CNN keeps full
+resolution (3x3 kernels, padding 1, no stride): each output cell sees its 5x5 neighbourhood
+after two layers, and the linear head reads off where things are relative to the centre
+(the agent). The MLP variant flattens the view directly.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from torch import nn
+
+
+class GridCNN(BaseFeaturesExtractor):
+    """``(B, C, V, V)`` float one-hot stack -> ``(B, features_dim)`` features.
+
+    :param observation_space: channel-first Box ``(C, V, V)`` (C = 6 cell kinds x frames).
+    :param channels: output channels of each 3x3 convolution (same padding, stride 1).
+    :param features_dim: width of the linear layer after flattening.
+    """
+
+    def __init__(self, observation_space: gym.spaces.Box, channels: tuple[int, ...] = (32, 16),
+                 features_dim: int = 64) -> None:
+        super().__init__(observation_space, features_dim)
+        if len(observation_space.shape) != 3:
+            raise ValueError(f"GridCNN needs a (C, V, V) observation space, got shape "
+                             f"{observation_space.shape}")
+        in_ch, height, width = observation_space.shape
+        layers: list[nn.Module] = []
+        for out_ch in channels:
+            layers += [nn.Conv2d(in_ch, out_ch, kernel_size=3, padding=1), nn.ReLU()]
+            in_ch = out_ch
+        self.cnn = nn.Sequential(*layers, nn.Flatten())
+        self.linear = nn.Sequential(nn.Linear(in_ch * height * width, features_dim), nn.ReLU())
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.cnn(observations))
+
+
+class GridMLP(BaseFeaturesExtractor):
+    """``(B, C, V, V)`` -> flatten -> ``(B, features_dim)`` with one hidden ReLU layer."""
+
+    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 128) -> None:
+        super().__init__(observation_space, features_dim)
+        n_in = int(torch.tensor(observation_space.shape).prod())
+        self.mlp = nn.Sequential(nn.Flatten(), nn.Linear(n_in, features_dim), nn.ReLU())
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.mlp(observations)
+
+
+#: Names usable in configs (``net.extractor``); loading a model resolves the class by name,
+#: never by unpickling it.
+EXTRACTORS: dict[str, type[BaseFeaturesExtractor]] = {"cnn": GridCNN, "mlp": GridMLP}
