@@ -113,6 +113,93 @@ def _screens(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env]) -> list[
     return screens
 
 
+class _Session:
+    """The state of one `play` session: the screens, which one has the keys, the window."""
+
+    def __init__(self, screens: list[_Screen], window, options: dict | None, side_by_side: bool,
+                 extra_keys: Mapping[int, Callable[[], str | None]], status, log) -> None:
+        import pygame
+
+        self.pg = pygame
+        self.screens, self.window, self.options = screens, window, options
+        self.side_by_side, self.extra_keys, self.status = side_by_side, dict(extra_keys), status
+        self.say = log or (lambda _msg: None)
+        self.action_names = describe(screens[0].env).action_names
+        self.keys = key_actions(self.action_names)
+        self.summary = PlaySummary()
+        self.active = 0
+        self.notes = ["your move"]
+
+    @property
+    def keyed(self) -> list[_Screen]:
+        """The screens a key acts on (and that are shown)."""
+        return self.screens if self.side_by_side else [self.screens[self.active]]
+
+    def finish_episode(self, screen: _Screen, reason: str) -> None:
+        self.summary.episode_returns.append(screen.score)
+        label = f" ({screen.name})" if len(self.screens) > 1 else ""
+        self.say(f"episode {len(self.summary.episode_returns)}{label} {reason} after {screen.turn} turns: "
+                 f"score {screen.score:+g}")
+
+    def handle_key(self, key: int) -> None:
+        pg, keyed = self.pg, self.keyed
+        if key == pg.K_r:
+            for screen in keyed:
+                if not screen.over and screen.turn > 0:
+                    self.finish_episode(screen, "restarted")
+            for screen in self.screens:
+                screen.reset(None, self.options)
+            self.summary.restarts += 1
+            self.notes = ["new episode: your move"]
+        elif key == pg.K_TAB and len(self.screens) > 1 and not self.side_by_side:
+            self.active = (self.active + 1) % len(self.screens)
+            self.summary.switches += 1
+            self.notes = [f"now playing: {self.screens[self.active].name}"]
+        elif key in self.extra_keys:
+            note = self.extra_keys[key]()
+            self.notes = [note] if note else self.notes
+        elif key in self.keys and not keyed[0].over:
+            action = self.keys[key]
+            for screen in keyed:
+                if not screen.over:
+                    screen.step(action, self.action_names[action])
+                    if screen.over:
+                        self.finish_episode(screen, "over")
+            self.summary.steps += 1
+            self.notes = ["episode over:", "R plays again, Esc quits"] if keyed[0].over else []
+
+    def draw(self) -> None:
+        shown = self.keyed
+        lines = list(shown[0].last)
+        if self.status is not None:
+            lines += list(self.status(shown[0].env, shown[0].info))
+        self.window.show([s.env.render() for s in shown], captions=[s.name for s in shown if s.name],
+                         header="   |   ".join(s.header() for s in shown), status=lines + self.notes)
+
+    def run(self, max_frames: int | None) -> PlaySummary:
+        pg, summary = self.pg, self.summary
+        dirty = True  # redraw only when something happened: an idle window costs no CPU
+        while not summary.quit:
+            for event in pg.event.get():
+                # Keys change the game; an exposed window needs repainting; the rest does not.
+                dirty = dirty or event.type in (pg.KEYDOWN, pg.VIDEOEXPOSE, pg.WINDOWEXPOSED)
+                if event.type == pg.QUIT or (event.type == pg.KEYDOWN and event.key == pg.K_ESCAPE):
+                    summary.quit = True
+                    break
+                if event.type == pg.KEYDOWN:
+                    self.handle_key(event.key)
+            if dirty:
+                self.draw()
+                dirty = False
+            else:
+                self.window.tick()
+            summary.frames += 1
+            if max_frames is not None and summary.frames >= max_frames:
+                break
+        summary.score, summary.turn = self.screens[self.active].score, self.screens[self.active].turn
+        return summary
+
+
 def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int | None = None,
          options: dict | None = None, fps: float = DEFAULT_FPS, max_frames: int | None = None,
          window=None, side_by_side: bool = False,
@@ -143,87 +230,17 @@ def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int
     if max_frames is not None and max_frames < 1:
         raise ValueError(f"max_frames must be >= 1 or None, got {max_frames}")
     screens = _screens(envs)
-    action_names = describe(screens[0].env).action_names
-    keys = key_actions(action_names)
-    say = log or (lambda _msg: None)
     if help_text is None:
         help_text = PLAY_HELP + ("  ·  Tab switch" if len(screens) > 1 and not side_by_side else "")
     own_window = window is None
     if own_window:
         window = PygameWindow(fps, help_text=help_text, close_on_quit=False)
     pygame.key.set_repeat(300, 110)  # holding a key keeps moving, one turn per repeat
-    summary = PlaySummary()
-    active = 0
     for screen in screens:
         screen.reset(seed, options)
-    notes = ["your move"]
-
-    def finish_episode(screen: _Screen, reason: str) -> None:
-        summary.episode_returns.append(screen.score)
-        label = f" ({screen.name})" if len(screens) > 1 else ""
-        say(f"episode {len(summary.episode_returns)}{label} {reason} after {screen.turn} turns: "
-            f"score {screen.score:+g}")
-
-    def handle(event) -> None:
-        nonlocal active, notes
-        keyed = screens if side_by_side else [screens[active]]
-        if event.key == pygame.K_r:
-            for screen in keyed:
-                if not screen.over and screen.turn > 0:
-                    finish_episode(screen, "restarted")
-            for screen in screens:
-                screen.reset(None, options)
-            summary.restarts += 1
-            notes = ["new episode: your move"]
-        elif event.key == pygame.K_TAB and len(screens) > 1 and not side_by_side:
-            active = (active + 1) % len(screens)
-            summary.switches += 1
-            notes = [f"now playing: {screens[active].name}"]
-        elif extra_keys and event.key in extra_keys:
-            note = extra_keys[event.key]()
-            notes = [note] if note else notes
-        elif event.key in keys and not keyed[0].over:
-            action = keys[event.key]
-            for screen in keyed:
-                if not screen.over:
-                    screen.step(action, action_names[action])
-                    if screen.over:
-                        finish_episode(screen, "over")
-            summary.steps += 1
-            notes = []
-            if keyed[0].over:
-                notes = ["episode over:", "R plays again, Esc quits"]
-
-    def draw() -> None:
-        shown = screens if side_by_side else [screens[active]]
-        lines = list(shown[0].last)
-        if status is not None:
-            lines += list(status(shown[0].env, shown[0].info))
-        window.show([s.env.render() for s in shown], captions=[s.name for s in shown if s.name],
-                    header="   |   ".join(s.header() for s in shown), status=lines + notes)
-
-    dirty = True  # redraw only when something happened: an idle window costs no CPU
+    session = _Session(screens, window, options, side_by_side, extra_keys or {}, status, log)
     try:
-        while not summary.quit:
-            for event in pygame.event.get():
-                # Keys change the game; an exposed window needs repainting; the rest does not.
-                dirty = dirty or event.type in (pygame.KEYDOWN, pygame.VIDEOEXPOSE, pygame.WINDOWEXPOSED)
-                if event.type == pygame.QUIT or (event.type == pygame.KEYDOWN
-                                                 and event.key == pygame.K_ESCAPE):
-                    summary.quit = True
-                    break
-                if event.type == pygame.KEYDOWN:
-                    handle(event)
-            if dirty:
-                draw()
-                dirty = False
-            else:
-                window.tick()
-            summary.frames += 1
-            if max_frames is not None and summary.frames >= max_frames:
-                break
+        return session.run(max_frames)
     finally:
         if own_window:
             window.close()
-    summary.score, summary.turn = screens[active].score, screens[active].turn
-    return summary
