@@ -8,6 +8,7 @@ of an input error too.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +22,14 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
     InputError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
 )
 EXIT_INPUT_ERROR = 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """`argparse.ArgumentParser` whose usage errors are `InputError`s, so a bad option fails like
+    every other bad input: one ``error:`` line (with a pointer to ``--help``) and exit status 2."""
+
+    def error(self, message: str):
+        raise InputError(f"{message} (see {self.prog} --help)")
 
 
 def one_line(err: BaseException) -> str:

@@ -18,6 +18,8 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
+from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.errors import InputError
 from rpg_env.policies import BatchPolicy, GreedyPolicy, RandomPolicy
 from rpg_env.provenance import provenance
 from rpg_env.render import annotate, save_animation, save_png
@@ -92,7 +94,7 @@ def run_demo(out: str | Path = DEFAULT_OUT, *, seed: int = 0, turns: int = 100,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m rpg_env.demo",
         description="Play a short seeded game with the scripted greedy agent; write a GIF and a PNG.")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default out/demo)")
@@ -105,12 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> DemoResult:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.turns < 1:
-        parser.error(f"--turns must be >= 1, got {args.turns}")
+        raise InputError(f"--turns must be >= 1, got {args.turns}")
     if not args.fps > 0:
-        parser.error(f"--fps must be > 0, got {args.fps}")
+        raise InputError(f"--fps must be > 0, got {args.fps}")
     result = run_demo(args.out, seed=args.seed, turns=args.turns, co_policy=args.co_policy,
                       fps=args.fps)
     print(f"greedy agent: score {result.greedy.score:+g} in {result.greedy.turns} turns "
@@ -124,4 +125,4 @@ def main(argv: Sequence[str] | None = None) -> DemoResult:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

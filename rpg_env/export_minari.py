@@ -17,9 +17,7 @@ began with a seeded reset, and per-step infos ``game_id``, ``agent_id`` and ``so
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,9 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.trajectories import TrajectoryFile, TrajectoryFormatError
+from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.errors import InputError
+from rpg_env.trajectories import TrajectoryFile
 
 BATCH_EPISODES = 256
 
@@ -37,7 +37,7 @@ def _require_minari():
     try:
         import minari
     except ModuleNotFoundError as err:
-        raise ModuleNotFoundError(
+        raise InputError(
             "exporting to Minari needs the optional dependency 'minari': "
             "pip install 'rpg-treasurehunt[minari]' (or: pip install minari)") from err
     return minari
@@ -51,7 +51,7 @@ def select_streams(tf: TrajectoryFile, agents: str = "0", policy_id: str | None 
         try:
             wanted = [int(a) for a in agents.split(",") if a.strip()]
         except ValueError as err:
-            raise ValueError(f"--agents must be 'all' or comma-separated agent ids like '0' or "
+            raise InputError(f"--agents must be 'all' or comma-separated agent ids like '0' or "
                              f"'0,1', got {agents!r}") from err
         keep &= np.isin(ep["agent_id"], wanted)
     if policy_id is not None:
@@ -79,12 +79,12 @@ def export(
 
     with TrajectoryFile(src) as tf:
         if tf.meta["env_id"] not in gym.registry:
-            raise ValueError(f"{src} was recorded in {tf.meta['env_id']!r}, which is not registered")
+            raise InputError(f"{src} was recorded in {tf.meta['env_id']!r}, which is not registered")
         indices = select_streams(tf, agents, policy_id)
         if max_episodes is not None:
             indices = indices[: int(max_episodes)]
         if not len(indices):
-            raise ValueError(f"no streams of {src} match agents={agents!r}, policy_id={policy_id!r}; "
+            raise InputError(f"no streams of {src} match agents={agents!r}, policy_id={policy_id!r}; "
                              f"the file has policies {sorted(set(tf.episodes['policy_id'].tolist()))} "
                              f"and agents {sorted(set(tf.episodes['agent_id'].tolist()))}")
         if dataset_id in minari.list_local_datasets():
@@ -143,7 +143,7 @@ def _buffer(tf: TrajectoryFile, i: int, episode_id: int, buffer_cls: Any):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rpg_env.export_minari",
+    parser = ArgumentParser(prog="python -m rpg_env.export_minari",
                                      description="Export a trajectory file to a Minari dataset.")
     parser.add_argument("path", type=Path, help="trajectory file (.h5)")
     parser.add_argument("--dataset-id", required=True,
@@ -159,19 +159,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing local dataset")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        dataset = export(args.path, args.dataset_id, agents=args.agents, policy_id=args.policy_id,
-                         max_episodes=args.max_episodes, overwrite=args.overwrite, author=args.author,
-                         code_permalink=args.code_permalink,
-                         description=args.description, progress=not args.no_progress)
-    except (TrajectoryFormatError, FileNotFoundError, FileExistsError, ValueError,
-            ModuleNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    dataset = export(args.path, args.dataset_id, agents=args.agents, policy_id=args.policy_id,
+                     max_episodes=args.max_episodes, overwrite=args.overwrite, author=args.author,
+                     code_permalink=args.code_permalink, description=args.description,
+                     progress=not args.no_progress)
     print(f"exported {dataset.total_episodes} episodes ({dataset.total_steps} steps) to Minari dataset "
           f"{args.dataset_id!r}; open it with minari.load_dataset({args.dataset_id!r})")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

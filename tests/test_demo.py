@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from rpg_env.cli import command_status
 from rpg_env.demo import main, play_episode, run_demo
 from rpg_env.policies import GreedyPolicy, RandomPolicy
 
@@ -69,9 +70,9 @@ def test_demo_main_prints_the_gif_path_last(tmp_path, capsys):
     (["--co-policy", "clever"], "invalid choice"),
 ])
 def test_demo_rejects_bad_arguments(tmp_path, capsys, argv, match):
-    with pytest.raises(SystemExit) as exc:
-        main(["--out", str(tmp_path), *argv])
-    assert exc.value.code == 2 and match in capsys.readouterr().err
+    assert command_status(main, ["--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.startswith("error: ") and err.count("\n") == 1
     assert not list(tmp_path.iterdir())
 
 

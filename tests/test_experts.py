@@ -12,6 +12,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecFrameStack
 
 import rpg_env
+from rpg_env.cli import command_status
 from rpg_env.experts import PRETRAINED, pretrained_path
 from rpg_env.experts.__main__ import main
 from rpg_env.experts.config import ConfigError, apply_overrides, from_dict, load_config, read_yaml
@@ -92,12 +93,13 @@ def test_malformed_config_files(tmp_path):
 
 
 def test_cli_reports_config_errors_without_traceback(capsys, tmp_path):
-    assert main(["train", "--algo", "dqn", "--out", str(tmp_path / "run"), "gama=0.9"]) == 2
+    assert command_status(main, ["train", "--algo", "dqn", "--out", str(tmp_path / "run"), "gama=0.9"]) == 2
     err = capsys.readouterr().err
     assert "error: unknown override key 'gama'" in err and "gamma" in err
     assert not (tmp_path / "run").exists()
     # A value only SB3 can judge fails while building the model, before the folder exists.
-    assert main(["train", "--algo", "dqn", "--out", str(tmp_path / "run"), "train_freq=[4, fortnight]"]) == 2
+    argv = ["train", "--algo", "dqn", "--out", str(tmp_path / "run"), "train_freq=[4, fortnight]"]
+    assert command_status(main, argv) == 2
     assert "fortnight" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
@@ -261,7 +263,7 @@ def test_watch_headless_writes_gif(tmp_path, capsys, dqn_path):
     with Image.open(gif) as image:
         assert image.n_frames > 10  # identical consecutive frames may merge
         assert image.size[0] > 100
-    assert main(["watch", str(dqn_path), "--out", str(tmp_path / "expert.avi")]) == 2
+    assert command_status(main, ["watch", str(dqn_path), "--out", str(tmp_path / "expert.avi")]) == 2
     assert "must end in .gif or .mp4" in capsys.readouterr().err
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
+from rpg_env.cli import command_status
 from rpg_env.experts.__main__ import main
 from rpg_env.experts.config import from_dict
 from rpg_env.experts.policy import SB3Policy, load_expert
@@ -54,7 +55,7 @@ def test_dqn_training_writes_complete_run_folder(tmp_path):
     assert actions.shape == (5,) and actions.dtype == np.int64
 
     # A run folder is never overwritten.
-    assert main(["train", "--algo", "dqn", "--out", str(run), *TINY, "timesteps=100"]) == 2
+    assert command_status(main, ["train", "--algo", "dqn", "--out", str(run), *TINY, "timesteps=100"]) == 2
     assert load_expert(run / "model.zip").num_timesteps == model.num_timesteps
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rpg_env.cli import command_status
+
 minari = pytest.importorskip("minari")
 
 from rpg_env.export_minari import main  # noqa: E402
@@ -50,17 +52,17 @@ def test_export_all_agents_policy_filter_and_errors(source, capsys):
     assert main([str(source), "--dataset-id", "treasurehunt/all-v0", "--agents", "all",
                  "--no-progress"]) == 0
     assert minari.load_dataset("treasurehunt/all-v0").total_episodes == 8
-    assert main([str(source), "--dataset-id", "treasurehunt/all-v0", "--no-progress"]) == 2
+    assert command_status(main, [str(source), "--dataset-id", "treasurehunt/all-v0", "--no-progress"]) == 2
     assert "already exists" in capsys.readouterr().err
     assert main([str(source), "--dataset-id", "treasurehunt/all-v0", "--overwrite", "--policy-id",
                  "random", "--agents", "all", "--no-progress"]) == 0
     assert minari.load_dataset("treasurehunt/all-v0").total_episodes == 4
-    assert main([str(source), "--dataset-id", "treasurehunt/none-v0", "--policy-id", "nobody",
+    assert command_status(main, [str(source), "--dataset-id", "treasurehunt/none-v0", "--policy-id", "nobody",
                  "--no-progress"]) == 2
     assert "no streams" in capsys.readouterr().err
-    assert main([str(source), "--dataset-id", "treasurehunt/x-v0", "--agents", "one",
+    assert command_status(main, [str(source), "--dataset-id", "treasurehunt/x-v0", "--agents", "one",
                  "--no-progress"]) == 2
     junk = source.with_name("junk.h5")
     junk.write_bytes(b"junk" * 100)
-    assert main([str(junk), "--dataset-id", "treasurehunt/junk-v0", "--no-progress"]) == 2
+    assert command_status(main, [str(junk), "--dataset-id", "treasurehunt/junk-v0", "--no-progress"]) == 2
     assert "not an HDF5 file" in capsys.readouterr().err

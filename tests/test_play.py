@@ -226,10 +226,9 @@ def test_main_plays_from_the_command_line_and_prints_the_score(capsys):
     ],
 )
 def test_main_rejects_bad_arguments(argv, match, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    assert match in capsys.readouterr().err
+    assert command_status(main, argv) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.startswith("error: ") and err.count("\n") == 1
 
 
 def test_main_reports_a_bad_map_size(capsys):

@@ -6,12 +6,13 @@ import argparse
 import shlex
 import sys
 
-from rpg_env.experts.config import ALGOS, ConfigError
+from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.experts.config import ALGOS
 from rpg_env.experts.evaluate import DEFAULT_EPISODES, DEFAULT_SEED
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m rpg_env.experts",
         description="Train, evaluate, profile and watch SB3 experts on Treasurehunt-v0 (docs/experts.md).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -49,35 +50,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "train":
-            from rpg_env.experts.config import load_config
-            from rpg_env.experts.train import train
+    if args.command == "train":
+        from rpg_env.experts.config import load_config
+        from rpg_env.experts.train import train
 
-            cfg = load_config(args.algo, args.config, args.overrides)
-            command = "python -m rpg_env.experts " + shlex.join(argv if argv is not None else sys.argv[1:])
-            run_dir = train(cfg, args.out, command=command)
-            print(f"run folder: {run_dir}")
-        elif args.command == "evaluate":
-            from rpg_env.experts.evaluate import evaluate_cli
+        cfg = load_config(args.algo, args.config, args.overrides)
+        command = "python -m rpg_env.experts " + shlex.join(argv if argv is not None else sys.argv[1:])
+        run_dir = train(cfg, args.out, command=command)
+        print(f"run folder: {run_dir}")
+    elif args.command == "evaluate":
+        from rpg_env.experts.evaluate import evaluate_cli
 
-            evaluate_cli(args.model, episodes=args.episodes, seed=args.seed, json_path=args.json)
-        elif args.command == "profile":
-            from rpg_env.experts.evaluate import profile_cli
+        evaluate_cli(args.model, episodes=args.episodes, seed=args.seed, json_path=args.json)
+    elif args.command == "profile":
+        from rpg_env.experts.evaluate import profile_cli
 
-            profile_cli(args.models, episodes=args.episodes, seed=args.seed, json_path=args.json)
-        else:
-            from rpg_env.experts.watch import watch
+        profile_cli(args.models, episodes=args.episodes, seed=args.seed, json_path=args.json)
+    else:
+        from rpg_env.experts.watch import watch
 
-            result = watch(args.model, out=args.out, seed=args.seed, episodes=args.episodes, fps=args.fps)
-            returns = ", ".join(f"{r:+g}" for r in result["returns"])
-            print(f"returns: {returns}" + (f"; wrote {result['frames']} frames to {args.out}"
-                                           if args.out else ""))
-    except (ConfigError, FileNotFoundError, FileExistsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        result = watch(args.model, out=args.out, seed=args.seed, episodes=args.episodes, fps=args.fps)
+        returns = ", ".join(f"{r:+g}" for r in result["returns"])
+        wrote = f"; wrote {result['frames']} frames to {args.out}" if args.out else ""
+        print(f"returns: {returns}{wrote}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -23,7 +23,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
 
 import rpg_env
-from rpg_env.experts.config import ExpertConfig, algo_class, env_defaults
+from rpg_env.experts.config import ConfigError, ExpertConfig, algo_class, env_defaults
 from rpg_env.policies.sb3 import expert_spec, policy_kwargs_from_net
 from rpg_env.provenance import pinned_torch_threads, provenance
 
@@ -48,9 +48,13 @@ def make_training_env(cfg: ExpertConfig, n_envs: int, seed: int) -> VecEnv:
 def build_model(cfg: ExpertConfig, venv: VecEnv, tensorboard_log: str | None):
     """The SB3 model for ``cfg`` with the JSON record `load_expert` needs set on it."""
     cls = algo_class(cfg.algo)
-    model = cls("CnnPolicy", venv, seed=cfg.seed, verbose=0, device="cpu",
-                tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs_from_net(vars(cfg.net)),
-                **cfg.hyperparams)
+    try:
+        model = cls("CnnPolicy", venv, seed=cfg.seed, verbose=0, device="cpu",
+                    tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs_from_net(vars(cfg.net)),
+                    **cfg.hyperparams)
+    except (ValueError, TypeError, AssertionError) as err:  # SB3 validates its arguments here
+        raise ConfigError(f"Stable-Baselines3 refused the {cfg.algo.upper()} settings: {err}; change the "
+                          f"hyperparams in the config or overrides") from err
     radius = cfg.env.get("vision_radius", env_defaults()["vision_radius"])
     model.rpg_expert = expert_spec(cfg.algo, cfg.frame_stack, radius, vars(cfg.net), cfg.env, cfg.seed)
     return model

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
+from rpg_env.errors import InputError
 from rpg_env.policies.sb3 import SB3Policy
 from rpg_env.render import VIDEO_SUFFIXES, save_animation
 from rpg_env.rollout import rollout
@@ -26,7 +27,7 @@ def watch(model: str | Path, out: str | Path | None = None, seed: int = 0, episo
     kwargs.update(env_kwargs or {})
     if out is not None:  # refuse a bad path before playing, not after
         if Path(out).suffix.lower() not in VIDEO_SUFFIXES:
-            raise ValueError(f"--out must end in {' or '.join(VIDEO_SUFFIXES)}, got {str(out)!r}")
+            raise InputError(f"--out must end in {' or '.join(VIDEO_SUFFIXES)}, got {str(out)!r}")
     env = gym.make(rpg_env.ENV_ID, render_mode="rgb_array" if out is not None else "human", **kwargs)
     policy.check_view_shape(env.observation_space.shape)
     if out is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import gymnasium as gym
 
 import rpg_env
-from rpg_env.cli import run_command
+from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.errors import InputError
 from rpg_env.play.loop import DEFAULT_FPS, PlaySummary, play
 from rpg_env.recorder import HDF5Recorder
@@ -33,7 +33,7 @@ def _co_policy_arg(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m rpg_env.play",
         description="Play Treasurehunt with the keyboard: arrows/WASD move, R restarts, Esc quits.")
     parser.add_argument("--height", type=int, default=20, help="map rows, border walls included")
