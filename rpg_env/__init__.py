@@ -33,8 +33,8 @@ _LAZY = {
     "RandomPolicy": "rpg_env.policies",
     "BatchPolicy": "rpg_env.policies",
     "make_policy": "rpg_env.policies",
-    "HDF5Recorder": "rpg_env.recorder",
-    "HDF5VectorRecorder": "rpg_env.recorder",
+    "HDF5Recorder": "rpg_env.trajectories",
+    "HDF5VectorRecorder": "rpg_env.trajectories",
     "TrajectoryFile": "rpg_env.trajectories",
 }
 

@@ -33,7 +33,7 @@ from rpg_env.game.world import WorldParams
 from rpg_env.policies import BatchPolicy, make_policy
 from rpg_env.provenance import pinned_torch_threads
 from rpg_env.rollout import Step, rollout
-from rpg_env.trajectories import TrajectoryFormatError
+from rpg_env.trajectories import HDF5VectorRecorder, TrajectoryFormatError
 
 DEFAULT_NUM_ENVS = 64
 
@@ -68,8 +68,6 @@ def record(
     while recording when the policies use torch (None: leave torch's default); the caller's
     setting is restored afterwards.
     """
-    from rpg_env.recorder import HDF5VectorRecorder
-
     if int(episodes) < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if int(num_envs) < 1:

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 import rpg_env
-from rpg_env.recorder import HDF5Recorder, HDF5VectorRecorder
 from rpg_env.trajectories import (
     FLAG_INTERRUPTED,
     FLAG_TRUNCATED,
     EnvMismatchError,
+    HDF5Recorder,
+    HDF5VectorRecorder,
     TrajectoryFile,
     TrajectoryFormatError,
     UncleanFileError,
@@ -204,7 +205,7 @@ def test_vector_recorder_learner_only_and_max_games(tmp_path):
 # --------------------------------------------------------------------------- SIGKILL
 CHILD = textwrap.dedent("""
     import sys, numpy as np, gymnasium as gym, rpg_env
-    from rpg_env.recorder import HDF5Recorder
+    from rpg_env.trajectories import HDF5Recorder
     env = HDF5Recorder(gym.make(rpg_env.ENV_ID, **{small!r}), sys.argv[1], policy_id="random")
     rng = np.random.default_rng(0)
     env.reset(seed=3)
@@ -290,3 +291,114 @@ def test_three_agents_give_three_streams_per_game(tmp_path):
         assert tf.episodes["agent_id"].tolist() == [0, 1, 2] * 2
         assert tf.episodes["policy_id"].tolist() == ["me", "greedy", "greedy"] * 2
         np.testing.assert_array_equal(tf.episode(5)["obs"][0], first_co)
+
+
+# --------------------------------------------------------------------------- envs that hide the game
+def test_old_import_path_still_works():
+    from rpg_env import recorder
+
+    assert recorder.HDF5Recorder is HDF5Recorder and recorder.HDF5VectorRecorder is HDF5VectorRecorder
+    assert rpg_env.HDF5Recorder is HDF5Recorder
+
+
+class HiddenGame(gym.Env):
+    """Treasurehunt-v0 behind a plain `gym.Env`: no spec, no world, no params, only the spaces,
+    the metadata of the env protocol and the Gymnasium methods."""
+
+    def __init__(self, drop_rules: bool = False, **kwargs):
+        self._inner = gym.make(rpg_env.ENV_ID, render_mode="rgb_array", **kwargs)
+        self.observation_space = self._inner.observation_space
+        self.action_space = self._inner.action_space
+        self.metadata = {k: v for k, v in self._inner.metadata.items() if not (drop_rules and k == "rules")}
+        self.render_mode = "rgb_array"
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        return self._inner.step(action)
+
+    def render(self):
+        return self._inner.render()
+
+    def close(self):
+        self._inner.close()
+
+
+class HiddenVectorGame(gym.vector.VectorEnv):
+    """The native Treasurehunt vector env behind a plain `VectorEnv`, hiding the game likewise."""
+
+    def __init__(self, num_envs: int, drop_rules: bool = False, **kwargs):
+        self._inner = gym.make_vec(rpg_env.ENV_ID, num_envs=num_envs, render_mode="rgb_array", **kwargs)
+        self.num_envs = num_envs
+        self.observation_space = self._inner.observation_space
+        self.action_space = self._inner.action_space
+        self.single_observation_space = self._inner.single_observation_space
+        self.single_action_space = self._inner.single_action_space
+        self.metadata = {k: v for k, v in self._inner.metadata.items() if not (drop_rules and k == "rules")}
+        self.render_mode = "rgb_array"
+
+    def reset(self, *, seed=None, options=None):
+        return self._inner.reset(seed=seed, options=options)
+
+    def step(self, actions):
+        return self._inner.step(actions)
+
+    def render(self):
+        return self._inner.render()
+
+    def close(self, **kwargs):
+        self._inner.close(**kwargs)
+
+
+@pytest.mark.parametrize("drop_rules", [False, True])
+def test_single_recorder_records_an_env_that_hides_the_game(tmp_path, drop_rules):
+    settings = {**SMALL, "num_agents": 3, "co_policy": "greedy"}
+    hidden = HiddenGame(drop_rules=drop_rules, **settings)
+    assert hidden.spec is None and not hasattr(hidden.unwrapped, "params")
+    digests, metas = [], []
+    for name, env in (("real", gym.make(rpg_env.ENV_ID, **settings)), ("hidden", hidden)):
+        rec = HDF5Recorder(env, tmp_path / f"{name}.h5", policy_id="me")
+        play(rec, games=2, seed=21)
+        assert rec.agents_recorded == 3 and rec.games_recorded == 2
+        rec.close()
+        with TrajectoryFile(tmp_path / f"{name}.h5") as tf:
+            digests.append(tf.digest())
+            metas.append(tf.meta)
+            assert tf.episodes["policy_id"].tolist() == ["me", "greedy", "greedy"] * 2
+    assert digests[0] == digests[1]
+    assert metas[0]["env_id"] == rpg_env.ENV_ID and metas[1]["env_id"] == "HiddenGame"
+    assert metas[1]["env_kwargs"] == ({} if drop_rules else metas[0]["env_kwargs"])
+    assert metas[1]["obs_shape"] == metas[0]["obs_shape"]
+    assert metas[1]["channel_names"] == metas[0]["channel_names"]
+
+
+@pytest.mark.parametrize(("mode", "drop_rules"), [("NextStep", False), ("SameStep", False),
+                                                  ("NextStep", True)])
+def test_vector_recorder_records_a_vector_env_that_hides_the_game(tmp_path, mode, drop_rules):
+    settings = {**SMALL, "autoreset_mode": mode, "co_policy": "greedy"}
+    digests = []
+    for name, env in (("real", gym.make_vec(rpg_env.ENV_ID, num_envs=3, **settings)),
+                      ("hidden", HiddenVectorGame(3, drop_rules=drop_rules, **settings))):
+        rec = HDF5VectorRecorder(env, tmp_path / f"{name}.h5", policy_id="me", max_games=5)
+        rng = np.random.default_rng(1)
+        rec.reset(seed=8)
+        while not rec.done:
+            rec.step(rng.integers(0, 4, size=3))
+        assert rec.agents_recorded == 2
+        rec.close()
+        with TrajectoryFile(tmp_path / f"{name}.h5") as tf:
+            digests.append(tf.digest())
+            assert len(tf) == 10 and tf.episodes["policy_id"].tolist() == ["me", "greedy"] * 5
+            if name == "hidden":
+                assert tf.meta["env_id"] == "HiddenVectorGame"
+    assert digests[0] == digests[1]
+
+
+def test_recorder_needs_the_env_protocol_metadata(tmp_path):
+    hidden = HiddenGame(**SMALL)
+    hidden.metadata = {"render_modes": ["rgb_array"]}
+    with pytest.raises(ValueError, match="channel_names"):
+        HDF5Recorder(hidden, tmp_path / "p.h5")
+    assert not (tmp_path / "p.h5").exists()

@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
+from rpg_env.cli import command_status
 from rpg_env.trajectories import (
     FLAG_COMMITTED,
     FLAG_TRUNCATED,
@@ -194,6 +195,30 @@ def test_writer_rejects_bad_streams(tmp_path):
         TrajectoryWriter(tmp_path / "b.h5", META, mode="x")
 
 
+def test_copy_from_fills_a_new_file_in_batches(tmp_path, written):
+    copy = tmp_path / "copy.h5"
+    with TrajectoryFile(written) as tf, TrajectoryWriter(copy, META, mode="w", run_info={"note": "c"}) as w:
+        batches: list[int] = []
+        assert w.copy_from(tf, batch_streams=4, on_batch=batches.append) == len(tf) == 14
+        assert batches == [4, 4, 4, 2] and w.num_games == 7 and w.num_steps == tf.num_steps
+        assert w.run == len(tf.runs)  # the source's sessions first, this one after them
+        with pytest.raises(ValueError, match="fills a new file"):
+            w.copy_from(tf)
+        w.write_game([make_stream(np.random.default_rng(2), 3)])
+        original = tf.raw_episodes()
+    with TrajectoryFile(copy) as c:
+        np.testing.assert_array_equal(c.raw_episodes(0, len(original)), original)
+        np.testing.assert_array_equal(c.read_dataset("obs", 0, 10), TrajectoryFile(written).read_dataset(
+            "obs", 0, 10))
+        assert c.runs[-1]["note"] == "c" and c.episodes["run"][-1] == 2 and c.episodes["game_id"][-1] == 7
+    other = {**META, "env_kwargs": {**META["env_kwargs"], "max_turns": 5}}
+    with TrajectoryFile(written) as tf, TrajectoryWriter(tmp_path / "o.h5", other) as w:
+        with pytest.raises(EnvMismatchError, match="max_turns"):
+            w.copy_from(tf)
+        with pytest.raises(KeyError, match="episodes"):
+            tf.read_dataset("episodes", 0, 1)
+
+
 def test_bad_files_get_clear_errors(tmp_path, written):
     junk = tmp_path / "junk.h5"
     junk.write_bytes(b"not hdf5 at all" * 100)
@@ -242,10 +267,11 @@ def test_pickle_reopens_by_path(written):
         clone.close()
 
 
-def test_reader_does_not_import_the_game():
+def test_package_does_not_import_the_game():
     code = ("import sys, rpg_env.trajectories as t; "
-            "game = ('rpg_env.core', 'rpg_env.env', 'rpg_env.vector', 'torch');"
-            "bad = [m for m in game if m in sys.modules];"
+            "game = ('rpg_env.game', 'rpg_env.envs.treasurehunt', 'rpg_env.envs.vector', 'rpg_env.policies', "
+            "'rpg_env.render', 'rpg_env.core', 'torch');"
+            "bad = [m for m in sys.modules if m.startswith(game)];"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -254,11 +280,28 @@ def test_cli_info_validate_repair(tmp_path, written, capsys):
     assert main(["info", str(written)]) == 0
     assert "learner" in capsys.readouterr().out
     assert main(["validate", "--deep", str(written)]) == 0
-    assert main(["repair", str(written), str(written)]) == 2
+    assert command_status(main, ["repair", str(written), str(written)]) == 2
+    assert capsys.readouterr().err.startswith("error: repair writes a new file")
+    fixed = tmp_path / "fixed.h5"
+    assert main(["repair", str(written), str(fixed)]) == 0
+    assert command_status(main, ["repair", str(written), str(fixed)]) == 2
+    assert "exists" in capsys.readouterr().err
     junk = tmp_path / "junk.h5"
     junk.write_bytes(b"x" * 64)
-    assert main(["validate", str(junk)]) == 2
-    assert "not an HDF5 file" in capsys.readouterr().err
+    assert command_status(main, ["validate", str(junk)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not an HDF5 file" in err and err.count("\n") == 1
+
+
+def test_cli_exit_status_as_a_module(tmp_path, written):
+    run = [sys.executable, "-m", "rpg_env.trajectories"]
+    with h5py.File(written, "r+") as f:  # an uncommitted row: a problem validate reports
+        table = f["episodes"]
+        table.resize((table.shape[0] + 1,))
+    proc = subprocess.run([*run, "validate", str(written)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "table rows after the committed ones" in proc.stdout
+    proc = subprocess.run([*run, "info", str(tmp_path / "missing.h5")], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
 
 
 # --------------------------------------------------------------------------- crash safety
@@ -307,7 +350,7 @@ def test_sigkill_between_step_data_and_commit(tmp_path):
             np.testing.assert_array_equal(tf.episode(i)["obs"], expected[i].obs)
             np.testing.assert_array_equal(tf.episode(i)["actions"], expected[i].actions)
         # its step data is in the file but past the committed episodes
-        assert tf._actions.shape[0] == 6 * 2 * (stop_after + 1)
+        assert tf.uncommitted_steps == 6 * 2 and tf.uncommitted_rows == 0
     problems = validate(path)
     assert any("not closed by its writer" in p for p in problems)
     assert any("after the last committed episode" in p for p in problems)

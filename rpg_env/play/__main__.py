@@ -18,7 +18,7 @@ import rpg_env
 from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.errors import InputError
 from rpg_env.play.loop import DEFAULT_FPS, PlaySummary, play
-from rpg_env.recorder import HDF5Recorder
+from rpg_env.trajectories import HDF5Recorder
 
 
 def _co_policy_arg(value: str) -> str:
