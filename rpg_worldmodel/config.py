@@ -4,42 +4,44 @@
 
 Overrides name a field as ``section.key`` (sections: data, model, train) or, when the key is
 unique, just ``key``; values are parsed as YAML (``true``, ``3e-4``, ``[0.8, 0.1, 0.1]``).
-Every mistake (unknown key, wrong type, incompatible sizes) raises ``ConfigError`` saying
-what to change.
+The rules are `rpg_env.typed_config`'s: every mistake (unknown key, wrong type, incompatible
+sizes) raises ``ConfigError`` saying what to change, and
+``typed_config.format_keys(WorldModelConfig)`` lists every key with its type, default and help.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import types
-import typing
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
+from rpg_env import typed_config as tc
+from rpg_env.typed_config import ConfigError, section, setting
+
+__all__ = ["MASK_KINDS", "DEFAULT_CONFIG_PATH", "ConfigError", "DataConfig", "ModelConfig", "TrainConfig",
+           "WorldModelConfig", "SECTIONS", "apply_override", "load_config", "save_config"]
 
 MASK_KINDS = ("none", "random_cells", "gem", "bone", "food", "wall")
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "configs" / "default.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration value or file that cannot be used; the message says what to change."""
 
 
 @dataclass
 class DataConfig:
     """Where the trajectories come from and how episodes are split (by game) into train/val/test."""
 
-    path: str = ""  # HDF5 trajectory file written by rpg_env's recorder
-    split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)  # train, val, test (by game)
-    split_seed: int = 0
-    agent_id: int = 0  # train on this agent's streams (0 = the recorded learner); -1 = every stream
-    num_workers: int = 0  # DataLoader workers; 0 is fastest here (episodes are cached in memory)
-    max_val_windows: int = 2048  # validation windows used per evaluation (fixed subset, val split only)
+    path: str = setting("", "HDF5 trajectory file written by rpg_env's recorder")
+    split_fractions: tuple[float, float, float] = setting(
+        (0.8, 0.1, 0.1), "train, val and test shares of the games (split by game, sum 1)")
+    split_seed: int = setting(0, "seed of the train/val/test split")
+    agent_id: int = setting(0, "train on this agent's streams (0 = the recorded learner); -1 = every stream")
+    num_workers: int = setting(0, "DataLoader workers; 0 is fastest here (episodes are cached in memory)")
+    max_val_windows: int = setting(
+        2048, "validation windows used per evaluation (fixed subset, val split only)")
 
     def validate(self) -> None:
+        """Shares that make a split with a training and a validation part; sane loader sizes."""
         fr = self.split_fractions
         if len(fr) != 3 or any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
             raise ConfigError(
@@ -64,21 +66,23 @@ class DataConfig:
 class ModelConfig:
     """Sizes of the StARformer-style world model (reference: 6x9x9 view, 5 frames, patch 3, 192 wide)."""
 
-    view_size: int = 9  # egocentric view side V (views are (C, V, V))
-    num_channels: int = 6  # entity kinds: empty, wall, gem, bone, food, agent
-    num_actions: int = 4
-    num_frames: int = 5  # steps of context T
-    patch_size: int = 3
-    width: int = 192
-    num_layers: int = 2
-    num_heads: int = 3
-    dropout: float = 0.0
-    agent_embedding: bool = False  # add a learned agent-identity embedding to every step
-    max_agents: int = 8  # size of that embedding table (agent ids must be < max_agents)
-    action_conv: bool = True  # add an action-conditioned 3x3 conv of view t to the view-t+1 logits
-    memory_conv: bool = True  # add a 5x5 conv of view t-1, conditioned on actions (t-1, t), to them
+    view_size: int = setting(9, "egocentric view side V (views are (C, V, V))")
+    num_channels: int = setting(6, "entity kinds C: empty, wall, gem, bone, food, agent")
+    num_actions: int = setting(4, "size of the action space")
+    num_frames: int = setting(5, "steps of context T")
+    patch_size: int = setting(3, "side of the square view patches (must divide view_size)")
+    width: int = setting(192, "token width of the transformer")
+    num_layers: int = setting(2, "transformer layers")
+    num_heads: int = setting(3, "attention heads (must divide width)")
+    dropout: float = setting(0.0, "dropout probability, in [0, 1)")
+    agent_embedding: bool = setting(False, "add a learned agent-identity embedding to every step")
+    max_agents: int = setting(8, "size of that embedding table (agent ids must be < max_agents)")
+    action_conv: bool = setting(True, "add an action-conditioned 3x3 conv of view t to the view-t+1 logits")
+    memory_conv: bool = setting(
+        True, "add a 5x5 conv of view t-1, conditioned on actions (t-1, t), to the view-t+1 logits")
 
     def validate(self) -> None:
+        """Positive sizes; patches that tile the view and heads that split the width."""
         for name in (
             "view_size",
             "num_channels",
@@ -113,30 +117,32 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation, logging and checkpointing (AdamW, linear warm-up then cosine decay)."""
 
-    batch_size: int = 64
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.05  # cosine decays to lr * min_lr_ratio
-    weight_decay: float = 0.05
-    beta1: float = 0.9
-    beta2: float = 0.95
-    warmup_steps: int = 100  # capped at max_steps
-    max_steps: int = 2000
-    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
-    view_loss_weight: float = 1.0
-    action_loss_weight: float = 0.5
-    item_weight: float = 1.0  # weight of cells whose true next kind is an item (gem, bone, food) or agent
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    amp: bool = True  # bf16 (or fp16) autocast, only on CUDA
-    num_threads: int = 0  # torch CPU threads; 0 keeps torch's default
-    log_every: int = 50
-    eval_every: int = 400
-    checkpoint_every: int = 400
-    train_mask: str = "none"  # input mask during training: one of MASK_KINDS
-    mask_prob: float = 0.15  # fraction of cells hidden by the random_cells mask
-    progress: bool = True  # tqdm progress bar
+    batch_size: int = setting(64, "training windows per step")
+    lr: float = setting(2e-3, "peak learning rate (AdamW)")
+    min_lr_ratio: float = setting(0.05, "cosine decays to lr * min_lr_ratio")
+    weight_decay: float = setting(0.05, "AdamW weight decay")
+    beta1: float = setting(0.9, "AdamW beta1")
+    beta2: float = setting(0.95, "AdamW beta2")
+    warmup_steps: int = setting(100, "linear warm-up steps (capped at max_steps)")
+    max_steps: int = setting(2000, "optimisation steps; the schedule spans them")
+    grad_clip: float = setting(1.0, "max global gradient norm; 0 disables clipping")
+    view_loss_weight: float = setting(1.0, "weight of the next-view cross-entropy")
+    action_loss_weight: float = setting(0.5, "weight of the action cross-entropy")
+    item_weight: float = setting(
+        1.0, "weight of cells whose true next kind is an item (gem, bone, food) or agent; 1 = unweighted")
+    seed: int = setting(0, "seed of initialisation and batch order")
+    device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps")
+    amp: bool = setting(True, "bf16 (or fp16) autocast, only on CUDA")
+    num_threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
+    log_every: int = setting(50, "steps between training-metric rows")
+    eval_every: int = setting(400, "steps between validation evaluations")
+    checkpoint_every: int = setting(400, "steps between checkpoints")
+    train_mask: str = setting("none", f"input mask during training: one of {', '.join(MASK_KINDS)}")
+    mask_prob: float = setting(0.15, "fraction of cells hidden by the random_cells mask")
+    progress: bool = setting(True, "show a tqdm progress bar")
 
     def validate(self) -> None:
+        """Ranges of the optimiser, loss weights, mask and device."""
         positive = ("batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every")
         for name in positive:
             if getattr(self, name) < 1:
@@ -180,12 +186,13 @@ class TrainConfig:
 class WorldModelConfig:
     """The whole run: data, model, training and the run folder."""
 
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    out_dir: str = "runs/worldmodel"  # run folder (config.yaml, metrics.csv, checkpoints/, tb/)
+    data: DataConfig = section(DataConfig, "trajectories and their train/val/test split")
+    model: ModelConfig = section(ModelConfig, "sizes of the world model")
+    train: TrainConfig = section(TrainConfig, "optimisation, logging and checkpointing")
+    out_dir: str = setting("runs/worldmodel", "run folder (config.yaml, metrics.csv, checkpoints/, tb/)")
 
     def validate(self) -> WorldModelConfig:
+        """Range and consistency checks of every section; returns the config."""
         self.data.validate()
         self.model.validate()
         self.train.validate()
@@ -195,147 +202,29 @@ class WorldModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-ready dict (tuples become lists)."""
-        return _plain(dataclasses.asdict(self))
+        return tc.to_dict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config") -> WorldModelConfig:
         """Build and validate from a nested dict (e.g. a loaded YAML file or a checkpoint's config)."""
-        cfg = cls()
-        _merge(cfg, values, prefix="", source=source)
-        return cfg.validate()
+        return tc.build(cls, values, source).validate()
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Check ``value`` against a field annotation (int, float, bool, str, tuple[float, ...])."""
-    origin = typing.get_origin(annotation)
-    if origin in (tuple, list):
-        args = typing.get_args(annotation)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list like [0.8, 0.1, 0.1], got {value!r}")
-        if args and args[-1] is not Ellipsis and len(value) != len(args):
-            raise ConfigError(f"{where} must have {len(args)} entries, got {len(value)}: {list(value)}")
-        item = args[0] if args else Any
-        return tuple(_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin in (typing.Union, types.UnionType):
-        raise ConfigError(f"{where}: union types are not supported in configs")
-    if annotation is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        return value
-    if annotation is float:
-        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if annotation is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return str(value)
-    return value
-
-
-def _unknown(key: str, known: list[str], where: str) -> ConfigError:
-    hint = difflib.get_close_matches(key, known, n=3)
-    msg = f"unknown key {where}{key!r}"
-    if hint:
-        msg += f"; did you mean {', '.join(repr(h) for h in hint)}?"
-    return ConfigError(msg + f" (known: {', '.join(known)})")
-
-
-def _merge(cfg: WorldModelConfig, values: dict[str, Any], prefix: str, source: str) -> None:
-    if not isinstance(values, dict):
-        raise ConfigError(
-            f"{source}: expected a mapping of sections (data, model, train), got {type(values).__name__}"
-        )
-    hints = typing.get_type_hints(WorldModelConfig)
-    for key, value in values.items():
-        if key in SECTIONS:
-            if not isinstance(value, dict):
-                raise ConfigError(f"{source}: section {key!r} must be a mapping, got {value!r}")
-            section = getattr(cfg, key)
-            fields = typing.get_type_hints(type(section))
-            for sub, sub_value in value.items():
-                if sub not in fields:
-                    raise _unknown(sub, list(fields), f"in {source}: {key}.")
-                setattr(section, sub, _coerce(sub_value, fields[sub], f"{source}: {key}.{sub}"))
-        elif key == "out_dir":
-            cfg.out_dir = _coerce(value, hints["out_dir"], f"{source}: out_dir")
-        else:
-            raise _unknown(key, [*SECTIONS, "out_dir"], f"in {source}: ")
-
-
 def apply_override(cfg: WorldModelConfig, override: str) -> None:
-    """Apply one ``section.key=value`` (or unique ``key=value``) override in place."""
-    if "=" not in override:
-        raise ConfigError(f"override {override!r} must look like section.key=value, e.g. train.lr=3e-4")
-    key, raw = override.split("=", 1)
-    key = key.strip()
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"override {override!r}: cannot parse value {raw!r} ({exc})") from None
-    if key == "out_dir":
-        _merge(cfg, {"out_dir": value}, "", "override")
-        return
-    if "." in key:
-        section, sub = key.split(".", 1)
-        if section not in SECTIONS:
-            raise _unknown(section, [*SECTIONS, "out_dir"], "section ")
-        _merge(cfg, {section: {sub: value}}, "", "override")
-        return
-    owners = [name for name, klass in SECTIONS.items() if key in typing.get_type_hints(klass)]
-    if len(owners) == 1:
-        _merge(cfg, {owners[0]: {key: value}}, "", "override")
-        return
-    every = {"out_dir": "out_dir"}
-    every.update({k: f"{s}.{k}" for s, klass in SECTIONS.items() for k in typing.get_type_hints(klass)})
-    hint = [every[h] for h in difflib.get_close_matches(key, list(every), n=3)]
-    raise ConfigError(
-        f"unknown key {key!r}"
-        + (f"; did you mean {', '.join(repr(h) for h in hint)}?" if hint else "")
-        + " (write section.key=value with a section among data, model, train)"
-    )
+    """Apply one ``section.key=value`` (or unique ``key=value``) override in place (not validated)."""
+    updated = tc.with_overrides(cfg, [override])
+    for f in fields(cfg):
+        setattr(cfg, f.name, getattr(updated, f.name))
 
 
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
-) -> WorldModelConfig:
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> WorldModelConfig:
     """Defaults <- YAML file at ``path`` (if given) <- ``overrides``; validated."""
-    cfg = WorldModelConfig()
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
-        _merge(cfg, values, "", str(path))
-    for override in overrides:
-        apply_override(cfg, override)
-    return cfg.validate()
+    return tc.load(WorldModelConfig, path, overrides)
 
 
 def save_config(cfg: WorldModelConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    """Write the config as YAML; `load_config` reads it back to an equal config."""
+    tc.write_yaml(cfg, path)

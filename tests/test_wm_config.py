@@ -47,10 +47,10 @@ def test_width_not_divisible_by_heads_names_head_counts():
 
 
 @pytest.mark.parametrize("override,message", [
-    ("train.lrr=1", r"unknown key .*'lrr'; did you mean 'lr'"),
-    ("modle.width=8", r"unknown key section 'modle'; did you mean 'model'"),
+    ("train.lrr=1", r"unknown key 'train.lrr'; did you mean 'train.lr'"),
+    ("modle.width=8", r"unknown section 'modle'; did you mean 'model'"),
     ("widht=8", r"unknown key 'widht'; did you mean 'model.width'"),
-    ("train.max_steps=abc", r"train.max_steps must be an integer, got 'abc'"),
+    ("train.max_steps=abc", r"train.max_steps must be an integer, got str 'abc'"),
     ("train.max_steps=1.5", r"must be an integer"),
     ("model.agent_embedding=3", r"must be true or false"),
     ("train.lr=fast", r"train.lr must be a number"),
@@ -61,7 +61,7 @@ def test_width_not_divisible_by_heads_names_head_counts():
     ("train.device=tpu", r"use auto, cpu, cuda"),
     ("train.lr=-1", r"train.lr must be > 0"),
     ("model.dropout=1.0", r"dropout must be in \[0, 1\)"),
-    ("train.lr", r"must look like section.key=value"),
+    ("train.lr", r"must look like key=value or section.key=value"),
 ])
 def test_bad_overrides_say_what_to_change(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -76,10 +76,10 @@ def test_bad_yaml_files(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
     bad.write_text("trian:\n  lr: 0.1\n")
-    with pytest.raises(ConfigError, match=r"unknown key in .*bad.yaml: 'trian'; did you mean 'train'"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: unknown key 'trian'; did you mean 'train'"):
         load_config(bad)
     bad.write_text("model:\n  num_layer: 2\n")
-    with pytest.raises(ConfigError, match=r"did you mean 'num_layers'"):
+    with pytest.raises(ConfigError, match=r"did you mean 'model.num_layers'"):
         load_config(bad)
     bad.write_text("model: 3\n")
     with pytest.raises(ConfigError, match="must be a mapping"):

@@ -9,38 +9,48 @@ A config has four sections besides the top-level run settings::
     env: {...}                # keyword arguments of TreasurehuntEnv (vision_radius, co_policy, ...)
     net: {...}                # features extractor and heads
     hyperparams: {...}        # keyword arguments of the SB3 algorithm (learning_rate, gamma, ...)
+    eval: {...}               # EvalCallback and the final eval.json
 
 Overrides use dotted keys (``env.vision_radius=3``, ``hyperparams.gamma=0.95``); a bare key
-that names exactly one field (``seed=1``, ``vision_radius=3``, ``learning_rate=3e-4``) is
+that names exactly one setting (``seed=1``, ``vision_radius=3``, ``learning_rate=3e-4``) is
 resolved to it, and ``timesteps`` is short for ``total_timesteps``. Values are parsed as
-YAML scalars/lists. Every unknown key or ill-typed value raises `ConfigError` saying what to
-change.
+YAML scalars/lists. The rules are `rpg_env.typed_config`'s; every unknown key or ill-typed
+value raises `ConfigError` saying what to change. ``typed_config.format_keys(ExpertConfig)``
+lists every key with its type, default and help.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import inspect
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rpg_env import typed_config as tc
 from rpg_env.policies import sb3
+from rpg_env.typed_config import ConfigError, dict_section, parse_override, read_yaml, section, setting
+
+__all__ = ["ALGOS", "VEC_ENVS", "CONFIG_DIR", "ALIASES", "ConfigError", "NetConfig", "EvalConfig",
+           "ExpertConfig", "env_defaults", "algo_class", "hyperparam_defaults", "from_dict", "validate",
+           "default_config_path", "read_yaml", "parse_override", "apply_overrides", "load_config"]
 
 ALGOS = ("dqn", "ppo")
 VEC_ENVS = ("dummy", "subproc")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-ALIASES = {"timesteps": "total_timesteps", "steps": "total_timesteps"}
 
 # Environment arguments that are fixed by the expert pipeline (one-hot views, no window).
-_ENV_FIXED = {"obs_mode", "render_mode", "tile_size"}
-# SB3 constructor arguments that the pipeline sets itself.
-_HYPER_FIXED = {"policy", "env", "seed", "tensorboard_log", "policy_kwargs", "verbose", "device",
-                "_init_setup_model", "replay_buffer_class", "rollout_buffer_class", "stats_window_size"}
-
+_ENV_FIXED = dict.fromkeys(("obs_mode", "render_mode", "tile_size"), "the expert pipeline sets it")
+# SB3 constructor arguments that the pipeline sets itself, and where to set them instead.
+_PIPELINE = "the training pipeline sets it"
+_HYPER_FIXED = {
+    **dict.fromkeys(("policy", "env", "tensorboard_log", "verbose", "device", "_init_setup_model",
+                     "replay_buffer_class", "rollout_buffer_class", "stats_window_size"), _PIPELINE),
+    "seed": f"{_PIPELINE} (use the top-level seed)",
+    "policy_kwargs": f"{_PIPELINE} (use the net section)",
+}
+# SB3 arguments whose default does not tell their type: a float default of 10, a (n, unit) pair.
+_HYPER_TYPES = {"max_grad_norm": float, "train_freq": int | tuple[int, str]}
 
 # Ranges SB3 itself does not check up front (a bad value would only show up as a failed run).
 _HYPER_RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -53,56 +63,6 @@ _HYPER_RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 
-class ConfigError(ValueError):
-    """A config file or override is malformed; the message says what to change."""
-
-
-@dataclass
-class NetConfig:
-    """Network shape. ``extractor``: ``cnn`` (3x3 convs at full resolution) or ``mlp``."""
-
-    extractor: str = "cnn"
-    channels: list[int] = field(default_factory=lambda: [32, 16])
-    features_dim: int = 64
-    #: Hidden layers after the extractor: a list (shared / Q-net) as in SB3's ``net_arch``.
-    net_arch: list[int] = field(default_factory=list)
-
-
-@dataclass
-class EvalConfig:
-    """EvalCallback during training and the final ``eval.json`` comparison."""
-
-    freq: int = 20_000          # learner env steps between EvalCallback evaluations
-    episodes: int = 20          # episodes per EvalCallback evaluation
-    final_episodes: int = 100   # episodes per policy in eval.json
-    seed: int = 10_000          # first evaluation seed (fixed, disjoint from training seeds)
-
-
-@dataclass
-class ExpertConfig:
-    """Everything needed to reproduce one training run."""
-
-    algo: str = "dqn"
-    seed: int = 0
-    total_timesteps: int = 150_000
-    n_envs: int = 8
-    vec_env: str = "dummy"
-    frame_stack: int = 2
-    torch_threads: int = 1
-    checkpoint_freq: int = 50_000
-    progress_bar: bool = True
-    env: dict[str, Any] = field(default_factory=dict)
-    net: NetConfig = field(default_factory=NetConfig)
-    hyperparams: dict[str, Any] = field(default_factory=dict)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
 # --------------------------------------------------------------------------- valid keys
 def env_defaults() -> dict[str, Any]:
     """`TreasurehuntEnv` keyword arguments a config may set, with their defaults."""
@@ -112,7 +72,7 @@ def env_defaults() -> dict[str, Any]:
     return {n: p.default for n, p in params.items() if n != "self" and n not in _ENV_FIXED}
 
 
-def algo_class(algo: str):
+def algo_class(algo: str) -> type:
     """The SB3 class for ``algo`` (``dqn`` or ``ppo``)."""
     if algo not in ALGOS:
         raise ConfigError(f"algo must be one of {ALGOS}, got {algo!r}")
@@ -125,110 +85,77 @@ def hyperparam_defaults(algo: str) -> dict[str, Any]:
     return {n: p.default for n, p in params.items() if n != "self" and n not in _HYPER_FIXED}
 
 
+# --------------------------------------------------------------------------- the config
+@dataclass
+class NetConfig:
+    """Network shape: the features extractor, then SB3's heads."""
+
+    extractor: str = setting("cnn", "features extractor: cnn (3x3 convs at full resolution) or mlp")
+    channels: list[int] = setting([32, 16], "output channels of each conv layer (cnn extractor)")
+    features_dim: int = setting(64, "size of the extractor's output (one linear layer)")
+    net_arch: list[int] = setting([], "hidden layers after the extractor, as SB3's net_arch (shared / Q-net)")
+
+
+@dataclass
+class EvalConfig:
+    """EvalCallback during training and the final ``eval.json`` comparison."""
+
+    freq: int = setting(20_000, "learner env steps between EvalCallback evaluations")
+    episodes: int = setting(20, "episodes per EvalCallback evaluation")
+    final_episodes: int = setting(100, "episodes per policy in eval.json (>= 2, for the 95% interval)")
+    seed: int = setting(10_000, "first evaluation seed (fixed, disjoint from training seeds)")
+
+
+@dataclass
+class ExpertConfig:
+    """Everything needed to reproduce one training run."""
+
+    algo: str = setting("dqn", "learning algorithm: dqn or ppo")
+    seed: int = setting(0, "seed of the model; training env i gets seed + i")
+    total_timesteps: int = setting(150_000, "learner env steps, summed over the vectorized envs",
+                                   aliases=("timesteps", "steps"))
+    n_envs: int = setting(8, "training envs stepped together")
+    vec_env: str = setting("dummy", "how the training envs run: dummy (one process) or subproc")
+    frame_stack: int = setting(2, "frames stacked into each observation (VecFrameStack)")
+    torch_threads: int = setting(1, "torch CPU threads while training")
+    checkpoint_freq: int = setting(50_000, "learner env steps between checkpoints")
+    progress_bar: bool = setting(True, "show SB3's progress bar")
+    env: dict[str, Any] = dict_section(
+        "TreasurehuntEnv keyword argument", lambda cfg: env_defaults(), fixed=_ENV_FIXED,
+        label=lambda cfg: "TreasurehuntEnv arguments")
+    net: NetConfig = section(NetConfig, "features extractor and heads")
+    hyperparams: dict[str, Any] = dict_section(
+        "keyword argument of the SB3 algorithm", lambda cfg: hyperparam_defaults(cfg.algo),
+        types=_HYPER_TYPES, fixed=_HYPER_FIXED, label=lambda cfg: f"{str(cfg.algo).upper()} arguments")
+    eval: EvalConfig = section(EvalConfig, "EvalCallback during training and the final eval.json")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain YAML/JSON-ready data."""
+        return tc.to_dict(self)
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML; `from_dict` of it gives this config back."""
+        return tc.to_yaml(self)
+
+    def validate(self) -> ExpertConfig:
+        """Range checks that types alone do not catch; returns the config."""
+        validate(self)
+        return self
+
+
+ALIASES = tc.aliases(ExpertConfig)
+
+
 # --------------------------------------------------------------------------- validation
-def _type_name(value: Any) -> str:
-    return type(value).__name__
-
-
-def _check_like(key: str, value: Any, default: Any) -> Any:
-    """Check ``value`` against the type of ``default`` (ints may stand for floats)."""
-    if default is None or default is inspect.Parameter.empty:
-        return value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, got {value!r}")
-        return value
-    if isinstance(default, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # 2e5 steps
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} must be an integer, got {_type_name(value)} {value!r}")
-        return value
-    if isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key} must be a number, got {_type_name(value)} {value!r}")
-        return float(value)
-    if isinstance(default, str) and not isinstance(value, str):
-        raise ConfigError(f"{key} must be a string, got {_type_name(value)} {value!r}")
-    return value
-
-
-def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
-    close = difflib.get_close_matches(key.split(".")[-1], valid, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return ConfigError(f"unknown {where} key {key!r}{hint} (valid: {', '.join(sorted(valid))})")
-
-
-def _build_dataclass(cls, data: Any, where: str):
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} must be a mapping, got {_type_name(data)} {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    defaults = cls()
-    kwargs = {}
-    for key, value in data.items():
-        if key not in fields:
-            raise _unknown(f"{where}.{key}" if where else key, list(fields), where or "top-level")
-        default = getattr(defaults, key)
-        name = f"{where}.{key}" if where else key
-        if isinstance(default, list):
-            if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                      for v in value):
-                raise ConfigError(f"{name} must be a list of integers, got {value!r}")
-        elif not dataclasses.is_dataclass(default) and not isinstance(default, dict):
-            value = _check_like(name, value, default)
-        kwargs[key] = value
-    return kwargs
-
-
-def from_dict(data: dict[str, Any]) -> ExpertConfig:
+def from_dict(data: dict[str, Any] | None) -> ExpertConfig:
     """Validate a nested mapping (e.g. parsed YAML) into an `ExpertConfig`."""
-    if data is None:
-        data = {}
-    top = _build_dataclass(ExpertConfig, data, "")
-    algo = top.get("algo", "dqn")
-    if algo not in ALGOS:
-        raise ConfigError(f"algo must be one of {ALGOS}, got {algo!r}")
-    cfg = ExpertConfig(**{k: v for k, v in top.items() if k not in ("net", "eval", "env", "hyperparams")})
-    cfg.net = NetConfig(**_build_dataclass(NetConfig, top.get("net", {}), "net"))
-    cfg.eval = EvalConfig(**_build_dataclass(EvalConfig, top.get("eval", {}), "eval"))
-
-    env = top.get("env", {}) or {}
-    if not isinstance(env, dict):
-        raise ConfigError(f"env must be a mapping of TreasurehuntEnv arguments, got {env!r}")
-    env = dict(env)  # never modify the caller's mapping
-    valid_env = env_defaults()
-    for key, value in env.items():
-        if key not in valid_env:
-            fixed = " (the expert pipeline sets it)" if key in _ENV_FIXED else ""
-            if fixed:
-                raise ConfigError(f"env.{key} cannot be set{fixed}")
-            raise _unknown(f"env.{key}", list(valid_env), "env")
-        env[key] = _check_like(f"env.{key}", value, valid_env[key])
-    if not isinstance(env.get("co_policy", "random"), str):
-        raise ConfigError("env.co_policy must be 'random', 'greedy' or a path to an expert .zip")
-    cfg.env = dict(env)
-
-    hyper = top.get("hyperparams", {}) or {}
-    if not isinstance(hyper, dict):
-        raise ConfigError(f"hyperparams must be a mapping of {algo.upper()} arguments, got {hyper!r}")
-    hyper = dict(hyper)
-    valid_hyper = hyperparam_defaults(algo)
-    for key, value in hyper.items():
-        if key not in valid_hyper:
-            if key in _HYPER_FIXED:
-                raise ConfigError(f"hyperparams.{key} cannot be set: the training pipeline sets it "
-                                  f"(use the top-level seed / net section instead)")
-            raise _unknown(f"hyperparams.{key}", list(valid_hyper), f"{algo.upper()} hyperparams")
-        if key == "train_freq" and isinstance(value, list):
-            continue  # SB3 accepts (n, "step" | "episode")
-        hyper[key] = _check_like(f"hyperparams.{key}", value, valid_hyper[key])
-    cfg.hyperparams = dict(hyper)
-    validate(cfg)
-    return cfg
+    return tc.build(ExpertConfig, data).validate()
 
 
 def validate(cfg: ExpertConfig) -> None:
     """Range checks that types alone do not catch."""
+    if cfg.algo not in ALGOS:
+        raise ConfigError(f"algo must be one of {ALGOS}, got {cfg.algo!r}")
     positive = {"total_timesteps": cfg.total_timesteps, "n_envs": cfg.n_envs,
                 "frame_stack": cfg.frame_stack, "torch_threads": cfg.torch_threads,
                 "checkpoint_freq": cfg.checkpoint_freq, "net.features_dim": cfg.net.features_dim,
@@ -255,91 +182,19 @@ def validate(cfg: ExpertConfig) -> None:
 
 # --------------------------------------------------------------------------- loading
 def default_config_path(algo: str) -> Path:
+    """The shipped config of ``algo``: ``configs/<algo>.yaml``."""
     if algo not in ALGOS:
         raise ConfigError(f"algo must be one of {ALGOS}, got {algo!r}")
     return CONFIG_DIR / f"{algo}.yaml"
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level, "
-                          f"got {_type_name(data)}")
-    return data
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"env.vision_radius=3"`` -> ``("env.vision_radius", 3)`` (value parsed as YAML)."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"override {text!r} must look like key=value (e.g. seed=1, "
-                          f"env.vision_radius=3, hyperparams.learning_rate=3e-4)")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"override {text!r}: cannot parse value {raw!r}: {err}") from err
-    if isinstance(value, str):
-        # YAML reads "3e-4" as a string; accept scientific notation as a float.
-        try:
-            value = float(value) if any(ch in value.lower() for ch in "e.") else value
-        except ValueError:
-            pass
-    return key, value
-
-
-def _resolve_key(key: str, algo: str) -> list[str]:
-    key = ALIASES.get(key, key)
-    if "." in key:
-        return key.split(".")
-    top = {f.name for f in dataclasses.fields(ExpertConfig)}
-    if key in top:
-        return [key]
-    owners = []
-    if key in env_defaults():
-        owners.append(["env", key])
-    if key in {f.name for f in dataclasses.fields(NetConfig)}:
-        owners.append(["net", key])
-    if key in hyperparam_defaults(algo):
-        owners.append(["hyperparams", key])
-    if len(owners) == 1:
-        return owners[0]
-    if len(owners) > 1:
-        raise ConfigError(f"override key {key!r} is ambiguous; write one of "
-                          f"{', '.join('.'.join(o) for o in owners)}")
-    valid = sorted(top | set(ALIASES) | set(env_defaults()) | set(hyperparam_defaults(algo)))
-    raise _unknown(key, valid, "override")
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of ``data`` with each ``key=value`` override applied."""
-    import copy
-
-    data = copy.deepcopy(data)
-    for text in overrides:
-        key, value = parse_override(text)
-        algo = data.get("algo", "dqn")
-        path = _resolve_key(key, algo if algo in ALGOS else "dqn")
-        node = data
-        for part in path[:-1]:
-            nxt = node.setdefault(part, {})
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"override {text!r}: {part} is not a section")
-            node = nxt
-        node[path[-1]] = value
-    return data
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Return a copy of ``data`` with each ``key=value`` override checked and applied."""
+    return tc.apply_overrides(ExpertConfig, data, overrides)
 
 
 def load_config(algo: str | None = None, path: str | Path | None = None,
-                overrides: list[str] | None = None) -> ExpertConfig:
+                overrides: Sequence[str] | None = None) -> ExpertConfig:
     """Resolve a config: ``path`` (or the shipped ``configs/<algo>.yaml``) + ``overrides``."""
     if path is None:
         path = default_config_path(algo or "dqn")
@@ -349,5 +204,4 @@ def load_config(algo: str | None = None, path: str | Path | None = None,
             raise ConfigError(f"--algo {algo} conflicts with algo: {data['algo']} in {path}; "
                               f"drop one of them")
         data["algo"] = algo
-    data = apply_overrides(data, list(overrides or []))
-    return from_dict(data)
+    return tc.resolve(ExpertConfig, data, list(overrides or []), str(path))
