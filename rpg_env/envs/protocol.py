@@ -3,8 +3,9 @@
 Playing by keyboard, recording to trajectory files, `python -m rpg_env.record` and the experts'
 evaluator work with *any* env (single or vector, wrapped or not) that has:
 
-1. the one-hot egocentric observation space ``Box(0, 1, (C, V, V), uint8)`` and a
-   ``Discrete(A)`` action space (the vector env: the same as ``single_*`` spaces);
+1. a one-hot egocentric observation space of shape ``(C, V, V)`` (``MultiBinary((C, V, V))``
+   as Treasurehunt-v0 declares it, or an integer ``Box(0, 1, (C, V, V))``) and a ``Discrete(A)``
+   action space (a vector env: as its ``single_*`` spaces);
 2. ``render()`` returning an ``(H, W, 3)`` uint8 frame when made with ``render_mode="rgb_array"``
    (a vector env: one frame per world);
 3. these ``metadata`` keys (they travel through Gymnasium wrappers, unlike attributes of
@@ -51,6 +52,14 @@ class EnvDescription:
         return int(self.obs_shape[-1])
 
 
+def is_one_hot_view_space(space: spaces.Space) -> bool:
+    """Whether ``space`` holds one-hot views ``(C, V, V)``: `MultiBinary`, or an integer Box in [0, 1]."""
+    if isinstance(space, spaces.MultiBinary):
+        return len(space.shape) == 3
+    return (isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype.kind in "iu"
+            and bool(np.all(space.low == 0)) and bool(np.all(space.high == 1)))
+
+
 def _spaces(env: Any) -> tuple[spaces.Space, spaces.Space]:
     obs = getattr(env, "single_observation_space", None) or env.observation_space
     act = getattr(env, "single_action_space", None) or env.action_space
@@ -61,8 +70,8 @@ def describe(env: Any) -> EnvDescription:
     """Read the protocol of ``env`` (a `gymnasium.Env` or `gymnasium.vector.VectorEnv`, wrapped
     or not). Raises ValueError when its spaces are not a one-hot view and discrete actions."""
     obs_space, act_space = _spaces(env)
-    if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 3 and obs_space.dtype == np.uint8):
-        raise ValueError(f"expected an env with one-hot egocentric views Box(0, 1, (C, V, V), uint8), got "
+    if not is_one_hot_view_space(obs_space):
+        raise ValueError(f"expected an env with one-hot egocentric views MultiBinary((C, V, V)), got "
                          f"observation space {obs_space}; make it with obs_mode='onehot'")
     if not isinstance(act_space, spaces.Discrete):
         raise ValueError(f"expected a Discrete action space, got {act_space}")

@@ -18,6 +18,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.wrappers import TransformObservation
 from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
@@ -36,12 +40,19 @@ def default_run_dir(cfg: ExpertConfig) -> Path:
     return Path("runs") / "experts" / f"{cfg.algo}-{stamp}-s{cfg.seed}"
 
 
+def stackable_views(env: gym.Env) -> gym.Env:
+    """The one-hot view as the ``Box(0, 1, (C, V, V), uint8)`` that SB3's `VecFrameStack` can stack
+    (it stacks only Box and Dict spaces, not the env's `MultiBinary`); the values are unchanged."""
+    space = spaces.Box(0, 1, env.observation_space.shape, dtype=np.uint8)
+    return TransformObservation(env, lambda obs: obs.astype(np.uint8), space)
+
+
 def make_training_env(cfg: ExpertConfig, n_envs: int, seed: int) -> VecEnv:
-    """``n_envs`` Monitor-wrapped Treasurehunt envs, frame-stacked channels-first: ``(6k, V, V)``."""
+    """``n_envs`` Monitor-wrapped Treasurehunt envs, frame-stacked channels-first: ``(C * k, V, V)``."""
     vec_cls = SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv
     # "module:id" makes gymnasium import rpg_env (which registers the env) in SubprocVecEnv workers.
     venv = make_vec_env(f"rpg_env:{rpg_env.ENV_ID}", n_envs=n_envs, seed=seed, vec_env_cls=vec_cls,
-                        env_kwargs=dict(cfg.env))
+                        env_kwargs=dict(cfg.env), wrapper_class=stackable_views)
     return VecFrameStack(venv, n_stack=cfg.frame_stack, channels_order="first")
 
 

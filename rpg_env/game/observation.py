@@ -17,25 +17,25 @@ OBS_MODES = ("onehot", "rgb", "full")
 
 
 def one_hot(codes: np.ndarray, side: int, num_kinds: int | None = None) -> np.ndarray:
-    """``(..., side * side)`` int8 codes -> ``(..., K, side, side)`` uint8 one-hot planes.
+    """``(..., side * side)`` int8 codes -> ``(..., K, side, side)`` int8 one-hot planes (0 or 1).
 
     Channel ``k`` is cell kind ``k`` of the vocabulary (``K`` kinds; the current table's
-    size when ``num_kinds`` is None).
+    size when ``num_kinds`` is None). int8 is the dtype of Gymnasium's `MultiBinary` space.
     """
     k = vocabulary().num_kinds if num_kinds is None else int(num_kinds)
-    planes = (codes[..., None, :] == np.arange(k, dtype=np.int8)[:, None]).view(np.uint8)
+    planes = (codes[..., None, :] == np.arange(k, dtype=np.int8)[:, None]).view(np.int8)
     return planes.reshape(*codes.shape[:-1], k, side, side)
 
 
 def full_map_observation(grid: np.ndarray, learner_rc: np.ndarray,
                          num_kinds: int | None = None) -> np.ndarray:
-    """``(..., H, W)`` codes, ``(..., 2)`` learner (row, col) -> ``(..., K + 1, H, W)`` uint8.
+    """``(..., H, W)`` codes, ``(..., 2)`` learner (row, col) -> ``(..., K + 1, H, W)`` int8.
 
     One-hot planes in vocabulary order plus a last plane marking the learner.
     """
     k = vocabulary().num_kinds if num_kinds is None else int(num_kinds)
     *lead, height, width = grid.shape
-    full = np.zeros((*lead, k + 1, height, width), dtype=np.uint8)
+    full = np.zeros((*lead, k + 1, height, width), dtype=np.int8)
     full[..., :k, :, :] = grid[..., None, :, :] == np.arange(k, dtype=np.int8)[:, None, None]
     rows = full.reshape(-1, k + 1, height, width)
     rc = np.asarray(learner_rc).reshape(-1, 2)
@@ -44,16 +44,21 @@ def full_map_observation(grid: np.ndarray, learner_rc: np.ndarray,
 
 
 def observation_space_for(params: WorldParams, obs_mode: str, tile_size: int,
-                          num_kinds: int | None = None) -> spaces.Box:
-    """The learner's observation space for one world."""
+                          num_kinds: int | None = None) -> spaces.Space:
+    """The learner's observation space for one world.
+
+    One-hot views are `MultiBinary` grids, not images: Stable-Baselines3 (whose checker treats
+    every 3-D ``Box`` as an image) and Gymnasium then both take them for what they are. Gymnasium
+    batches them into a ``Box(0, 1, (N, ...), int8)``. Only ``"rgb"`` is an image.
+    """
     k = vocabulary().num_kinds if num_kinds is None else int(num_kinds)
     side = params.view_size
     if obs_mode == "onehot":
-        return spaces.Box(0, 1, (k, side, side), dtype=np.uint8)
+        return spaces.MultiBinary((k, side, side))
     if obs_mode == "rgb":
         return spaces.Box(0, 255, (side * tile_size, side * tile_size, 3), dtype=np.uint8)
     if obs_mode == "full":
-        return spaces.Box(0, 1, (k + 1, params.height, params.width), dtype=np.uint8)
+        return spaces.MultiBinary((k + 1, params.height, params.width))
     raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
 
 
