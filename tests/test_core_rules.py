@@ -353,7 +353,7 @@ def test_egocentric_crop_at_every_cell_including_corners(radius):
             obs, _ = env.reset(options={"layout": ["".join(r) for r in layout]})
             grid = env.world.grid[0]
             expected = reference_crop(grid, row, col, radius)
-            assert obs.dtype == np.uint8 and obs.shape == (6, side, side)
+            assert obs.dtype == np.int8 and obs.shape == (6, side, side)
             assert (obs.sum(axis=0) == 1).all()  # exactly one kind per cell
             np.testing.assert_array_equal(obs.argmax(axis=0), expected)
             assert obs[AGENT, radius, radius] == 1  # the agent sits at the centre

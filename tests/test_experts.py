@@ -18,6 +18,7 @@ from rpg_env.experts.__main__ import main
 from rpg_env.experts.config import ConfigError, apply_overrides, from_dict, load_config, read_yaml
 from rpg_env.experts.evaluate import compare, run_episodes, summarize, t_quantile_975
 from rpg_env.experts.policy import ExpertLoadError, SB3Policy, load_expert
+from rpg_env.experts.train import stackable_views
 from rpg_env.policies import RandomPolicy, make_policy
 
 MB = 1 << 20
@@ -209,8 +210,8 @@ def test_stacking_matches_vecframestack(dqn_path):
     """SB3Policy.stack reproduces VecFrameStack's channels-first stacks, resets included."""
     policy = SB3Policy.load(dqn_path)
     k = policy.frame_stack
-    venv = VecFrameStack(make_vec_env(rpg_env.ENV_ID, n_envs=3, seed=5, env_kwargs={"max_turns": 4}),
-                         k, channels_order="first")
+    venv = VecFrameStack(make_vec_env(rpg_env.ENV_ID, n_envs=3, seed=5, env_kwargs={"max_turns": 4},
+                                      wrapper_class=stackable_views), k, channels_order="first")
     stacked = venv.reset()
     assert np.array_equal(policy.stack(stacked[:, -6:]), stacked)
     rng = np.random.default_rng(0)

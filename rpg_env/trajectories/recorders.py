@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
-from rpg_env.envs.protocol import EnvDescription, describe
+from rpg_env.envs.protocol import EnvDescription, describe, is_one_hot_view_space
 from rpg_env.trajectories.format import Stream, encode_policy_id
 from rpg_env.trajectories.writer import TrajectoryWriter
 
@@ -54,15 +54,14 @@ def _file_meta(description: EnvDescription, env: Any) -> dict[str, Any]:
 
 
 def _check_onehot_space(space: gym.Space, metadata: Mapping[str, Any], where: str) -> None:
-    """Refuse anything but the one-hot view ``Box(0, 1, (C, V, V), uint8)`` with one channel per
-    ``metadata["channel_names"]`` (an RGB or full-map observation is 3-D uint8 too)."""
+    """Refuse anything but the one-hot view ``(C, V, V)`` (`is_one_hot_view_space`) with one channel
+    per ``metadata["channel_names"]`` (a full-map observation is a 3-D one-hot grid too)."""
     names = metadata.get("channel_names")
-    onehot = (isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
-              and space.shape[1] == space.shape[2] and bool(np.all(space.high <= 1))
+    onehot = (is_one_hot_view_space(space) and space.shape[1] == space.shape[2]
               and (not names or len(names) == space.shape[0]))
     if not onehot:
         raise ValueError(
-            f"{where} records one-hot egocentric views (C, V, V) uint8 with one channel per "
+            f"{where} records one-hot egocentric views (C, V, V) with one channel per "
             f"metadata['channel_names'], but the env's observation space is {space}; create the env "
             f"with obs_mode='onehot' and put the recorder directly around it (before observation "
             f"wrappers)")
