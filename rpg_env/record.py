@@ -1,4 +1,4 @@
-"""Record games of a policy to a trajectory file with the native vector env.
+"""Record games of a policy to a trajectory file (by default with the native vector env).
 
     python -m rpg_env.record --policy greedy --episodes 1024 --out data/greedy.h5 --seed 0
     python -m rpg_env.record --policy rpg_env/experts/pretrained/dqn/model.zip --episodes 1024 \\
@@ -29,11 +29,13 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
+from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.errors import InputError
 from rpg_env.game.world import WorldParams
 from rpg_env.policies import BatchPolicy, make_policy
 from rpg_env.provenance import pinned_torch_threads
 from rpg_env.rollout import Step, rollout
-from rpg_env.trajectories import HDF5VectorRecorder, TrajectoryFormatError
+from rpg_env.trajectories import HDF5VectorRecorder
 
 DEFAULT_NUM_ENVS = 64
 
@@ -53,6 +55,7 @@ def record(
     seed: int = 0,
     num_envs: int = DEFAULT_NUM_ENVS,
     env_kwargs: dict[str, Any] | None = None,
+    env_id: str = rpg_env.ENV_ID,
     mode: str = "a",
     policy_id: str | None = None,
     record_co_players: bool = True,
@@ -69,18 +72,26 @@ def record(
     setting is restored afterwards.
     """
     if int(episodes) < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
+        raise InputError(f"episodes must be >= 1, got {episodes}")
     if int(num_envs) < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    learner: BatchPolicy = make_policy(policy)
+        raise InputError(f"num_envs must be >= 1, got {num_envs}")
+    try:
+        learner: BatchPolicy = make_policy(policy)
+        num_envs = min(int(num_envs), int(episodes))
+        env = gym.make_vec(env_id, num_envs=num_envs, **(env_kwargs or {}))
+    except (TypeError, ValueError, gym.error.Error) as err:
+        if isinstance(err, InputError):
+            raise
+        raise InputError(f"cannot make {env_id} with {env_kwargs or {}}: {err}") from err
     pid = policy_id or learner.policy_id  # an expert zip is "sb3-<name>" (SB3Policy.load)
-    num_envs = min(int(num_envs), int(episodes))
-    env = gym.make_vec(rpg_env.ENV_ID, num_envs=num_envs, vectorization_mode="vector_entry_point",
-                       **(env_kwargs or {}))
     run_info = {"seed": int(seed), "num_envs": num_envs, "games": int(episodes),
                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
-    rec = HDF5VectorRecorder(env, out, policy_id=pid, mode=mode, max_games=int(episodes),
-                             record_co_players=record_co_players, run_info=run_info, **writer_kwargs)
+    try:
+        rec = HDF5VectorRecorder(env, out, policy_id=pid, mode=mode, max_games=int(episodes),
+                                 record_co_players=record_co_players, run_info=run_info, **writer_kwargs)
+    except BaseException:
+        env.close()
+        raise
     bar = None
     if progress:
         from tqdm import tqdm
@@ -154,8 +165,8 @@ def _add_env_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rpg_env.record", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = ArgumentParser(prog="python -m rpg_env.record", description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", required=True,
                         help="learner policy: random, greedy, or a path to an SB3 .zip")
     parser.add_argument("--episodes", type=int, required=True, help="games to record")
@@ -171,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch threads for SB3 policies (0: torch's default)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--env-id", default=rpg_env.ENV_ID,
+                        help="any registered env with Treasurehunt-v0's spaces (rpg_env.envs.protocol)")
     _add_env_args(parser)
     return parser
 
@@ -182,26 +195,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.co_policy is not None:
         env_kwargs["co_policy"] = args.co_policy
     if args.episodes < 1:
-        print("error: --episodes must be >= 1", file=sys.stderr)
-        return 2
+        raise InputError(f"--episodes must be >= 1, got {args.episodes}")
     policy = args.policy
     if policy not in ("random", "greedy") and not policy.endswith(".zip"):
-        print(f"error: --policy must be random, greedy, or a path to an SB3 .zip, got {policy!r}",
-              file=sys.stderr)
-        return 2
+        raise InputError(f"--policy must be random, greedy, or a path to an SB3 .zip, got {policy!r}")
     if policy.endswith(".zip") and not Path(policy).is_file():
-        print(f"error: policy file {policy} does not exist", file=sys.stderr)
-        return 2
+        raise FileNotFoundError(f"policy file {policy} does not exist")
     existing = args.out.exists() and not args.overwrite
-    try:
-        summary = record(policy, args.out, args.episodes, seed=args.seed, num_envs=args.num_envs,
-                         env_kwargs=env_kwargs, mode="w" if args.overwrite else "a",
-                         policy_id=args.policy_id, record_co_players=not args.learner_only,
-                         progress=not args.no_progress, compression_level=args.compression_level,
-                         torch_threads=args.torch_threads or None)
-    except (TrajectoryFormatError, ValueError, TypeError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    summary = record(policy, args.out, args.episodes, seed=args.seed, num_envs=args.num_envs,
+                     env_kwargs=env_kwargs, env_id=args.env_id, mode="w" if args.overwrite else "a",
+                     policy_id=args.policy_id, record_co_players=not args.learner_only,
+                     progress=not args.no_progress, compression_level=args.compression_level,
+                     torch_threads=args.torch_threads or None)
     print(f"{'appended' if existing else 'wrote'} {summary['games']} games ({summary['streams']} "
           f"streams, policy {summary['policy_id']}) to {args.out} in {summary['seconds']:.1f} s; "
           f"file {summary['file_bytes'] / 1e6:.2f} MB; learner mean return "
@@ -210,4 +215,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

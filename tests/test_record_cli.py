@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import rpg_env
+from rpg_env.cli import command_status
 from rpg_env.policies import make_policy
 from rpg_env.record import main, wave_seed
 from rpg_env.trajectories import TrajectoryFile
@@ -67,7 +68,7 @@ def test_append_overwrite_and_mismatch(tmp_path, capsys):
         assert tf.episodes["game_id"].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
         assert tf.episodes["policy_id"][::2].tolist() == ["greedy", "greedy", "random", "random"]
         digest = tf.digest()
-    assert main(["--policy", "greedy", "--episodes", "1", "--out", str(out), *SMALL[:-3],
+    assert command_status(main, ["--policy", "greedy", "--episodes", "1", "--out", str(out), *SMALL[:-3],
                  "--spawn-prob", "0.2", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "env_kwargs.spawn_prob" in err and str(out) in err
@@ -89,7 +90,7 @@ def test_bad_input(tmp_path, capsys, args, message):
     for i in range(0, len(args), 2):
         base[args[i]] = args[i + 1]
     argv = [t for kv in base.items() for t in kv] + ["--no-progress"]
-    assert main(argv) == 2
+    assert command_status(main, argv) == 2
     assert message in capsys.readouterr().err
 
 
@@ -108,7 +109,7 @@ def test_broken_policy_zip_is_refused_without_writing(tmp_path, capsys):
     junk = tmp_path / "junk.zip"
     junk.write_bytes(b"not a zip")
     out = tmp_path / "z.h5"
-    assert main(["--policy", str(junk), "--episodes", "1", "--out", str(out), *SMALL]) == 2
+    assert command_status(main, ["--policy", str(junk), "--episodes", "1", "--out", str(out), *SMALL]) == 2
     assert "not a Stable-Baselines3 model zip" in capsys.readouterr().err
     assert not out.exists()
 
