@@ -288,10 +288,9 @@ def resume_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...
 @dataclass
 class Resume:
     """Where a resumed run continues: the checkpoint ``folder`` (``RUN/checkpoints/step_N``), its
-    ``meta``, ``step``, recorded ``splits`` (sorted episode ids) and ``training`` state."""
+    ``step``, recorded ``splits`` (sorted episode ids) and ``training`` state."""
 
     folder: Path
-    meta: dict[str, Any]
     step: int
     splits: dict[str, np.ndarray]
     training: dict[str, Any]
@@ -323,7 +322,7 @@ def resume_from(
             "pass the same data file"
         )
     splits = {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
-    return Resume(folder, meta, int(meta["step"]), splits, load_training_state(folder))
+    return Resume(folder, int(meta["step"]), splits, load_training_state(folder))
 
 
 def training_state(device: torch.device, scaler: torch.amp.GradScaler) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rpg_env.errors import InputError
+from rpg_worldmodel.config import WorldModelConfig
 
 DEFAULT_OUT_ROOT = "runs/pipeline"
 #: What a pipeline run writes into its folder (all of it is replaced by --overwrite, nothing else).
@@ -147,7 +148,7 @@ def stage_record(policy: str, label: str, out: Path, games: int, seed: int, num_
     return summary
 
 
-def training_config(overrides: Sequence[str], seed: int, quick: bool = False):
+def training_config(overrides: Sequence[str], seed: int, quick: bool = False) -> WorldModelConfig:
     """The default config (`rpg_worldmodel/configs/default.yaml`) plus ``overrides``, read once.
 
     The pipeline chooses the data file and the run folders itself, so overriding ``data.path``
@@ -157,17 +158,18 @@ def training_config(overrides: Sequence[str], seed: int, quick: bool = False):
 
     cfg = load_config(DEFAULT_CONFIG_PATH, [f"train.seed={seed}", *overrides])
     default = load_config(DEFAULT_CONFIG_PATH, [f"train.seed={seed}"])
-    ignored = [name for name, a, b in (("data.path", cfg.data.path, default.data.path),
-                                       ("out_dir", cfg.out_dir, default.out_dir)) if a != b]
+    settings = (("data.path (the recorded self file)", cfg.data.path, default.data.path),
+                ("out_dir (OUT/run)", cfg.out_dir, default.out_dir))
+    ignored = [what for what, value, default_value in settings if value != default_value]
     if ignored:
-        raise InputError(f"the pipeline sets {' and '.join(ignored)} itself (the recorded self file, "
-                         "OUT/run); drop that override, or use --out DIR for the folder")
+        raise InputError(f"the pipeline sets {' and '.join(ignored)} itself; drop that override "
+                         "(--out DIR chooses the pipeline's folder)")
     if quick:
         cfg.train.progress = False
     return cfg
 
 
-def masked_config(cfg, mask: str, fraction: float):
+def masked_config(cfg: WorldModelConfig, mask: str, fraction: float) -> WorldModelConfig:
     """A copy of ``cfg`` trained with input mask ``mask`` for ``fraction`` of its steps."""
     import copy
 
@@ -181,7 +183,7 @@ def masked_config(cfg, mask: str, fraction: float):
     return short.validate()
 
 
-def stage_train(data: Path, run_dir: Path, cfg) -> tuple[Path, Path]:
+def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path, Path]:
     """Train ``cfg`` on ``data`` into ``run_dir``; returns ``(final checkpoint, run folder)``.
 
     Same as ``python -m rpg_worldmodel.train --data DATA --out RUN_DIR [overrides]``.

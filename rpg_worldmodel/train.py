@@ -26,7 +26,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,14 +238,13 @@ class Run:
     val_set: TrajectoryWindows
     val_idx: np.ndarray  # a fixed, evenly spread subset: cheap and identical at every evaluation
     weights: LossWeights
-    splits: dict[str, np.ndarray]
     meta: dict[str, Any]  # what every checkpoint records besides the weights
 
     @property
     def checkpoint_dir(self) -> Path:
         return self.run_dir / "checkpoints"
 
-    def input_mask(self, generator: torch.Generator):
+    def input_mask(self, generator: torch.Generator) -> Callable[[torch.Tensor], torch.Tensor] | None:
         """The training input mask (``train.train_mask``) drawing from ``generator``; None for none."""
         t = self.cfg.train
         if t.train_mask == "none":
@@ -299,7 +298,7 @@ def setup(cfg: WorldModelConfig, resume: str | os.PathLike | None = None) -> Run
         restore_training(resumed, model, optimizer, scaler, device)
     meta = {"splits": splits, "data": record, "seed": cfg.train.seed, "versions": package_versions()}
     return Run(cfg, device, run_dir, resumed.step if resumed else 0, model, optimizer, scaler, train_set,
-               val_set, val_idx, loss_weights(cfg, record["channel_names"]), splits, meta)
+               val_set, val_idx, loss_weights(cfg, record["channel_names"]), meta)
 
 
 def start_run_folder(run: Run, resumed: bool) -> None:
@@ -411,7 +410,7 @@ def finish(run: Run, step: int, checkpoint: Path, val: dict[str, float], meter: 
         "wall_s": wall_s,
         "train_windows": len(run.train_set),
         "val_windows_used": len(run.val_idx),
-        "episodes": {k: len(v) for k, v in run.splits.items()},
+        "episodes": {k: len(v) for k, v in run.meta["splits"].items()},
         "device": str(run.device),
         "parameters": run.model.num_parameters(),
     }

@@ -133,10 +133,6 @@ class CalibratedCells:
         out = log_table[np.asarray(revealed, dtype=np.int64), np.asarray(pred, dtype=np.int64)]
         return np.moveaxis(out, -1, 1)
 
-    def to_json(self) -> dict:
-        return {"alpha": self.alpha, "counts_known": self.counts[0].tolist(),
-                "counts_revealed": self.counts[1].tolist()}
-
 
 class ActionFrequencies:
     """Majority-action baseline (``order=0``) or previous-action baseline (``order=1``).

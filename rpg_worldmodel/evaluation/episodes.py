@@ -11,13 +11,13 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from rpg_env.errors import InputError
 from rpg_env.trajectories import split_episodes
 from rpg_worldmodel.checkpoint import CheckpointError
+from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.data import DataSource, EpisodeStore, file_digest
 
 SPLITS = ("auto", "test", "val", "all", "train")
@@ -48,7 +48,7 @@ class EvalSet:
         return self._store
 
 
-def train_mask_of(config: Any) -> str:
+def train_mask_of(config: WorldModelConfig) -> str:
     """The input mask a checkpoint's model was trained with (``"none"`` when it had none)."""
     return str(getattr(config.train, "train_mask", "none") or "none")
 

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rpg_env.errors import InputError
+from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.data import apply_input_mask, plan_windows
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines, copy_view, views_to_codes
@@ -153,7 +154,7 @@ class _Examples:
 
 def score_eval_set(
     model: WorldModel,
-    config,
+    config: WorldModelConfig,
     es: EvalSet,
     baselines: FittedBaselines | None,
     mask_kind: str = "none",

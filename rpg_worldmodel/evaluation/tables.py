@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.scoring import Scores, score_eval_set
+from rpg_worldmodel.models.world_model import WorldModel
 
 #: Figures shown in the transfer table; ``total_ce`` is the reference's "state + action loss".
 TRANSFER_FIGURES = ("view_ce", "action_ce", "total_ce", "cell_acc", "changed_acc", "f1_items", "action_acc")
@@ -54,8 +56,8 @@ def quality_checks(file_result: dict) -> dict:
     return out
 
 
-def evaluate_file(model, config, es: EvalSet, baselines: FittedBaselines, num_boot: int = 1000,
-                  seed: int = 0, batch_size: int = 256, device: str = "cpu",
+def evaluate_file(model: WorldModel, config: WorldModelConfig, es: EvalSet, baselines: FittedBaselines,
+                  num_boot: int = 1000, seed: int = 0, batch_size: int = 256, device: str = "cpu",
                   num_examples: int = 8, context: str = "full") -> tuple[dict, Scores]:
     """The full held-out table of one file: predictors, paired differences, per-policy tables."""
     scores = score_eval_set(model, config, es, baselines, batch_size=batch_size, device=device,
@@ -96,8 +98,9 @@ def transfer_table(self_scores: Scores, cross_scores: Scores, self_label: str, c
     return out
 
 
-def masking_table(models: dict[str, tuple], es: EvalSet, eval_masks: Sequence[str], num_boot: int = 1000,
-                  seed: int = 0, batch_size: int = 256, device: str = "cpu", context: str = "full") -> dict:
+def masking_table(models: dict[str, tuple[WorldModel, WorldModelConfig]], es: EvalSet,
+                  eval_masks: Sequence[str], num_boot: int = 1000, seed: int = 0, batch_size: int = 256,
+                  device: str = "cpu", context: str = "full") -> dict:
     """Rows: the mask a model was trained with; columns: the mask applied at evaluation.
 
     ``models`` maps a train-mask name to ``(model, config)``. Masks are seeded with ``seed``
