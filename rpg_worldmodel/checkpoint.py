@@ -9,10 +9,15 @@ leaves a half-written checkpoint under the final name)::
         training.pt   optimizer / scheduler / grad-scaler state, RNG states (tensors and numbers)
         meta.json     config, step, split episode ids, data file path + fingerprint, seed, versions
     checkpoints/latest.json   {"name": "step_00002000"}
+
+Resuming (`resume_config`, `resume_from`, `restore_training`) checks that the checkpoint fits the
+run (model config, data fingerprint) and restores the optimizer, RNG and grad-scaler states, so a
+resumed run continues with exactly the losses an uninterrupted one would have had.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -21,17 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from rpg_worldmodel.config import ConfigError, ModelConfig, WorldModelConfig
-from rpg_worldmodel.model import WorldModel
+from rpg_env.errors import InputError
+from rpg_worldmodel.config import ConfigError, ModelConfig, WorldModelConfig, apply_override
+from rpg_worldmodel.models.world_model import WorldModel
 
 CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 CHECKPOINT_VERSION = 1
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """A checkpoint that is missing, corrupt, or does not fit what it is loaded into."""
 
 
@@ -191,14 +198,29 @@ def load_model_weights(
             f"(checkpoint vs current): {'; '.join(diffs)}"
         )
     state = _safe_load(folder / MODEL_FILE, map_location)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
+    mismatch = first_weight_mismatch(state, model.state_dict())
+    if mismatch:
         raise CheckpointError(
-            f"weights in {folder / MODEL_FILE} do not fit the model built from its own "
-            f"config ({str(exc).splitlines()[0]}); the checkpoint is corrupt"
-        ) from None
+            f"weights in {folder / MODEL_FILE} do not fit the model built from its own config: "
+            f"{mismatch}; the checkpoint is corrupt or was edited (retrain, or restore its model.pt)"
+        )
+    model.load_state_dict(state)
     return meta
+
+
+def first_weight_mismatch(saved: dict[str, Any], expected: dict[str, torch.Tensor]) -> str | None:
+    """The first tensor where ``saved`` does not fit ``expected`` (in the model's order), in
+    words naming the tensor and both shapes; None when every tensor fits."""
+    for name, tensor in expected.items():
+        if name not in saved:
+            return f"tensor {name!r} of shape {tuple(tensor.shape)} is missing from the checkpoint"
+        got = saved[name]
+        if not isinstance(got, torch.Tensor) or got.shape != tensor.shape:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            return (f"tensor {name!r} has shape {shape} in the checkpoint but {tuple(tensor.shape)} "
+                    "in the model")
+    extra = [name for name in saved if name not in expected]
+    return f"the checkpoint has tensor {extra[0]!r}, which the model does not have" if extra else None
 
 
 def load_checkpoint(
@@ -230,3 +252,103 @@ def load_checkpoint(
 def load_training_state(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """The optimizer/scheduler/RNG state saved beside a checkpoint (for exact resume)."""
     return _safe_load(resolve_checkpoint(path) / TRAINING_FILE, map_location)
+
+
+# ---------------------------------------------------------------------------- resume
+#: Settings a resumed run takes from its checkpoint (its folder, its recorded split): an
+#: override of one of them would be ignored, so it is refused.
+FIXED_ON_RESUME = ("out_dir", "data.split_fractions", "data.split_seed", "data.agent_id")
+
+
+def _setting(cfg: WorldModelConfig, name: str) -> Any:
+    section, _, key = name.rpartition(".")
+    return getattr(getattr(cfg, section) if section else cfg, key)
+
+
+def resume_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> WorldModelConfig:
+    """The config a run resumed from ``path`` continues with: the checkpoint's, plus ``overrides``.
+
+    Overrides of `FIXED_ON_RESUME` settings are refused (`CheckpointError`); model changes are
+    refused by `resume_from`, naming both configs.
+    """
+    folder = resolve_checkpoint(path)
+    saved = WorldModelConfig.from_dict(read_meta(folder)["config"], source=str(folder / META_FILE))
+    cfg = copy.deepcopy(saved)
+    for override in overrides:
+        apply_override(cfg, override)
+    changed = [name for name in FIXED_ON_RESUME if _setting(cfg, name) != _setting(saved, name)]
+    if changed:
+        raise CheckpointError(
+            f"a resumed run keeps the {', '.join(changed)} of {folder}; drop that override (to change "
+            "it, start a new run with --data FILE --out DIR)"
+        )
+    return cfg.validate()
+
+
+@dataclass
+class Resume:
+    """Where a resumed run continues: the checkpoint ``folder`` (``RUN/checkpoints/step_N``), its
+    ``step``, recorded ``splits`` (sorted episode ids) and ``training`` state."""
+
+    folder: Path
+    step: int
+    splits: dict[str, np.ndarray]
+    training: dict[str, Any]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.parent.parent
+
+
+def resume_from(
+    path: str | os.PathLike, cfg: WorldModelConfig, data_path: str | os.PathLike, fingerprint: str
+) -> Resume:
+    """Read the checkpoint a run resumes from; refuse it (`CheckpointError`, both sides named) when
+    its model config differs from ``cfg.model`` or it was trained on other data than
+    ``data_path`` (content ``fingerprint``)."""
+    folder = resolve_checkpoint(path)
+    meta = read_meta(folder)
+    saved = WorldModelConfig.from_dict(meta["config"], source=str(folder))
+    diffs = config_differences(saved.model, cfg.model)
+    if diffs:
+        raise CheckpointError(
+            f"cannot resume {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}"
+        )
+    trained = meta["data"]
+    if trained["fingerprint"] != fingerprint:
+        raise CheckpointError(
+            f"cannot resume {folder}: it was trained on {trained['path']} (fingerprint "
+            f"{trained['fingerprint'][:12]}), but {data_path} has fingerprint {fingerprint[:12]}; "
+            "pass the same data file"
+        )
+    splits = {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
+    return Resume(folder, int(meta["step"]), splits, load_training_state(folder))
+
+
+def training_state(device: torch.device, scaler: torch.amp.GradScaler) -> dict[str, Any]:
+    """RNG and grad-scaler state saved beside a checkpoint, so a resumed run draws exactly the
+    dropout and masks an uninterrupted one would have."""
+    state: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    if scaler.is_enabled():
+        state["scaler"] = scaler.state_dict()
+    return state
+
+
+def restore_training(
+    resume: Resume,
+    model: WorldModel,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    device: torch.device,
+) -> None:
+    """Load the weights, optimizer, RNG and grad-scaler states of ``resume`` into a fresh run."""
+    state = resume.training
+    load_model_weights(model, resume.folder, device)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    if device.type == "cuda" and "cuda_rng" in state:
+        torch.cuda.set_rng_state_all(list(state["cuda_rng"]))
+    if "scaler" in state:
+        scaler.load_state_dict(state["scaler"])

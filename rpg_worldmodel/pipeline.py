@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from rpg_env.errors import InputError
+from rpg_worldmodel.config import WorldModelConfig
 
 DEFAULT_OUT_ROOT = "runs/pipeline"
 #: What a pipeline run writes into its folder (all of it is replaced by --overwrite, nothing else).
@@ -126,7 +128,7 @@ def resolve_expert(name: str) -> tuple[str, str]:
     from rpg_env.experts import PRETRAINED, pretrained_path
 
     if name not in PRETRAINED:
-        raise ValueError(f"unknown expert {name!r}: use one of {list(PRETRAINED)}, greedy, random or a .zip")
+        raise InputError(f"unknown expert {name!r}: use one of {list(PRETRAINED)}, greedy, random or a .zip")
     try:
         return str(pretrained_path(name)), name
     except FileNotFoundError as exc:
@@ -146,17 +148,28 @@ def stage_record(policy: str, label: str, out: Path, games: int, seed: int, num_
     return summary
 
 
-def training_config(overrides: Sequence[str], seed: int, quick: bool = False):
-    """The default config (`rpg_worldmodel/configs/default.yaml`) plus ``overrides``, read once."""
+def training_config(overrides: Sequence[str], seed: int, quick: bool = False) -> WorldModelConfig:
+    """The default config (`rpg_worldmodel/configs/default.yaml`) plus ``overrides``, read once.
+
+    The pipeline chooses the data file and the run folders itself, so overriding ``data.path``
+    or ``out_dir`` is refused rather than ignored.
+    """
     from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
 
     cfg = load_config(DEFAULT_CONFIG_PATH, [f"train.seed={seed}", *overrides])
+    default = load_config(DEFAULT_CONFIG_PATH, [f"train.seed={seed}"])
+    settings = (("data.path (the recorded self file)", cfg.data.path, default.data.path),
+                ("out_dir (OUT/run)", cfg.out_dir, default.out_dir))
+    ignored = [what for what, value, default_value in settings if value != default_value]
+    if ignored:
+        raise InputError(f"the pipeline sets {' and '.join(ignored)} itself; drop that override "
+                         "(--out DIR chooses the pipeline's folder)")
     if quick:
         cfg.train.progress = False
     return cfg
 
 
-def masked_config(cfg, mask: str, fraction: float):
+def masked_config(cfg: WorldModelConfig, mask: str, fraction: float) -> WorldModelConfig:
     """A copy of ``cfg`` trained with input mask ``mask`` for ``fraction`` of its steps."""
     import copy
 
@@ -170,7 +183,7 @@ def masked_config(cfg, mask: str, fraction: float):
     return short.validate()
 
 
-def stage_train(data: Path, run_dir: Path, cfg) -> tuple[Path, Path]:
+def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path, Path]:
     """Train ``cfg`` on ``data`` into ``run_dir``; returns ``(final checkpoint, run folder)``.
 
     Same as ``python -m rpg_worldmodel.train --data DATA --out RUN_DIR [overrides]``.
@@ -190,28 +203,23 @@ def stage_train(data: Path, run_dir: Path, cfg) -> tuple[Path, Path]:
 
 def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     """Run every stage; returns the path of ``report.md``."""
-    from rpg_env.provenance import provenance
-    from rpg_worldmodel import evaluate as E
-    from rpg_worldmodel.checkpoint import load_checkpoint
-    from rpg_worldmodel.report import fmt_percent, write_report
+    from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+    from rpg_worldmodel.report import format_table, quality_lines, transfer_line, write_report
 
-    out = Path(settings.out or default_out())
+    s = settings
+    out = Path(s.out or default_out())
+    cfg = training_config(s.train_overrides, s.seed, s.quick)  # refused before anything is written
     prepare_out(out, overwrite)
     timings: dict[str, float] = {}
-    total = 7
-    s = settings
-    start = time.perf_counter()
-
+    total, start = 7, time.perf_counter()
     with Stage(1, total, "experts", timings):
         self_policy, self_label = resolve_expert(s.self_expert)
         cross_policy, cross_label = resolve_expert(s.cross_expert)
         if self_label == cross_label:
             cross_label = f"{cross_label}-cross"
         print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
-
     with Stage(2, total, "record", timings):
-        data_dir = out / "data"
-        self_file, cross_file = data_dir / f"{self_label}.h5", data_dir / f"{cross_label}.h5"
+        self_file, cross_file = out / "data" / f"{self_label}.h5", out / "data" / f"{cross_label}.h5"
         recorded = {
             "self": stage_record(self_policy, self_label, self_file, s.self_games, s.seed, s.num_envs,
                                  s.record_co_players, s.quick),
@@ -221,82 +229,36 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
         for key, summary in recorded.items():
             print(f"    {key}: {summary['games']} games, {summary['agent_steps']} steps, mean return "
                   f"{summary['mean_return']:.2f}, {summary['seconds']:.1f}s -> {summary['path']}")
-
     with Stage(3, total, "train", timings):
-        cfg = training_config(s.train_overrides, s.seed, s.quick)
         checkpoint, run_dir = stage_train(self_file, out / "run", cfg)
         masked = None
         if s.mask_train and s.mask_train != "none":
             masked, _ = stage_train(self_file, out / f"run_mask_{s.mask_train}",
                                     masked_config(cfg, s.mask_train, s.mask_train_steps_fraction))
-
+    options = EvalOptions(num_boot=s.bootstrap, seed=s.seed, batch_size=s.batch_size, context=s.context,
+                          mask_context=s.mask_context, mask_episodes=s.mask_eval_episodes)
     with Stage(4, total, "evaluate (held-out test split)", timings):
-        ck = load_checkpoint(checkpoint)
-        meta = ck.meta
-        baselines = E.fit_baselines(self_file, E.checkpoint_split(meta)["train"], seed=s.seed)
-        self_set = E.select_episodes(meta, self_file, "test")
-        agent = getattr(ck.config.data, "agent_id", None)
-        self_result, self_scores = E.evaluate_file(ck.model, ck.config, self_set, baselines, s.bootstrap,
-                                                   s.seed, s.batch_size, context=s.context)
-        print(E.format_table(self_result))
-        for name, check in self_result["quality_checks"].items():
-            print(f"    {name}: model - baseline {E.fmt_interval(check['difference'])} "
-                  f"({check['better']} is better): {'met' if check['met'] else 'NOT met'}")
-
+        ev = Evaluation(checkpoint, [self_file, cross_file], options)
+        self_result = ev.evaluate_file(self_file)
+        print(format_table(self_result), *quality_lines(self_result), sep="\n")
     with Stage(5, total, "transfer (cross expert)", timings):
-        cross_set = E.select_episodes(meta, cross_file, "all", agent_id=agent)
-        cross_result, cross_scores = E.evaluate_file(ck.model, ck.config, cross_set, baselines, s.bootstrap,
-                                                     s.seed, s.batch_size, num_examples=0, context=s.context)
-        transfer = E.transfer_table(self_scores, cross_scores, str(self_file), str(cross_file), s.bootstrap,
-                                    s.seed)
-        gap = transfer["relative_gap"].get("total_ce")
-        print(f"    relative gap in total CE (cross - self) / self: {fmt_percent(gap)}")
-
+        ev.evaluate_file(cross_file, num_examples=0)
+        print("    " + transfer_line(ev.transfer()[str(cross_file)]))
     with Stage(6, total, "masking probes", timings):
-        probe_set = _subset(self_set, s.mask_eval_episodes)
-        models = {E._train_mask(ck.config): (ck.model, ck.config)}
-        if masked is not None:
-            mck = load_checkpoint(masked)
-            models[E._train_mask(mck.config)] = (mck.model, mck.config)
-        masking = E.masking_table(models, probe_set, s.eval_masks, s.bootstrap, s.seed, s.batch_size,
-                                  context=s.mask_context)
-
+        ev.masking(s.eval_masks, [masked] if masked is not None else [])
+    section = {"settings": asdict(s), "recorded": recorded, "run_dir": str(run_dir),
+               "masked_checkpoint": str(masked) if masked else None, "timings_s": timings}
     with Stage(7, total, "report", timings):
-        results = {
-            "checkpoint": str(checkpoint),
-            "checkpoint_step": meta.get("step") if isinstance(meta, dict) else None,
-            "train_mask": E._train_mask(ck.config),
-            "baselines": E.baselines_summary(baselines, self_file),
-            "bootstrap": {"resampled_unit": "game", "replicates": s.bootstrap, "level": 0.95, "seed": s.seed},
-            "self": str(self_file),
-            "files": {str(self_file): self_result, str(cross_file): cross_result},
-            "transfer": {str(cross_file): transfer},
-            "masking": masking,
-            "pipeline": {"settings": asdict(s), "recorded": recorded, "run_dir": str(run_dir),
-                         "masked_checkpoint": str(masked) if masked else None},
-        }
         timings["total_before_report"] = round(time.perf_counter() - start, 2)
-        results["pipeline"]["timings_s"] = timings
-        results["provenance"] = provenance(seed=s.seed, checkpoint=str(checkpoint))
-        metrics_path = E.write_outputs(results, self_scores, out)
-        report = write_report(metrics_path, run_dir, extra_sections=_pipeline_section(results))
+        metrics_path = ev.write(out, {"pipeline": section})
+        report = write_report(metrics_path, run_dir, extra_sections=pipeline_section(section))
     timings["total"] = round(time.perf_counter() - start, 2)
-    results["pipeline"]["timings_s"] = timings
-    E.write_outputs(results, self_scores, out)
+    ev.write(out, {"pipeline": section})
     return report
 
 
-def _subset(es, max_episodes: int):
-    """The first ``max_episodes`` episodes (by index) of an EvalSet: a fixed, seeded-free subset."""
-    from rpg_worldmodel.evaluate import EvalSet
-
-    keep = slice(0, max(1, int(max_episodes)))
-    return EvalSet(es.path, es.episodes[keep], es.label + f" (first {max_episodes} episodes)",
-                   es.held_out, es.game_ids[keep], es.agent_ids[keep], es.policy_ids[keep])
-
-
-def _pipeline_section(results: dict) -> list[str]:
-    p = results["pipeline"]
+def pipeline_section(p: dict) -> list[str]:
+    """The report's "How this was made" section from the pipeline's part of metrics.json."""
     rec = p["recorded"]
     lines = ["## How this was made", "",
              "`python -m rpg_worldmodel.pipeline` with settings:", "", "```json",
@@ -333,14 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_mask_train:
         s.mask_train = ""
     s.train_overrides = [*s.train_overrides, *args.overrides]
-    try:
-        report = run_pipeline(s, overwrite=args.overwrite)
-    except (FileExistsError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(report)
+    print(run_pipeline(s, overwrite=args.overwrite))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rpg_env.cli import run_command
+
+    run_command(main)

@@ -6,6 +6,10 @@ Writes beside ``metrics.json``: ``learning_curves.png`` (from the run's ``metric
 ``entity_f1.png`` (per-entity F1, model vs baselines, 95% intervals), ``view_strip.png``
 (last input / predicted / true views of held-out windows), ``transfer.png`` (self vs cross),
 ``masking.png`` (train mask x eval mask) and ``report.md`` linking them with the tables.
+
+This module owns every human-readable rendering of the evaluation's results: the markdown
+tables (`format_table`, `fmt_interval`, `fmt_percent`), the console summaries printed by
+``rpg_worldmodel.evaluate`` and the pipeline, the plots and the report.
 """
 
 from __future__ import annotations
@@ -16,15 +20,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-
-from rpg_worldmodel.evaluate import fmt_interval  # noqa: E402
-from rpg_worldmodel.metrics import ENTITY_NAMES  # noqa: E402
+from rpg_worldmodel.evaluation.metrics import ENTITY_NAMES, ITEM_NAMES
 
 # Cell colours by class name (as the game's sprites: floor, wall, gem, bone, food, agent).
 CELL_COLOURS = {"empty": "#ece8dc", "wall": "#545460", "gem": "#28a0e6", "bone": "#c82828",
@@ -46,6 +44,75 @@ FIGURE_HELP = {
 }
 
 
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, imported on the first plot (formatting
+    tables, as the command lines do, needs no matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# ---------------------------------------------------------------------------- text
+def fmt_interval(iv: dict | None) -> str:
+    """``0.143 [0.140, 0.146]`` (value [95% interval]); ``-`` when undefined."""
+    if not iv or iv.get("value") is None:
+        return "-"
+    lo, hi = iv.get("lo"), iv.get("hi")
+    if lo is None or hi is None:
+        return f"{iv['value']:.3f}"
+    return f"{iv['value']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def fmt_percent(iv: dict | None) -> str:
+    """A relative figure as ``+54.6% [+45.4%, +65.3%]``; ``-`` when undefined."""
+    if not iv or iv.get("value") is None:
+        return "-"
+    if iv.get("lo") is None:
+        return f"{100 * iv['value']:+.1f}%"
+    return f"{100 * iv['value']:+.1f}% [{100 * iv['lo']:+.1f}%, {100 * iv['hi']:+.1f}%]"
+
+
+def _table(rows: dict[str, dict], figures: Sequence[str], first: str = "predictor") -> list[str]:
+    lines = [f"| {first} | " + " | ".join(figures) + " |", "|" + " --- |" * (len(figures) + 1)]
+    for name, figs in rows.items():
+        lines.append(f"| {name} | " + " | ".join(fmt_interval(figs.get(f)) for f in figures) + " |")
+    return lines
+
+
+def format_table(result: dict, figures: Sequence[str] = MAIN_FIGURES) -> str:
+    """A markdown table of one file's predictors (rows) by figures (columns), with intervals."""
+    return "\n".join(_table(result["predictors"], figures))
+
+
+def quality_lines(result: dict) -> list[str]:
+    """One line per quality criterion of a file's result: the paired difference and whether it is met."""
+    return [f"    {name}: model - baseline {fmt_interval(check['difference'])} "
+            f"({check['better']} is better): {'met' if check['met'] else 'NOT met'}"
+            for name, check in result["quality_checks"].items()]
+
+
+def transfer_line(transfer: dict) -> str:
+    """The headline of a transfer table: the relative gap in total cross-entropy."""
+    gap = transfer["relative_gap"].get("total_ce")
+    return f"relative gap in total CE (cross - self) / self: {fmt_percent(gap)}"
+
+
+def evaluation_summary(results: dict) -> str:
+    """What ``python -m rpg_worldmodel.evaluate`` prints: each file's table and each transfer gap."""
+    lines = []
+    for key, result in results["files"].items():
+        lines += [f"\n{key}: {result['selection']} ({result['episodes']} episodes, {result['games']} games, "
+                  f"{result['predictions']} predictions)", format_table(result)]
+    for key, tr in results["transfer"].items():
+        gap = tr["relative_gap"].get("total_ce")
+        lines.append(f"\ntransfer to {key}: relative gap in total CE {fmt_interval(gap)}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- plots
 def _err(ivs: Sequence[dict | None]) -> tuple[np.ndarray, np.ndarray]:
     values = np.array([np.nan if not iv or iv["value"] is None else iv["value"] for iv in ivs], dtype=float)
     lo = np.array([np.nan if not iv or iv.get("lo") is None else iv["lo"] for iv in ivs], dtype=float)
@@ -75,6 +142,7 @@ def read_metrics_csv(path: str | Path) -> dict[str, dict[str, np.ndarray]]:
 def plot_learning_curves(metrics_csv: str | Path, out: str | Path,
                          columns: Sequence[str] = ("loss", "view_ce", "action_ce")) -> Path | None:
     """Loss columns against the step, one line per split (train, val); None if nothing to plot."""
+    plt = _pyplot()
     groups = read_metrics_csv(metrics_csv)
     present = [c for c in columns
                if any(c in cols and np.isfinite(cols[c]).any() for cols in groups.values())]
@@ -103,6 +171,7 @@ def plot_learning_curves(metrics_csv: str | Path, out: str | Path,
 
 def plot_entity_f1(file_result: dict, out: str | Path) -> Path:
     """Grouped bars: per-entity F1 of the model and the view baselines, with 95% intervals."""
+    plt = _pyplot()
     preds = [p for p in ("model", "motion_oracle", "copy") if p in file_result["predictors"]]
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / len(preds)
@@ -126,6 +195,9 @@ def plot_entity_f1(file_result: dict, out: str | Path) -> Path:
 
 def plot_view_strip(examples_npz: str | Path, out: str | Path, max_examples: int = 6) -> Path | None:
     """Rows: last input view, predicted next view (arg-max), true next view."""
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+
     data = np.load(examples_npz)
     if "input" not in data or len(data["input"]) == 0:
         return None
@@ -153,6 +225,7 @@ def plot_view_strip(examples_npz: str | Path, out: str | Path, max_examples: int
 def plot_transfer(transfer: dict, out: str | Path, figures: Sequence[str] = ("view_ce", "action_ce",
                                                                             "total_ce")) -> Path:
     """Self vs cross bars (model) for the cross-entropies, with 95% intervals."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     x = np.arange(len(figures))
     for i, side in enumerate(("self", "cross")):
@@ -173,6 +246,7 @@ def plot_transfer(transfer: dict, out: str | Path, figures: Sequence[str] = ("vi
 
 def plot_masking(masking: dict, out: str | Path, figure: str = "view_ce") -> Path:
     """Heatmap of one figure: rows = train mask, columns = eval mask."""
+    plt = _pyplot()
     table = masking["table"]
     rows = list(table)
     cols = list(next(iter(table.values())))
@@ -198,27 +272,8 @@ def plot_masking(masking: dict, out: str | Path, figure: str = "view_ce") -> Pat
     return Path(out)
 
 
-def fmt_percent(iv: dict | None) -> str:
-    if not iv or iv.get("value") is None:
-        return "-"
-    if iv.get("lo") is None:
-        return f"{100 * iv['value']:+.1f}%"
-    return f"{100 * iv['value']:+.1f}% [{100 * iv['lo']:+.1f}%, {100 * iv['hi']:+.1f}%]"
-
-
-def _table(rows: dict[str, dict], figures: Sequence[str], first: str = "predictor") -> list[str]:
-    lines = [f"| {first} | " + " | ".join(figures) + " |", "|" + " --- |" * (len(figures) + 1)]
-    for name, figs in rows.items():
-        lines.append(f"| {name} | " + " | ".join(fmt_interval(figs.get(f)) for f in figures) + " |")
-    return lines
-
-
-def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
-                 extra_sections: Sequence[str] = ()) -> Path:
-    """Make every plot and ``report.md`` beside ``metrics_path``; returns the report's path."""
-    metrics_path = Path(metrics_path)
-    out = metrics_path.parent
-    results = json.loads(metrics_path.read_text())
+def _held_out_section(results: dict) -> list[str]:
+    """Header, the self file's table beside the baselines, the paired differences, the quality bar."""
     self_key = results["self"]
     main = results["files"][self_key]
     lines = ["# World model evaluation", ""]
@@ -245,7 +300,7 @@ def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
         "",
     ]
     if main.get("quality_checks"):
-        lines += ["Quality bar (issue 5): the paired 95% interval of model minus baseline must lie on the "
+        lines += ["Quality bar: the paired 95% interval of model minus baseline must lie on the "
                   "better side.", "", "| criterion | model minus baseline | better | met |",
                   "| --- | --- | --- | --- |"]
         for name, check in main["quality_checks"].items():
@@ -256,61 +311,84 @@ def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
         lines += ["### By policy (stream)", ""]
         for pid, preds in main["by_policy"].items():
             lines += [f"`{pid}`:", "", *_table(preds, MAIN_FIGURES), ""]
+    return lines
+
+
+def _transfer_section(key: str, tr: dict) -> list[str]:
+    """One cross file: the model on self and cross, the baselines on cross, the relative gaps."""
+    rows = {"self": tr["model"]["self"], "cross": tr["model"]["cross"],
+            **{f"{b} on cross": v for b, v in tr["baselines_cross"].items()}}
+    gaps = tr["relative_gap"]
+    return ["## Cross-agent transfer", "",
+            f"Self `{tr['self']}` vs cross `{key}`; relative gap = {tr['gap_definition']} "
+            "(the reference notebook reported +124% on training data, one number, no interval).", "",
+            *_table(rows, list(tr["model"]["self"]), "model on"),
+            "", "| relative gap | " + " | ".join(gaps) + " |", "|" + " --- |" * (len(gaps) + 1),
+            "| (cross - self) / self | " + " | ".join(fmt_percent(v) for v in gaps.values()) + " |", ""]
+
+
+def _masking_section(mk: dict) -> list[str]:
+    """Train mask x eval mask: view CE with mean item F1, then each mask's paired cost."""
+    steps = mk.get("train_steps", {})
+    lines = ["## Masking probes", "",
+             f"On {mk.get('episodes', '?')} test episodes ({mk.get('context', 'full')} windows). "
+             "Rows: mask used in training (with its training steps); columns: mask applied to the "
+             "input at evaluation (targets are never masked). Cells: next-view CE (nats/cell) and "
+             "mean item F1 in parentheses.", ""]
+    cols = list(next(iter(mk["table"].values())))
+    lines += ["| train \\ eval | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
+    for row, cells in mk["table"].items():
+        rendered = []
+        for c in cols:
+            f1s = [cells[c].get(f"f1_{e}", {}).get("value") for e in ITEM_NAMES]
+            f1s = [f for f in f1s if f is not None]
+            rendered.append(fmt_interval(cells[c].get("view_ce")) + (f" ({np.mean(f1s):.2f})" if f1s else ""))
+        label = f"{row} ({steps[row]} steps)" if row in steps else row
+        lines.append(f"| {label} | " + " | ".join(rendered) + " |")
+    lines.append("")
+    if mk.get("cost"):
+        lines += ["Cost of each mask: increase in view CE over the same model's unmasked input "
+                  "(paired bootstrap). Rows trained for different lengths are compared through this "
+                  "cost: a model that learned to infer what it cannot see pays less for a mask.", "",
+                  "| train \\ eval | " + " | ".join(c for c in cols if c != "none") + " |",
+                  "|" + " --- |" * len(cols)]
+        for row, cells in mk["cost"].items():
+            rendered = [fmt_interval(cells[c].get("view_ce")) for c in cols if c != "none"]
+            lines.append(f"| {row} | " + " | ".join(rendered) + " |")
+        lines.append("")
+    return lines
+
+
+def _plots(results: dict, out: Path, run_dir: str | Path | None) -> list[tuple[str, Path | None]]:
+    """Every plot of the report, as (title, file) in the order shown."""
     plots: list[tuple[str, Path | None]] = []
-    plots.append(("Per-entity F1", plot_entity_f1(main, out / "entity_f1.png")))
+    if run_dir is not None and (Path(run_dir) / "metrics.csv").exists():
+        plots.append(("Learning curves", plot_learning_curves(Path(run_dir) / "metrics.csv",
+                                                              out / "learning_curves.png")))
+    plots.append(("Per-entity F1", plot_entity_f1(results["files"][results["self"]], out / "entity_f1.png")))
     if (out / "examples.npz").exists():
         plots.append(("Held-out views", plot_view_strip(out / "examples.npz", out / "view_strip.png")))
-    if run_dir is not None and (Path(run_dir) / "metrics.csv").exists():
-        plots.insert(0, ("Learning curves", plot_learning_curves(Path(run_dir) / "metrics.csv",
-                                                                  out / "learning_curves.png")))
     for key, tr in results.get("transfer", {}).items():
-        lines += ["## Cross-agent transfer", "",
-                  f"Self `{tr['self']}` vs cross `{key}`; relative gap = {tr['gap_definition']} "
-                  "(the reference notebook reported +124% on training data, one number, no interval).", "",
-                  *_table({"self": tr["model"]["self"], "cross": tr["model"]["cross"],
-                           **{f"{b} on cross": v for b, v in tr["baselines_cross"].items()}},
-                          [f for f in tr["model"]["self"]], "model on"),
-                  "", "| relative gap | " + " | ".join(tr["relative_gap"]) + " |",
-                  "|" + " --- |" * (len(tr["relative_gap"]) + 1),
-                  "| (cross - self) / self | "
-                  + " | ".join(fmt_percent(v) for v in tr["relative_gap"].values()) + " |",
-                  ""]
         png = plot_transfer(tr, out / f"transfer_{Path(key).stem}.png")
         plots.append((f"Transfer to {Path(key).name}", png))
     if "masking" in results:
-        mk = results["masking"]
-        steps = mk.get("train_steps", {})
-        lines += ["## Masking probes", "",
-                  f"On {mk.get('episodes', '?')} test episodes ({mk.get('context', 'full')} windows). "
-                  "Rows: mask used in training (with its training steps); columns: mask applied to the "
-                  "input at evaluation (targets are never masked). Cells: next-view CE (nats/cell) and "
-                  "mean item F1 in parentheses.", ""]
-        cols = list(next(iter(mk["table"].values())))
-        lines += ["| train \\ eval | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
-        for row, cells in mk["table"].items():
-            rendered = []
-            for c in cols:
-                ce = cells[c].get("view_ce")
-                f1s = [cells[c].get(f"f1_{e}", {}).get("value") for e in ("gem", "bone", "food")]
-                f1s = [f for f in f1s if f is not None]
-                f1 = f" ({np.mean(f1s):.2f})" if f1s else ""
-                rendered.append(fmt_interval(ce) + f1)
-            label = f"{row} ({steps[row]} steps)" if row in steps else row
-            lines.append(f"| {label} | " + " | ".join(rendered) + " |")
-        lines.append("")
-        if mk.get("cost"):
-            lines += ["Cost of each mask: increase in view CE over the same model's unmasked input "
-                      "(paired bootstrap). Rows trained for different lengths are compared through this "
-                      "cost: a model that learned to infer what it cannot see pays less for a mask.", "",
-                      "| train \\ eval | " + " | ".join(c for c in cols if c != "none") + " |",
-                      "|" + " --- |" * len(cols)]
-            for row, cells in mk["cost"].items():
-                rendered = [fmt_interval(cells[c].get("view_ce")) for c in cols if c != "none"]
-                lines.append(f"| {row} | " + " | ".join(rendered) + " |")
-            lines.append("")
-        plots.append(("Masking probes (view CE)", plot_masking(mk, out / "masking.png")))
+        plots.append(("Masking probes (view CE)", plot_masking(results["masking"], out / "masking.png")))
+    return plots
+
+
+def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
+                 extra_sections: Sequence[str] = ()) -> Path:
+    """Make every plot and ``report.md`` beside ``metrics_path``; returns the report's path."""
+    metrics_path = Path(metrics_path)
+    out = metrics_path.parent
+    results = json.loads(metrics_path.read_text())
+    lines = _held_out_section(results)
+    for key, tr in results.get("transfer", {}).items():
+        lines += _transfer_section(key, tr)
+    if "masking" in results:
+        lines += _masking_section(results["masking"])
     lines += ["## Plots", ""]
-    for title, path in plots:
+    for title, path in _plots(results, out, run_dir):
         if path is not None:
             lines += [f"### {title}", "", f"![{title}]({Path(path).name})", ""]
     lines += list(extra_sections)
@@ -333,4 +411,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rpg_env.cli import run_command
+
+    run_command(main)

@@ -10,6 +10,9 @@ is left for ``rpg_worldmodel.evaluate``. The split is written into every checkpo
 Determinism: the batch order is a pure function of ``(seed, step)`` and the random input
 masks of ``(seed, step)``, and checkpoints carry the optimizer and RNG states, so
 ``--resume`` continues with exactly the losses an uninterrupted run would have had.
+
+Reading order: `setup` (config, device, seeds, data, model, optimizer, resume), then `train`'s
+loop (learning rate, batch, ``model.loss``, backward / clip / step, log, evaluate, save).
 """
 
 from __future__ import annotations
@@ -17,65 +20,50 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import json
 import math
 import os
 import random
-import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from rpg_env.provenance import package_versions, provenance
-from rpg_env.trajectories import TrajectoryFile, split_episodes
+from rpg_env.provenance import package_versions, pinned_torch_threads, provenance
 from rpg_worldmodel.checkpoint import (
+    LATEST_FILE,
     CheckpointError,
-    config_differences,
-    load_model_weights,
-    load_training_state,
-    read_meta,
+    Resume,
     resolve_checkpoint,
+    restore_training,
+    resume_config,
+    resume_from,
     save_checkpoint,
+    training_state,
 )
-from rpg_worldmodel.config import (
-    DEFAULT_CONFIG_PATH,
-    ConfigError,
-    WorldModelConfig,
-    apply_override,
-    load_config,
-    save_config,
-)
+from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, ConfigError, WorldModelConfig, load_config, save_config
 from rpg_worldmodel.data import (
+    DataSource,
     EpochBatchSampler,
     TrajectoryWindows,
     apply_input_mask,
     check_data_matches,
     collate_batch,
-    view_codes,
+    data_record,
+    item_codes,
+    training_splits,
 )
-from rpg_worldmodel.model import WorldModel
+from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
-#: Entity codes whose cells the loss up-weights by ``train.item_weight`` (gem, bone, food, agent).
-ITEM_CODES = (2, 3, 4, 5)
-METRIC_FIELDS = (
-    "step",
-    "split",
-    "loss",
-    "view_ce",
-    "action_ce",
-    "action_acc",
-    "cell_acc",
-    "lr",
-    "samples_per_s",
-    "elapsed_s",
-)
+METRIC_FIELDS = ("step", "split", "loss", "view_ce", "action_ce", "action_acc", "cell_acc", "lr",
+                 "samples_per_s", "elapsed_s")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -120,48 +108,25 @@ def seed_worker(worker_id: int) -> None:
     random.seed(seed)
 
 
-def compute_losses(
-    model: WorldModel,
-    batch: dict[str, torch.Tensor],
-    cfg: WorldModelConfig,
-    device: torch.device,
-    mask_kind: str = "none",
-    mask_generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Forward one batch; returns the training loss and detached per-batch statistics.
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
-    The view loss is the per-cell cross-entropy over entity kinds, with cells whose true next
-    kind is an item or the co-player weighted by ``train.item_weight`` (they are rare and are
-    what the model is for); ``view_ce`` reports the plain, unweighted cross-entropy.
-    """
-    t = cfg.model.num_frames
-    views = batch["views"].to(device, non_blocking=True).float()
-    actions = batch["actions"].to(device, non_blocking=True)
-    agent_ids = batch["agent_id"].to(device) if cfg.model.agent_embedding else None
-    inputs = apply_input_mask(views[:, :t], mask_kind, cfg.train.mask_prob, mask_generator)
+
+def loss_weights(cfg: WorldModelConfig, channel_names: Sequence[str]) -> LossWeights:
+    """The config's loss weights; items are the data's channels other than empty and wall."""
+    t = cfg.train
+    return LossWeights(t.view_loss_weight, t.action_loss_weight, t.item_weight, item_codes(channel_names))
+
+
+def compute_losses(
+    model: WorldModel, batch: dict[str, torch.Tensor], cfg: WorldModelConfig, device: torch.device
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Compatibility (benchmarks): `WorldModel.loss` of an unmasked batch moved to ``device``,
+    with the game's own channel names."""
+    from rpg_env.game.constants import vocabulary
+
     with autocast_context(device, cfg.train.amp):
-        view_logits, action_logits = model(inputs, actions[:, :t], agent_ids)
-    view_logits, action_logits = view_logits.float(), action_logits.float()
-    target_codes = view_codes(views[:, 1:])  # (B, T, V, V)
-    cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
-    weights = torch.ones_like(cell_ce)
-    if cfg.train.item_weight != 1.0:
-        is_item = torch.isin(target_codes, torch.tensor(ITEM_CODES, device=device))
-        weights = torch.where(is_item, cfg.train.item_weight, 1.0)
-    view_loss = (cell_ce * weights).sum() / weights.sum()
-    action_targets = actions[:, 1:]
-    action_ce = F.cross_entropy(
-        action_logits.reshape(-1, action_logits.shape[-1]), action_targets.reshape(-1)
-    )
-    loss = cfg.train.view_loss_weight * view_loss + cfg.train.action_loss_weight * action_ce
-    with torch.no_grad():
-        stats = {
-            "view_ce": cell_ce.mean(),
-            "action_ce": action_ce.detach(),
-            "action_acc": (action_logits.argmax(-1) == action_targets).float().mean(),
-            "cell_acc": (view_logits.argmax(2) == target_codes).float().mean(),
-        }
-    return loss, stats
+        return model.loss(to_device(batch, device), loss_weights(cfg, vocabulary().cell_names))
 
 
 @torch.no_grad()
@@ -176,11 +141,13 @@ def evaluate_split(
     """Mean loss statistics over ``indices`` windows of ``dataset`` (eval mode, no weight update)."""
     was_training = model.training
     model.eval()
+    weights = loss_weights(cfg, dataset.store.channel_names)
     totals: dict[str, float] = {}
     count = 0
     for a in range(0, len(indices), batch_size):
         batch = dataset.get_batch(indices[a : a + batch_size])
-        loss, stats = compute_losses(model, batch, cfg, device)
+        with autocast_context(device, cfg.train.amp):
+            loss, stats = model.loss(to_device(batch, device), weights)
         n = len(batch["views"])
         for key, value in {"loss": loss, **stats}.items():
             totals[key] = totals.get(key, 0.0) + float(value) * n
@@ -232,38 +199,146 @@ class MetricsLog:
         self.tb.close()
 
 
-def _data_record(path: Path, tf: TrajectoryFile) -> dict[str, Any]:
-    meta = tf.meta
-    return {
-        "path": str(path.resolve()),
-        "fingerprint": tf.digest(),
-        "obs_shape": list(meta["obs_shape"]),
-        "channel_names": list(meta["channel_names"]),
-        "action_names": list(meta["action_names"]),
-        "env_id": meta["env_id"],
-        "env_kwargs": meta["env_kwargs"],
-        "num_episodes": len(tf),
-    }
+class Meter:
+    """Training statistics averaged over the steps since the last log line, and throughput."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.steps, self.since = 0, time.perf_counter()
+        self.train_time, self.train_samples = 0.0, 0
+
+    def add(self, values: dict[str, torch.Tensor], samples: int, seconds: float) -> None:
+        for key, value in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + float(value)
+        self.steps += 1
+        self.train_samples += samples
+        self.train_time += seconds
+
+    def flush(self, batch_size: int) -> dict[str, float]:
+        """The window's means and samples/s; starts a new window."""
+        now = time.perf_counter()
+        values = {k: v / self.steps for k, v in self.sums.items()}
+        values["samples_per_s"] = self.steps * batch_size / (now - self.since)
+        self.sums, self.steps, self.since = {}, 0, now
+        return values
 
 
-def select_episodes(tf: TrajectoryFile, cfg: WorldModelConfig) -> dict[str, np.ndarray]:
-    """Split by game, then keep the streams of ``data.agent_id`` (-1: every agent)."""
-    splits = split_episodes(tf, cfg.data.split_fractions, cfg.data.split_seed)
-    if cfg.data.agent_id >= 0:
-        keep = tf.episodes["agent_id"] == cfg.data.agent_id
-        if not keep.any():
-            raise ConfigError(
-                f"{tf.path} has no streams of agent {cfg.data.agent_id} (agent ids present: "
-                f"{sorted(set(tf.episodes['agent_id'].tolist()))}); set data.agent_id"
-            )
-        splits = {k: v[keep[v]] for k, v in splits.items()}
-    for name in ("train", "val"):
-        if len(splits[name]) == 0:
-            raise ConfigError(
-                f"the {name} split of {tf.path} is empty ({len(tf)} streams): record more games "
-                f"or change data.split_fractions"
-            )
-    return splits
+@dataclass
+class Run:
+    """Everything `setup` prepares for the loop."""
+
+    cfg: WorldModelConfig
+    device: torch.device
+    run_dir: Path
+    start_step: int
+    model: WorldModel
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    train_set: TrajectoryWindows
+    val_set: TrajectoryWindows
+    val_idx: np.ndarray  # a fixed, evenly spread subset: cheap and identical at every evaluation
+    weights: LossWeights
+    meta: dict[str, Any]  # what every checkpoint records besides the weights
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def input_mask(self, generator: torch.Generator) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The training input mask (``train.train_mask``) drawing from ``generator``; None for none."""
+        t = self.cfg.train
+        if t.train_mask == "none":
+            return None
+        return functools.partial(apply_input_mask, kind=t.train_mask, prob=t.mask_prob, generator=generator,
+                                 channel_names=self.meta["data"]["channel_names"])
+
+
+def setup(cfg: WorldModelConfig, resume: str | os.PathLike | None = None) -> Run:
+    """Device, seeds, data (split by game), model, optimizer; a resumed run's state restored."""
+    if not cfg.data.path:
+        raise ConfigError("no data file: pass --data FILE (or data.path=FILE)")
+    run_dir = Path(cfg.out_dir)
+    if resume is None and (run_dir / "checkpoints" / LATEST_FILE).exists():
+        raise ConfigError(
+            f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose another "
+            f"out_dir (nothing was overwritten)"
+        )
+    device = resolve_device(cfg.train.device)
+    seed_everything(cfg.train.seed)
+
+    source = DataSource.open(cfg.data.path)
+    check_data_matches(cfg.model, source.meta, data_path=cfg.data.path)
+    splits, record = training_splits(source, cfg.data), data_record(source)
+    resumed: Resume | None = None
+    if resume is not None:
+        resumed = resume_from(resume, cfg, cfg.data.path, record["fingerprint"])
+        splits, run_dir = resumed.splits, resumed.run_dir
+    train_set = TrajectoryWindows(source.path, splits["train"], cfg.model.num_frames)
+    val_set = TrajectoryWindows(source.path, splits["val"], cfg.model.num_frames)
+    if len(val_set) == 0:
+        raise ConfigError(
+            f"no validation windows: val episodes are shorter than model.num_frames + 1 = "
+            f"{cfg.model.num_frames + 1} steps"
+        )
+    val_idx = np.unique(
+        np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
+    )
+
+    model = WorldModel(cfg.model).to(device)
+    optimizer = torch.optim.AdamW(
+        model.param_groups(cfg.train.weight_decay),
+        lr=cfg.train.lr,
+        betas=(cfg.train.beta1, cfg.train.beta2),
+        foreach=device.type == "cuda",
+    )
+    scaler = torch.amp.GradScaler(
+        "cuda", enabled=device.type == "cuda" and cfg.train.amp and not torch.cuda.is_bf16_supported()
+    )
+    if resumed is not None:
+        restore_training(resumed, model, optimizer, scaler, device)
+    meta = {"splits": splits, "data": record, "seed": cfg.train.seed, "versions": package_versions()}
+    return Run(cfg, device, run_dir, resumed.step if resumed else 0, model, optimizer, scaler, train_set,
+               val_set, val_idx, loss_weights(cfg, record["channel_names"]), meta)
+
+
+def start_run_folder(run: Run, resumed: bool) -> None:
+    """config.yaml and the provenance of this (possibly resumed) session; the provenance is also
+    recorded in every checkpoint."""
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(run.cfg, run.run_dir / "config.yaml")
+    prov = provenance(
+        seed=run.cfg.train.seed,
+        data=run.meta["data"],
+        resumed_from=int(run.start_step) if resumed else None,
+        device=str(run.device),
+        parameters=run.model.num_parameters(),
+    )
+    name = "provenance.json" if not resumed else f"provenance_resume_{run.start_step}.json"
+    (run.run_dir / name).write_text(json.dumps(prov, indent=1))
+    run.meta["provenance"] = prov
+
+
+def batches(run: Run, end_step: int) -> DataLoader:
+    """The training batches of steps ``start_step .. end_step - 1`` (see `EpochBatchSampler`)."""
+    t = run.cfg.train
+    sampler = EpochBatchSampler(len(run.train_set), t.batch_size, t.seed, run.start_step,
+                                max(0, end_step - run.start_step))
+    return DataLoader(
+        run.train_set,
+        batch_sampler=sampler,
+        collate_fn=collate_batch,
+        num_workers=run.cfg.data.num_workers,
+        worker_init_fn=seed_worker,
+        generator=torch.Generator().manual_seed(t.seed),
+        pin_memory=run.device.type == "cuda",
+        persistent_workers=False,
+    )
+
+
+def save(run: Run, step: int, val: dict[str, float]) -> Path:
+    return save_checkpoint(run.checkpoint_dir, model=run.model, config=run.cfg, step=step,
+                           optimizer=run.optimizer, training_state=training_state(run.device, run.scaler),
+                           extra={**run.meta, "metrics": val})
 
 
 def train(
@@ -272,226 +347,76 @@ def train(
     """Train (or resume) a run; ``stop_at`` ends early after that step, with a checkpoint (as if
     interrupted: the schedule still follows ``max_steps``)."""
     start_time = time.perf_counter()
-    data_path = Path(cfg.data.path)
-    if not cfg.data.path:
-        raise ConfigError("no data file: pass --data FILE (or data.path=FILE)")
-    run_dir = Path(cfg.out_dir)
-    ckpt_dir = run_dir / "checkpoints"
-    start_step, training_state = 0, None
-    if resume is not None:
-        folder = resolve_checkpoint(resume)
-        meta = read_meta(folder)
-        saved = WorldModelConfig.from_dict(meta["config"], source=str(folder))
-        diffs = config_differences(saved.model, cfg.model)
-        if diffs:
-            raise CheckpointError(
-                f"cannot resume {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}"
-            )
-        run_dir, ckpt_dir = folder.parent.parent, folder.parent
-        start_step = int(meta["step"])
-        training_state = load_training_state(folder)
-    elif (ckpt_dir / "latest.json").exists():
-        raise ConfigError(
-            f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose another "
-            f"out_dir (nothing was overwritten)"
-        )
-    device = resolve_device(cfg.train.device)
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
-    seed_everything(cfg.train.seed)
+    with pinned_torch_threads(cfg.train.num_threads or None):
+        run = setup(cfg, resume)
+        start_run_folder(run, resumed=resume is not None)
+        t, model, optimizer, scaler = cfg.train, run.model, run.optimizer, run.scaler
+        end_step = t.max_steps if stop_at is None else min(stop_at, t.max_steps)
+        log, meter = MetricsLog(run.run_dir, run.start_step), Meter()
+        mask_gen = torch.Generator(device=run.device)
+        amp = autocast_context(run.device, t.amp)
+        step, val, last_ckpt = run.start_step, {}, None
+        bar = tqdm(total=end_step, initial=step, desc="train", unit="step", disable=not t.progress,
+                   dynamic_ncols=True)
+        model.train()
+        try:
+            for batch in batches(run, end_step):
+                t0 = time.perf_counter()
+                lr = lr_at(step, cfg)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                mask_gen.manual_seed(t.seed * 1_000_003 + step)
+                batch = to_device(batch, run.device)
+                with amp:
+                    loss, stats = model.loss(batch, run.weights, run.input_mask(mask_gen))
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if t.grad_clip > 0:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                step += 1
+                meter.add({"loss": loss.detach(), **stats}, len(batch["views"]), time.perf_counter() - t0)
+                if step % t.log_every == 0 or step == end_step:
+                    values = {**meter.flush(t.batch_size), "lr": lr}
+                    log.log(step, "train", {**values, "elapsed_s": time.perf_counter() - start_time})
+                    bar.set_postfix(loss=f"{values['loss']:.3f}", val=f"{val.get('loss', float('nan')):.3f}")
+                if step % t.eval_every == 0 or step == end_step:
+                    val = evaluate_split(model, run.val_set, run.val_idx, cfg, run.device)
+                    log.log(step, "val", {**val, "elapsed_s": time.perf_counter() - start_time})
+                if step % t.checkpoint_every == 0 or step == end_step:
+                    last_ckpt = save(run, step, val)
+                bar.update(1)
+        finally:
+            bar.close()
+            log.close()
+        if last_ckpt is None:  # nothing left to train (resumed at the end): still report the state
+            last_ckpt = resolve_checkpoint(run.checkpoint_dir)
+            val = evaluate_split(model, run.val_set, run.val_idx, cfg, run.device)
+    return finish(run, step, last_ckpt, val, meter, time.perf_counter() - start_time)
 
-    with TrajectoryFile(data_path) as tf:
-        check_data_matches(cfg.model, tf.meta, data_path=data_path)
-        splits = select_episodes(tf, cfg)
-        data_record = _data_record(data_path, tf)
-    if resume is not None:
-        if meta["data"]["fingerprint"] != data_record["fingerprint"]:
-            raise CheckpointError(
-                f"cannot resume {folder}: it was trained on {meta['data']['path']} (fingerprint "
-                f"{meta['data']['fingerprint'][:12]}), but {data_path} has fingerprint "
-                f"{data_record['fingerprint'][:12]}; pass the same data file"
-            )
-        splits = {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
-    train_set = TrajectoryWindows(data_path, splits["train"], cfg.model.num_frames)
-    val_set = TrajectoryWindows(data_path, splits["val"], cfg.model.num_frames)
-    if len(val_set) == 0:
-        raise ConfigError(
-            f"no validation windows: val episodes are shorter than model.num_frames + 1 = "
-            f"{cfg.model.num_frames + 1} steps"
-        )
-    # A fixed, evenly spread subset keeps validation cheap and identical at every evaluation.
-    val_idx = np.unique(
-        np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
-    )
 
-    model = WorldModel(cfg.model).to(device)
-    decay = [
-        p for n, p in model.named_parameters() if p.dim() >= 2 and "position" not in n and "temporal" not in n
-    ]
-    no_decay = [
-        p
-        for n, p in model.named_parameters()
-        if not (p.dim() >= 2 and "position" not in n and "temporal" not in n)
-    ]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": cfg.train.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=cfg.train.lr,
-        betas=(cfg.train.beta1, cfg.train.beta2),
-        foreach=device.type == "cuda",
-    )
-    scaler = torch.amp.GradScaler(
-        "cuda", enabled=device.type == "cuda" and cfg.train.amp and not torch.cuda.is_bf16_supported()
-    )
-    if training_state is not None:
-        load_model_weights(model, folder, device)
-        optimizer.load_state_dict(training_state["optimizer"])
-        torch.set_rng_state(training_state["torch_rng"])
-        if device.type == "cuda" and "cuda_rng" in training_state:
-            torch.cuda.set_rng_state_all(list(training_state["cuda_rng"]))
-        if "scaler" in training_state:
-            scaler.load_state_dict(training_state["scaler"])
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
-    prov = provenance(
-        seed=cfg.train.seed,
-        data=data_record,
-        resumed_from=int(start_step) if resume else None,
-        device=str(device),
-        parameters=model.num_parameters(),
-    )
-    (run_dir / ("provenance.json" if resume is None else f"provenance_resume_{start_step}.json")).write_text(
-        json.dumps(prov, indent=1)
-    )
-    extra_meta = {
-        "splits": splits,
-        "data": data_record,
-        "seed": cfg.train.seed,
-        "versions": package_versions(),
-        "provenance": prov,
-    }
-
-    end_step = cfg.train.max_steps if stop_at is None else min(stop_at, cfg.train.max_steps)
-    sampler = EpochBatchSampler(
-        len(train_set), cfg.train.batch_size, cfg.train.seed, start_step, max(0, end_step - start_step)
-    )
-    loader_gen = torch.Generator().manual_seed(cfg.train.seed)
-    loader = DataLoader(
-        train_set,
-        batch_sampler=sampler,
-        collate_fn=collate_batch,
-        num_workers=cfg.data.num_workers,
-        worker_init_fn=seed_worker,
-        generator=loader_gen,
-        pin_memory=device.type == "cuda",
-        persistent_workers=False,
-    )
-    log = MetricsLog(run_dir, start_step)
-    mask_gen = torch.Generator(device=device)
-
-    def checkpoint(step: int, metrics: dict[str, float]) -> Path:
-        state = {"torch_rng": torch.get_rng_state()}
-        if device.type == "cuda":
-            state["cuda_rng"] = torch.cuda.get_rng_state_all()
-        if scaler.is_enabled():
-            state["scaler"] = scaler.state_dict()
-        return save_checkpoint(
-            ckpt_dir,
-            model=model,
-            config=cfg,
-            step=step,
-            optimizer=optimizer,
-            training_state=state,
-            extra={**extra_meta, "metrics": metrics},
-        )
-
-    model.train()
-    step = start_step
-    window: dict[str, float] = {}
-    window_steps, window_start = 0, time.perf_counter()
-    train_time, train_samples = 0.0, 0
-    val_metrics: dict[str, float] = {}
-    last_ckpt: Path | None = None
-    bar = tqdm(
-        total=end_step,
-        initial=start_step,
-        desc="train",
-        unit="step",
-        disable=not cfg.train.progress,
-        dynamic_ncols=True,
-    )
-    try:
-        for batch in loader:
-            t0 = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            mask_gen.manual_seed(cfg.train.seed * 1_000_003 + step)
-            loss, stats = compute_losses(model, batch, cfg, device, cfg.train.train_mask, mask_gen)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if cfg.train.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            step += 1
-            train_time += time.perf_counter() - t0
-            train_samples += len(batch["views"])
-            for key, value in {"loss": loss.detach(), **stats}.items():
-                window[key] = window.get(key, 0.0) + float(value)
-            window_steps += 1
-            if step % cfg.train.log_every == 0 or step == end_step:
-                now = time.perf_counter()
-                values = {k: v / window_steps for k, v in window.items()}
-                values.update(
-                    lr=lr,
-                    samples_per_s=window_steps * cfg.train.batch_size / (now - window_start),
-                    elapsed_s=now - start_time,
-                )
-                log.log(step, "train", values)
-                bar.set_postfix(
-                    loss=f"{values['loss']:.3f}", val=f"{val_metrics.get('loss', float('nan')):.3f}"
-                )
-                window, window_steps, window_start = {}, 0, now
-            if step % cfg.train.eval_every == 0 or step == end_step:
-                val_metrics = evaluate_split(model, val_set, val_idx, cfg, device)
-                log.log(step, "val", {**val_metrics, "elapsed_s": time.perf_counter() - start_time})
-            if step % cfg.train.checkpoint_every == 0 or step == end_step:
-                last_ckpt = checkpoint(step, val_metrics)
-            bar.update(1)
-    finally:
-        bar.close()
-        log.close()
-    if last_ckpt is None:  # nothing left to train (resumed at the end): still report the state
-        last_ckpt = resolve_checkpoint(ckpt_dir)
-        val_metrics = evaluate_split(model, val_set, val_idx, cfg, device)
-    result = TrainResult(
-        run_dir=run_dir,
-        checkpoint=last_ckpt,
-        step=step,
-        val=val_metrics,
-        train_samples_per_s=train_samples / train_time if train_time else 0.0,
-        wall_s=time.perf_counter() - start_time,
-    )
+def finish(run: Run, step: int, checkpoint: Path, val: dict[str, float], meter: Meter, wall_s: float
+           ) -> TrainResult:
+    """summary.json and the result."""
+    speed = meter.train_samples / meter.train_time if meter.train_time else 0.0
     summary = {
         "step": step,
-        "max_steps": cfg.train.max_steps,
-        "checkpoint": str(last_ckpt),
-        "val": val_metrics,
-        "train_samples_per_s": result.train_samples_per_s,
-        "wall_s": result.wall_s,
-        "train_windows": len(train_set),
-        "val_windows_used": len(val_idx),
-        "episodes": {k: len(v) for k, v in splits.items()},
-        "device": str(device),
-        "parameters": model.num_parameters(),
+        "max_steps": run.cfg.train.max_steps,
+        "checkpoint": str(checkpoint),
+        "val": val,
+        "train_samples_per_s": speed,
+        "wall_s": wall_s,
+        "train_windows": len(run.train_set),
+        "val_windows_used": len(run.val_idx),
+        "episodes": {k: len(v) for k, v in run.meta["splits"].items()},
+        "device": str(run.device),
+        "parameters": run.model.num_parameters(),
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    return result
+    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return TrainResult(run_dir=run.run_dir, checkpoint=checkpoint, step=step, val=val,
+                       train_samples_per_s=speed, wall_s=wall_s)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -515,26 +440,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        overrides = list(args.overrides)
-        if args.resume:
-            saved = read_meta(args.resume)["config"]
-            cfg = WorldModelConfig.from_dict(saved, source=str(args.resume))
-            for o in overrides:  # model changes are refused by train() with both configs named
-                apply_override(cfg, o)
-        else:
-            cfg = load_config(args.config or DEFAULT_CONFIG_PATH, overrides)
-        if args.data:
-            cfg.data.path = args.data
-        if args.out:
-            cfg.out_dir = args.out
-        cfg.validate()
-        result = train(cfg, resume=args.resume, stop_at=args.stop_at)
-    except (ConfigError, CheckpointError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if args.resume:
+        if args.config or args.out:
+            raise CheckpointError(
+                "--resume continues a run with its own config and folder; drop --config / --out "
+                "(or start a new run without --resume)"
+            )
+        cfg = resume_config(args.resume, list(args.overrides))
+    else:
+        cfg = load_config(args.config or DEFAULT_CONFIG_PATH, list(args.overrides))
+    if args.data:
+        cfg.data.path = args.data
+    if args.out:
+        cfg.out_dir = args.out
+    result = train(cfg.validate(), resume=args.resume, stop_at=args.stop_at)
     val = result.val
     print(
         f"step {result.step}: val loss {val.get('loss', float('nan')):.4f}  "
@@ -547,4 +468,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rpg_env.cli import run_command
+
+    run_command(main)

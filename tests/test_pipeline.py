@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rpg_worldmodel.pipeline import PipelineSettings, resolve_expert, run_pipeline
+from rpg_env.errors import InputError
+from rpg_worldmodel.pipeline import PipelineSettings, resolve_expert, run_pipeline, training_config
 
 
 def _strip_volatile(metrics: dict) -> dict:
@@ -100,10 +101,20 @@ def test_quick_pipeline_is_deterministic(quick_run, tmp_path):
 
 
 def test_expert_resolution_errors():
-    with pytest.raises(ValueError, match="unknown expert"):
+    with pytest.raises(InputError, match="unknown expert"):
         resolve_expert("alphazero")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_expert("missing/model.zip")
     assert resolve_expert("greedy") == ("greedy", "greedy")
     quick = PipelineSettings.quick_settings()
     assert quick.quick and quick.self_games < PipelineSettings().self_games
+
+
+def test_overrides_the_pipeline_would_ignore_are_refused(tmp_path):
+    assert training_config(["train.max_steps=5"], seed=1).train.max_steps == 5
+    for override in ("data.path=x.h5", "path=x.h5", "out_dir=elsewhere"):
+        with pytest.raises(InputError, match="the pipeline sets"):
+            training_config([override], seed=0)
+    with pytest.raises(InputError, match="the pipeline sets data.path"):
+        run_pipeline(PipelineSettings(out=str(tmp_path / "p"), train_overrides=["data.path=x.h5"]))
+    assert not (tmp_path / "p").exists()  # refused before anything was written

@@ -6,11 +6,18 @@ import numpy as np
 import pytest
 import torch
 
+from rpg_env.cli import command_status
+from rpg_env.errors import InputError
 from rpg_env.record import record
 from rpg_env.trajectories import TrajectoryFile, split_episodes
 from rpg_worldmodel import evaluate as E
 from rpg_worldmodel.config import WorldModelConfig
-from rpg_worldmodel.model import WorldModel
+from rpg_worldmodel.data import CONTEXTS, window_plan
+from rpg_worldmodel.evaluation.baselines import fit_baselines
+from rpg_worldmodel.evaluation.episodes import TrainingEpisodesError, select_episodes
+from rpg_worldmodel.evaluation.scoring import iter_windows, score_eval_set
+from rpg_worldmodel.evaluation.tables import masking_table
+from rpg_worldmodel.models.world_model import WorldModel
 
 
 @pytest.fixture(scope="module")
@@ -38,44 +45,44 @@ def _tiny_model(num_frames=3, dropout=0.0):
 def test_selection_uses_the_recorded_test_split_and_refuses_training_episodes(files):
     greedy, rand = files
     meta = _meta(greedy)
-    es = E.select_episodes(meta, greedy)
+    es = select_episodes(meta, greedy)
     assert es.episodes == sorted(meta["splits"]["test"]) and es.held_out
     assert not set(es.episodes) & set(meta["splits"]["train"])
     for split in ("train", "all"):
-        with pytest.raises(E.TrainingEpisodesError, match="--allow-training-episodes"):
-            E.select_episodes(meta, greedy, split)
+        with pytest.raises(TrainingEpisodesError, match="--allow-training-episodes"):
+            select_episodes(meta, greedy, split)
     with pytest.warns(UserWarning, match="TRAINING EPISODES"):
-        marked = E.select_episodes(meta, greedy, "train", allow_training_episodes=True)
+        marked = select_episodes(meta, greedy, "train", allow_training_episodes=True)
     assert not marked.held_out and "INCLUDING TRAINING EPISODES" in marked.label
     assert marked.episodes == sorted(meta["splits"]["train"])
     # another file: every episode is held out
-    other = E.select_episodes(meta, rand)
+    other = select_episodes(meta, rand)
     assert other.episodes == list(range(len(TrajectoryFile(rand)))) and other.held_out
     with pytest.raises(ValueError, match="split must be"):
-        E.select_episodes(meta, greedy, "everything")
+        select_episodes(meta, greedy, "everything")
 
 
-@pytest.mark.parametrize("context", E.CONTEXTS)
+@pytest.mark.parametrize("context", CONTEXTS)
 @pytest.mark.parametrize("length,t", [(100, 5), (7, 5), (6, 5), (5, 5), (11, 3), (10, 3)])
 def test_window_plan_scores_each_target_once(context, length, t):
-    starts, score = E.window_plan(length, t, context)
+    starts, score = window_plan(length, t, context)
     targets = sorted((starts[:, None] + np.arange(t)[None] + 1)[score].tolist())
     assert targets == list(range(1, length - 1 + 1)) if length > t else targets == []
     assert (starts + t <= length - 1).all()  # the window's last action (target t+1) exists
     if context == "full" and length > t:
         assert score[1:, :-1].sum() == 0  # later windows: only the full-history position
     with pytest.raises(ValueError, match="context"):
-        E.window_plan(length, t, "sliding")
+        window_plan(length, t, "sliding")
 
 
-@pytest.mark.parametrize("context", E.CONTEXTS)
+@pytest.mark.parametrize("context", CONTEXTS)
 def test_every_transition_is_scored_exactly_once(files, context):
     greedy, _ = files
     tf = TrajectoryFile(greedy)
-    es = E.select_episodes(_meta(greedy), greedy)
+    es = select_episodes(_meta(greedy), greedy)
     t = 4
     seen = {}
-    for batch in E.iter_windows(es, t, batch_size=37, desc="", context=context):
+    for batch in iter_windows(es, t, batch_size=37, desc="", context=context):
         assert batch.views.shape[1:3] == (t + 1, 6) and batch.actions.shape[1] == t + 1
         w, p = np.nonzero(batch.score)
         for row, start_offset in zip(batch.rows[w], p, strict=True):
@@ -86,7 +93,7 @@ def test_every_transition_is_scored_exactly_once(files, context):
     if context != "full":
         return
     # and windows hold the right data: rebuild one episode's windows and compare
-    first = next(E.iter_windows(es, t, batch_size=10_000, desc=""))
+    first = next(iter_windows(es, t, batch_size=10_000, desc=""))
     ep = tf.episode(es.episodes[0])
     np.testing.assert_array_equal(first.views[0], ep["obs"][: t + 1])
     np.testing.assert_array_equal(first.views[3], ep["obs"][3 : t + 4])
@@ -99,10 +106,10 @@ def test_scoring_never_changes_the_model_and_is_deterministic(files):
     model, cfg = _tiny_model(dropout=0.5)
     model.train()  # the evaluator must switch to eval mode itself
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    es = E.select_episodes(meta, greedy)
-    fb = E.fit_baselines(greedy, meta["splits"]["train"])
-    a = E.score_eval_set(model, cfg, es, fb, desc="")
-    b = E.score_eval_set(model, cfg, es, fb, desc="")
+    es = select_episodes(meta, greedy)
+    fb = fit_baselines(greedy, meta["splits"]["train"])
+    a = score_eval_set(model, cfg, es, fb, desc="")
+    b = score_eval_set(model, cfg, es, fb, desc="")
     assert not model.training
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
@@ -118,7 +125,7 @@ def test_scoring_never_changes_the_model_and_is_deterministic(files):
 def test_baselines_are_fitted_on_training_episodes_only(files):
     greedy, _ = files
     meta = _meta(greedy)
-    fb = E.fit_baselines(greedy, meta["splits"]["train"])
+    fb = fit_baselines(greedy, meta["splits"]["train"])
     tf = TrajectoryFile(greedy)
     steps = sum(int(tf.episodes["length"][i]) for i in meta["splits"]["train"])
     assert fb.shift_cal.counts.sum() == steps * 81
@@ -128,14 +135,14 @@ def test_baselines_are_fitted_on_training_episodes_only(files):
 
 def test_masking_table_rows_columns_and_seeded_masks(files):
     greedy, _ = files
-    es = E.select_episodes(_meta(greedy), greedy)
+    es = select_episodes(_meta(greedy), greedy)
     plain, cfg = _tiny_model()
     other, cfg2 = _tiny_model()
     cfg2.train.train_mask = "random_cells"
     models = {"none": (plain, cfg), "random_cells": (other, cfg2)}
     masks = ("none", "random_cells", "gem")
-    a = E.masking_table(models, es, masks, num_boot=50, seed=3, context="stride")
-    b = E.masking_table(models, es, masks, num_boot=50, seed=3, context="stride")
+    a = masking_table(models, es, masks, num_boot=50, seed=3, context="stride")
+    b = masking_table(models, es, masks, num_boot=50, seed=3, context="stride")
     assert a == b  # masks and bootstrap are seeded
     assert list(a["table"]) == ["none", "random_cells"]
     assert all(list(row) == list(masks) for row in a["table"].values())
@@ -149,7 +156,7 @@ def test_masking_table_rows_columns_and_seeded_masks(files):
     expected = row["gem"]["view_ce"]["value"] - row["none"]["view_ce"]["value"]
     assert cost["gem"]["view_ce"]["value"] == pytest.approx(expected)
     assert a["train_steps"] == {"none": cfg.train.max_steps, "random_cells": cfg2.train.max_steps}
-    c = E.masking_table({"none": (plain, cfg)}, es, ("random_cells",), num_boot=50, seed=4, context="stride")
+    c = masking_table({"none": (plain, cfg)}, es, ("random_cells",), num_boot=50, seed=4, context="stride")
     assert c["table"]["none"]["random_cells"] != row["random_cells"]
 
 
@@ -171,11 +178,13 @@ def trained(files, tmp_path_factory):
 
 def test_cli_refuses_training_episodes_and_evaluates_held_out(files, trained, tmp_path, capsys):
     greedy, rand = files
-    code = E.main(["--checkpoint", str(trained), "--data", str(greedy), "--split", "train",
-                   "--out", str(tmp_path / "refused")])
+    code = command_status(E.main, ["--checkpoint", str(trained), "--data", str(greedy), "--split", "train",
+                                   "--out", str(tmp_path / "refused")])
     assert code == 2
     assert "trained on" in capsys.readouterr().err
     assert not (tmp_path / "refused" / "metrics.json").exists()
+    with pytest.raises(InputError, match="add --masks"):  # an option the command would not use
+        E.main(["--checkpoint", str(trained), "--data", str(greedy), "--masked-checkpoint", str(trained)])
 
     out = tmp_path / "eval"
     code = E.main(["--checkpoint", str(trained), "--data", str(greedy), "--data", str(rand),
@@ -191,6 +200,8 @@ def test_cli_refuses_training_episodes_and_evaluates_held_out(files, trained, tm
     assert metrics["provenance"]["seed"] == 0 and "torch" in metrics["provenance"]["versions"]
     with pytest.raises(SystemExit):
         E.main(["--checkpoint", str(trained), "--data", str(greedy), "--masks", "everything"])
+    # The library functions are still reachable under their former module.
+    assert E.select_episodes is select_episodes and E.fmt_interval(None) == "-"
 
 
 def test_training_file_is_recognised_by_content(files, trained, tmp_path):
@@ -202,14 +213,14 @@ def test_training_file_is_recognised_by_content(files, trained, tmp_path):
     meta = load_checkpoint(trained).meta
     copy = tmp_path / "copy.h5"
     shutil.copy(greedy, copy)
-    with pytest.raises(E.TrainingEpisodesError):
-        E.select_episodes(meta, copy, "all")  # a renamed copy is still the training data
-    assert E.select_episodes(meta, copy).episodes == sorted(meta["splits"]["test"])
+    with pytest.raises(TrainingEpisodesError):
+        select_episodes(meta, copy, "all")  # a renamed copy is still the training data
+    assert select_episodes(meta, copy).episodes == sorted(meta["splits"]["test"])
     # the training path re-recorded with other games: the recorded split no longer applies
     moved = dict(meta, data=dict(meta["data"], path=str(copy)))
     record("greedy", copy, 3, seed=9, num_envs=3, mode="w", progress=False)
     with pytest.raises(ValueError, match="changed since the checkpoint"):
-        E.select_episodes(moved, copy)
+        select_episodes(moved, copy)
 
 
 def test_data_recorded_for_another_view_is_refused_naming_both_shapes(files, trained, tmp_path, capsys):
@@ -217,8 +228,8 @@ def test_data_recorded_for_another_view_is_refused_naming_both_shapes(files, tra
     other = tmp_path / "radius3.h5"
     record("greedy", other, 2, seed=0, num_envs=2, mode="w", progress=False,
            env_kwargs={"vision_radius": 3})
-    code = E.main(["--checkpoint", str(trained), "--data", str(greedy), "--data", str(other),
-                   "--out", str(tmp_path / "eval")])
+    code = command_status(E.main, ["--checkpoint", str(trained), "--data", str(greedy), "--data", str(other),
+                                   "--out", str(tmp_path / "eval")])
     err = capsys.readouterr().err
     assert code == 2
     assert "(6, 7, 7)" in err and "(6, 9, 9)" in err and str(other) in err

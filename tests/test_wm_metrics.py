@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from rpg_worldmodel import metrics as M
-from rpg_worldmodel.baselines import (
+from rpg_worldmodel.evaluation import metrics as M
+from rpg_worldmodel.evaluation.baselines import (
     ActionFrequencies,
     CalibratedCells,
     action_deltas,
@@ -85,7 +85,7 @@ def test_sum_by_unit_groups_rows():
 
 # ------------------------------------------------------------------------------ bootstrap
 def _accuracy_fn(totals):
-    return {"acc": M._ratio(totals["correct"], totals["n"])}
+    return {"acc": M.ratio(totals["correct"], totals["n"])}
 
 
 def _clustered_units(rng, num_units, p):
@@ -188,8 +188,17 @@ def test_shift_oracle_horizontal_and_blocked_moves():
         shift_view(np.zeros((1, 4, 4), int), np.array([0]), DELTAS, empty=0, agent=5, blocking=[1])
     with pytest.raises(ValueError, match="0..3"):
         shift_view(walled, np.array([4]), DELTAS, empty=0, agent=5, blocking=[1])
-    with pytest.raises(ValueError, match="motion oracle"):
+    with pytest.raises(ValueError, match="motion oracle cannot be used on this file"):
         action_deltas(("up", "jump"))
+
+
+def test_motion_oracle_moves_come_from_the_game_table():
+    from rpg_env.game.constants import vocabulary
+
+    vocab = vocabulary()
+    np.testing.assert_array_equal(DELTAS, vocab.action_deltas)
+    # looked up by the file's action names, so another order is followed
+    np.testing.assert_array_equal(action_deltas(("right", "up")), vocab.deltas_for(["right", "up"]))
 
 
 def test_shift_oracle_matches_the_real_game_on_known_cells():

@@ -1,12 +1,13 @@
-"""World model: shapes, causality over steps, agent embedding, input masks."""
+"""World model: shapes, causality over steps, agent embedding, its loss and parameter groups,
+input masks."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.data import MASK_KINDS, apply_input_mask
-from rpg_worldmodel.model import WorldModel
+from rpg_worldmodel.config import MASK_KINDS, ModelConfig
+from rpg_worldmodel.data.masks import MASKED_CHANNELS, apply_input_mask, masked_channels
+from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
 TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4)
 
@@ -125,3 +126,78 @@ def test_input_masks():
         apply_input_mask(views, "gems")
     with pytest.raises(ValueError, match=r"prob must be in \[0, 1\]"):
         apply_input_mask(views, "random_cells", 1.5)
+
+
+def test_channel_masks_find_their_channel_by_name():
+    assert MASKED_CHANNELS == {"wall": 1, "gem": 2, "bone": 3, "food": 4}  # the game's own order
+    shuffled = ["agent", "food", "empty", "gem", "wall", "bone"]
+    assert masked_channels(shuffled) == {"gem": 3, "bone": 5, "food": 1, "wall": 4}
+    views = _views(2, 3)
+    masked = apply_input_mask(views, "gem", channel_names=shuffled)
+    assert masked[:, :, 3].sum() == 0 and torch.equal(masked[:, :, 2], views[:, :, 2])
+    with pytest.raises(ValueError, match="hides the channel of that name"):
+        apply_input_mask(views, "gem", channel_names=["empty", "wall", "ruby", "bone", "food", "agent"])
+
+
+# ------------------------------------------------------------------------------ loss and groups
+def _old_compute_losses(model, batch, view_w, action_w, item_w, item_codes, mask_kind, generator):
+    """The loss as train.compute_losses computed it before it moved into the model."""
+    t = model.cfg.num_frames
+    views, actions = batch["views"].float(), batch["actions"]
+    agent_ids = batch["agent_id"] if model.cfg.agent_embedding else None
+    inputs = apply_input_mask(views[:, :t], mask_kind, 0.15, generator)
+    view_logits, action_logits = model(inputs, actions[:, :t], agent_ids)
+    target_codes = views[:, 1:].argmax(-3)
+    cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
+    weights = torch.ones_like(cell_ce)
+    if item_w != 1.0:
+        weights = torch.where(torch.isin(target_codes, torch.tensor(item_codes)), item_w, 1.0)
+    view_loss = (cell_ce * weights).sum() / weights.sum()
+    action_ce = F.cross_entropy(action_logits.flatten(0, 1), actions[:, 1:].reshape(-1))
+    return view_w * view_loss + action_w * action_ce, cell_ce.mean(), action_ce
+
+
+@pytest.mark.parametrize("item_weight,mask", [(1.0, "none"), (3.0, "random_cells"), (2.0, "gem")])
+def test_loss_is_the_former_training_loss(item_weight, mask):
+    model = _model(agent_embedding=True)
+    batch = {"views": (_views(3, 5) * 1).to(torch.uint8), "actions": torch.randint(0, 4, (3, 5)),
+             "agent_id": torch.tensor([0, 1, 0])}
+    codes = (2, 3, 4, 5)
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    weights = LossWeights(view=1.0, action=0.5, item=item_weight, item_codes=codes)
+    mask_fn = None if mask == "none" else lambda v: apply_input_mask(v, mask, 0.15, g1)
+    loss, stats = model.loss(batch, weights, mask_fn)
+    ref_loss, ref_view_ce, ref_action_ce = _old_compute_losses(model, batch, 1.0, 0.5, item_weight, codes,
+                                                               mask, g2)
+    assert torch.equal(loss, ref_loss)
+    assert torch.equal(stats["view_ce"], ref_view_ce) and torch.equal(stats["action_ce"], ref_action_ce)
+    assert set(stats) == {"view_ce", "action_ce", "action_acc", "cell_acc"}
+    assert 0 <= stats["cell_acc"] <= 1 and not stats["cell_acc"].requires_grad
+
+
+def test_param_groups_decay_matrices_and_kernels_only():
+    model = _model(agent_embedding=True)
+    decay, no_decay = model.param_groups(0.05)
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
+    assert {p.dim() for p in decay["params"]} == {2, 4}
+    assert {p.dim() for p in no_decay["params"]} == {1, 3}
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    # The same groups, in the same order, as the former rule by name (which decided the runs so far).
+    named = list(model.named_parameters())
+    old = [p for n, p in named if p.dim() >= 2 and "position" not in n and "temporal" not in n]
+    assert [id(p) for p in decay["params"]] == [id(p) for p in old]
+    rank3 = {n for n, p in named if p.dim() == 3}
+    assert rank3 == {"embed.patch_position", "embed.temporal"}  # the additive tables
+
+
+def test_old_import_paths_still_work():
+    import rpg_worldmodel.baselines as old_baselines
+    import rpg_worldmodel.data as old_data
+    import rpg_worldmodel.metrics as old_metrics
+    import rpg_worldmodel.model as old_model
+    from rpg_worldmodel.evaluation import baselines, metrics
+
+    assert old_model.WorldModel is WorldModel
+    assert old_data.apply_input_mask is apply_input_mask and old_data.MASK_KINDS == MASK_KINDS
+    assert old_baselines.shift_view is baselines.shift_view
+    assert old_metrics.bootstrap_figures is metrics.bootstrap_figures

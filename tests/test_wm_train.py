@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from rpg_env.cli import command_status
+from rpg_env.errors import InputError
 from rpg_env.record import record
 from rpg_env.trajectories import TrajectoryFile, split_episodes
 from rpg_worldmodel import train as T
@@ -19,7 +21,9 @@ from rpg_worldmodel.checkpoint import (
 )
 from rpg_worldmodel.config import ConfigError, ModelConfig, load_config
 from rpg_worldmodel.data import EpochBatchSampler, TrajectoryWindows, check_data_matches
-from rpg_worldmodel.model import WorldModel
+from rpg_worldmodel.evaluation.episodes import EvalSet
+from rpg_worldmodel.evaluation.scoring import iter_windows
+from rpg_worldmodel.models.world_model import WorldModel
 
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=3",
@@ -66,12 +70,41 @@ def test_windows_match_the_reader_and_stay_inside_their_episodes(files):
         ds[len(ds)]
 
 
+def test_training_and_evaluation_cut_the_same_windows(files):
+    greedy, _ = files
+    with TrajectoryFile(greedy) as tf:
+        episodes = split_episodes(tf)["test"]
+    ds = TrajectoryWindows(greedy, episodes, num_frames=3)
+    es = EvalSet(greedy, episodes.tolist(), "test", agent_ids=np.zeros(len(episodes), np.int64))
+    batches = list(iter_windows(es, 3, batch_size=50, desc="", context="full"))
+    views = np.concatenate([b.views for b in batches])
+    actions = np.concatenate([b.actions for b in batches])
+    whole = ds.get_batch(np.arange(len(ds)))
+    np.testing.assert_array_equal(views, whole["views"].numpy())  # every training window, in order
+    np.testing.assert_array_equal(actions, whole["actions"].numpy())
+    np.testing.assert_array_equal(episodes[np.concatenate([b.rows for b in batches])], ds.window_episode)
+
+
 def test_batch_order_is_a_function_of_seed_and_step():
     full = list(EpochBatchSampler(10, 4, seed=3, start_step=0, num_steps=6))
     assert list(EpochBatchSampler(10, 4, seed=3, start_step=4, num_steps=2)) == full[4:]
     epoch0 = [i for b in full for i in b][:10]
     assert sorted(epoch0) == list(range(10))  # one permutation per epoch
     assert full != list(EpochBatchSampler(10, 4, seed=4, start_step=0, num_steps=6))
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_each_rank_gets_its_slice_of_the_global_batch(world_size):
+    whole = list(EpochBatchSampler(13, 8, seed=1, start_step=2, num_steps=5))
+    ranks = [list(EpochBatchSampler(13, 8, seed=1, start_step=2, num_steps=5, rank=r, world_size=world_size))
+             for r in range(world_size)]
+    for step, batch in enumerate(whole):
+        assert all(len(r[step]) == 8 // world_size for r in ranks)
+        assert [i for r in ranks for i in r[step]] == batch  # the ranks' slices, in rank order
+    with pytest.raises(ValueError, match="divisible by world_size"):
+        EpochBatchSampler(13, 8, seed=1, start_step=0, num_steps=1, rank=0, world_size=3)
+    with pytest.raises(ValueError, match="0 <= rank < world_size"):
+        EpochBatchSampler(13, 8, seed=1, start_step=0, num_steps=1, rank=2, world_size=2)
 
 
 def test_training_run_end_to_end(files, tmp_path):
@@ -122,7 +155,7 @@ def test_resume_gives_exactly_the_uninterrupted_run(files, tmp_path, extra):
     # Rows logged after the last checkpoint of an interrupted run are replaced on resume.
     with open(tmp_path / "cut" / "metrics.csv", "a") as f:
         f.write("5,train,99,,,,,,,\n")
-    assert T.main(["--resume", str(tmp_path / "cut")]) == 0
+    assert command_status(T.main, ["--resume", str(tmp_path / "cut")]) == 0
     resumed = resolve_checkpoint(tmp_path / "cut")
     losses = lambda d: [(r["step"], r["loss"], r["view_ce"], r["action_ce"]) for r in _rows(d)]  # noqa: E731
     assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
@@ -148,10 +181,40 @@ def test_checkpoint_and_data_mismatches_name_both_sides(files, tmp_path):
     # Resuming with a changed model or another data file is refused.
     with pytest.raises(CheckpointError, match=r"model config differs .*width: 24 vs 48"):
         T.train(_cfg(greedy, out, "train.max_steps=6", "model.width=48"), resume=out)
-    assert T.main(["--resume", str(out), f"data.path={small_view}", "train.max_steps=6"]) == 2
+    with pytest.raises(InputError, match=r"views \(6, 7, 7\)"):
+        T.main(["--resume", str(out), f"data.path={small_view}", "train.max_steps=6"])
+    other = tmp_path / "other.h5"
+    record("greedy", other, 4, seed=5, num_envs=4, mode="w", progress=False, env_kwargs={"max_turns": 30})
+    with pytest.raises(CheckpointError, match=r"trained on .*greedy.h5 .* but .*other.h5 has fingerprint"):
+        T.main(["--resume", str(out), "--data", str(other), "train.max_steps=6"])
+    # Settings a resumed run takes from its checkpoint are refused, not ignored.
+    for override in ([f"out_dir={tmp_path / 'elsewhere'}"], ["data.split_seed=3"], ["agent_id=-1"]):
+        with pytest.raises(CheckpointError, match="a resumed run keeps the"):
+            T.main(["--resume", str(out), *override])
+    with pytest.raises(CheckpointError, match="drop --config / --out"):
+        T.main(["--resume", str(out), "--out", str(tmp_path / "elsewhere")])
+    assert command_status(T.main, ["--resume", str(out), "out_dir=/nowhere"]) == 2
+    assert not (tmp_path / "elsewhere").exists()
 
 
-def test_checkpoints_load_safely(files, tmp_path, capsys):
+def test_weights_that_do_not_fit_name_the_tensor_and_both_shapes(files, tmp_path):
+    greedy, _ = files
+    out = tmp_path / "run"
+    T.train(_cfg(greedy, out, "train.max_steps=3"))
+    folder = resolve_checkpoint(out)
+    state = torch.load(folder / "model.pt", weights_only=True)
+    state["action_head.weight"] = torch.zeros(5, 24)
+    torch.save(state, folder / "model.pt")
+    with pytest.raises(CheckpointError, match=r"'action_head.weight' has shape \(5, 24\) in the checkpoint "
+                                              r"but \(4, 24\) in the model"):
+        load_checkpoint(out)
+    del state["action_head.weight"]
+    torch.save(state, folder / "model.pt")
+    with pytest.raises(CheckpointError, match=r"'action_head.weight' of shape \(4, 24\) is missing"):
+        load_checkpoint(out)
+
+
+def test_checkpoints_load_safely(files, tmp_path):
     greedy, _ = files
     out = tmp_path / "run"
     T.train(_cfg(greedy, out, "train.max_steps=3"))
@@ -167,8 +230,9 @@ def test_checkpoints_load_safely(files, tmp_path, capsys):
         load_checkpoint(tmp_path)
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "nope")
-    assert T.main(["--data", str(greedy), "--out", str(tmp_path / "bad"), "model.patch_size=2"]) == 2
-    assert "patch sizes that divide it: [1, 3, 9]" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"patch sizes that divide it: \[1, 3, 9\]"):
+        T.main(["--data", str(greedy), "--out", str(tmp_path / "bad"), "model.patch_size=2"])
+    assert not (tmp_path / "bad").exists()
 
 
 class _Exploit:

@@ -1,0 +1,159 @@
+"""Trajectory files as data sources: open one, check that it fits a model, record what was read.
+
+The trajectory file (`rpg_env.trajectories`, schema in docs/trajectory-format.md) is the only
+contract with the game: its metadata names the channels of a view (``channel_names``) and the
+actions (``action_names``), and the world model takes its vocabulary from there, never from
+channel numbers of its own.
+
+A `DataSource` is one file's metadata and per-episode table, read once and closed; the data
+itself is read by `rpg_worldmodel.data.windows.EpisodeStore`. Everything here takes a source
+(or its metadata) rather than an open file, so that several files can later be stacked into one
+table of games by concatenating their tables and keeping a source index per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rpg_env.errors import InputError
+from rpg_env.trajectories import TrajectoryFile, split_episodes
+from rpg_worldmodel.config import ConfigError, DataConfig, ModelConfig
+
+#: Channels that are not items: the loss weights every other channel's cells by
+#: ``train.item_weight`` (in the reference vocabulary: gem, bone, food and the co-player).
+NON_ITEM_CHANNELS = ("empty", "wall")
+
+
+class DataMismatchError(ConfigError, InputError):
+    """A trajectory file that does not fit a model config or checkpoint (both sides are named)."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """One trajectory file: ``meta`` (obs_shape, channel_names, action_names, env_id, ...) and
+    ``table``, its structured per-episode table (game_id, agent_id, policy_id, length, ...)."""
+
+    path: Path
+    meta: dict[str, Any]
+    table: np.ndarray
+
+    @classmethod
+    def open(cls, path: str | Path) -> DataSource:
+        """Read a file's metadata and episode table (the file is closed again)."""
+        with TrajectoryFile(path) as tf:
+            return cls(Path(path), dict(tf.meta), tf.episodes)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [str(c) for c in self.meta["channel_names"]]
+
+    @property
+    def action_names(self) -> list[str]:
+        return [str(a) for a in self.meta["action_names"]]
+
+    @property
+    def fingerprint(self) -> str:
+        """The file's content digest (`file_digest`)."""
+        return file_digest(self.path)
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: str | Path) -> str:
+    """A trajectory file's content digest (`TrajectoryFile.digest`, as recorded by training);
+    cached per (path, size, mtime) so a file is hashed once per process."""
+    p = Path(path).resolve()
+    stat = p.stat()
+    key = (str(p), stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        with TrajectoryFile(p) as tf:
+            _DIGESTS[key] = tf.digest()
+    return _DIGESTS[key]
+
+
+def data_record(source: DataSource) -> dict[str, Any]:
+    """What a checkpoint records about its training data (path, fingerprint, vocabulary, size)."""
+    meta = source.meta
+    return {
+        "path": str(source.path.resolve()),
+        "fingerprint": source.fingerprint,
+        "obs_shape": list(meta["obs_shape"]),
+        "channel_names": source.channel_names,
+        "action_names": source.action_names,
+        "env_id": meta["env_id"],
+        "env_kwargs": meta["env_kwargs"],
+        "num_episodes": len(source),
+    }
+
+
+def item_codes(channel_names: Sequence[str]) -> tuple[int, ...]:
+    """Codes of the channels whose cells the loss may up-weight: every one but `NON_ITEM_CHANNELS`."""
+    return tuple(i for i, name in enumerate(channel_names) if name not in NON_ITEM_CHANNELS)
+
+
+def check_data_matches(
+    model_cfg: ModelConfig,
+    data_meta: dict,
+    *,
+    data_path: str | Path = "the data file",
+    model_source: str = "the model config",
+    trained_on: dict | None = None,
+) -> None:
+    """Raise `DataMismatchError` naming both sides when a trajectory file does not fit a model.
+
+    ``trained_on`` (a checkpoint's data record) adds a check that the file names the same
+    channels and actions, in the same order, as the data the model was trained on.
+    """
+    expected = (model_cfg.num_channels, model_cfg.view_size, model_cfg.view_size)
+    got = tuple(int(x) for x in data_meta["obs_shape"])
+    problems = []
+    if got != expected:
+        problems.append(f"views {got} in {data_path} but {expected} in {model_source}")
+    n_actions = len(data_meta["action_names"])
+    if n_actions != model_cfg.num_actions:
+        problems.append(
+            f"{n_actions} actions in {data_path} but model.num_actions={model_cfg.num_actions} in "
+            f"{model_source}"
+        )
+    for key in ("channel_names", "action_names"):
+        names, trained = list(data_meta[key]), (trained_on or {}).get(key)
+        if trained is not None and names != list(trained):
+            problems.append(f"{key} {names} in {data_path} but {list(trained)} in {model_source}")
+    if problems:
+        raise DataMismatchError(
+            "trajectory file and model do not match: "
+            + "; ".join(problems)
+            + ". Record data with the same game settings, or set model.view_size / "
+            "model.num_actions to the file's values for a new model."
+        )
+
+
+def training_splits(source: DataSource, data_cfg: DataConfig) -> dict[str, np.ndarray]:
+    """Split by game (``data.split_fractions``, ``data.split_seed``), then keep the streams of
+    ``data.agent_id`` (-1: every agent); ``{"train", "val", "test"}`` sorted episode ids."""
+    splits = split_episodes(source.table, data_cfg.split_fractions, data_cfg.split_seed)
+    agents = source.table["agent_id"]
+    if data_cfg.agent_id >= 0:
+        keep = agents == data_cfg.agent_id
+        if not keep.any():
+            raise ConfigError(
+                f"{source.path} has no streams of agent {data_cfg.agent_id} (agent ids present: "
+                f"{sorted(set(agents.tolist()))}); set data.agent_id"
+            )
+        splits = {k: v[keep[v]] for k, v in splits.items()}
+    for name in ("train", "val"):
+        if len(splits[name]) == 0:
+            raise ConfigError(
+                f"the {name} split of {source.path} is empty ({len(source)} streams): record more "
+                f"games or change data.split_fractions"
+            )
+    return splits

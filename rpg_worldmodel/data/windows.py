@@ -1,0 +1,261 @@
+"""The one windowing of episodes, shared by training and evaluation.
+
+A window of ``T = num_frames`` steps starting at step ``s`` of an episode holds the views
+``s .. s+T`` and the actions ``s .. s+T``: the model sees ``views[:T], actions[:T]`` (action t
+is the one taken in view t) and is scored on ``views[1:]`` (the next view) and ``actions[1:]``
+(the next action), as in the reference (Sorrel's ``sample_transformer``). A window therefore
+needs ``T + 1`` steps, and an episode of ``L`` steps has ``L - T`` of them (starts ``0 .. L-T-1``).
+
+- `EpisodeStore`: the chosen episodes of a file, decoded once into memory.
+- `window_plan` / `plan_windows`: which windows to cut and which of their positions to score.
+  Training takes every window (``context="full"``); evaluation scores each transition once,
+  from the same windows (``full``) or from non-overlapping ones (``stride``).
+- `TrajectoryWindows`: the training dataset; `EpochBatchSampler`: its batch order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from rpg_env.trajectories import TrajectoryFile, TrajectoryFormatError
+
+CONTEXTS = ("full", "stride")
+
+
+@dataclass(frozen=True)
+class EpisodeStore:
+    """Episodes of one trajectory file held in memory (uint8 views: a 100-step episode of 6x9x9
+    views is ~50 KB), so a window costs a gather, not an HDF5 decompression.
+
+    Rows ``0 .. E-1`` follow ``episodes`` (the file's episode ids, in the order asked for).
+    ``obs`` ``(sum(L+1), C, V, V)`` uint8 and ``actions`` ``(sum(L),)`` int64 are the episodes
+    concatenated; ``obs_offset`` / ``act_offset`` ``(E,)`` are where each row starts in them.
+    """
+
+    path: Path
+    meta: dict
+    episodes: np.ndarray  # (E,) file episode ids
+    lengths: np.ndarray  # (E,) steps
+    agent_ids: np.ndarray  # (E,)
+    game_ids: np.ndarray  # (E,)
+    policy_ids: tuple[str, ...]  # (E,)
+    obs: np.ndarray
+    actions: np.ndarray
+    obs_offset: np.ndarray
+    act_offset: np.ndarray
+
+    @classmethod
+    def load(cls, path: str | Path, episodes: Sequence[int] | np.ndarray) -> EpisodeStore:
+        """Read ``episodes`` (file ids) of the trajectory file at ``path``."""
+        episodes = np.asarray(episodes, dtype=np.int64).reshape(-1)
+        with TrajectoryFile(path) as tf:
+            meta = dict(tf.meta)
+            if episodes.size and (episodes.min() < 0 or episodes.max() >= len(tf)):
+                raise IndexError(
+                    f"episode ids must be in 0..{len(tf) - 1} for {path}, "
+                    f"got {episodes.min()}..{episodes.max()}"
+                )
+            table = tf.episodes[episodes]
+            read = tf.read_episodes(episodes) if episodes.size else []
+        lengths = table["length"].astype(np.int64)
+        shape = tuple(meta["obs_shape"])
+        obs = [np.asarray(ep["obs"], dtype=np.uint8) for ep in read]
+        actions = [np.asarray(ep["actions"], dtype=np.int64) for ep in read]
+        return cls(
+            path=Path(path),
+            meta=meta,
+            episodes=episodes,
+            lengths=lengths,
+            agent_ids=table["agent_id"].astype(np.int64),
+            game_ids=table["game_id"].astype(np.int64),
+            policy_ids=tuple(str(p) for p in table["policy_id"]),
+            obs=np.concatenate(obs) if obs else np.zeros((0, *shape), np.uint8),
+            actions=np.concatenate(actions) if actions else np.zeros(0, np.int64),
+            obs_offset=np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64),
+            act_offset=np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [str(c) for c in self.meta["channel_names"]]
+
+    def episode(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row ``row``'s views ``(L+1, C, V, V)`` and actions ``(L,)`` (views of the store)."""
+        o, a, length = self.obs_offset[row], self.act_offset[row], self.lengths[row]
+        return self.obs[o : o + length + 1], self.actions[a : a + length]
+
+    def gather(self, rows: np.ndarray, starts: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """Windows of ``steps`` steps: views ``(B, steps, C, V, V)`` uint8 and actions ``(B, steps)``
+        int64 of rows ``rows`` ``(B,)`` from steps ``starts`` ``(B,)`` on."""
+        offsets = np.arange(steps)
+        views = self.obs[(self.obs_offset[rows] + starts)[:, None] + offsets]
+        actions = self.actions[(self.act_offset[rows] + starts)[:, None] + offsets]
+        return views, actions
+
+
+def window_plan(length: int, num_frames: int, context: str = "full") -> tuple[np.ndarray, np.ndarray]:
+    """Window starts ``(W,)`` and scored positions ``(W, T)`` for an episode of ``length`` steps.
+
+    Position ``p`` of the window starting at ``s`` predicts step ``s + p + 1`` from steps
+    ``s .. s + p``; targets run over ``1 .. length - 1``, each exactly once.
+
+    ``full``: one window per start ``0 .. L-T-1`` (every window, as training uses them); all
+    positions of the first scored, the last position of the others (every prediction but the
+    first T-1 has T steps of history).
+    ``stride``: windows at ``0, T, 2T, ...`` with all positions scored (history 1..T steps,
+    as in the training loss; about T times cheaper), plus one last window for the tail.
+    """
+    t = num_frames
+    num = length - t
+    if context not in CONTEXTS:
+        raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+    if num < 1:
+        return np.zeros(0, np.int64), np.zeros((0, t), bool)
+    if context == "full":
+        starts = np.arange(num)
+        score = np.zeros((num, t), dtype=bool)
+        score[0, :] = True
+        score[1:, -1] = True
+        return starts, score
+    starts = np.arange(0, num, t)
+    score = np.ones((len(starts), t), dtype=bool)
+    covered = int(starts[-1]) + t  # last target step scored so far
+    if covered < length - 1:
+        tail = num - 1
+        targets = tail + np.arange(t) + 1
+        starts = np.append(starts, tail)
+        score = np.vstack([score, targets > covered])
+    return starts, score
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """Windows over a store's rows, in row order then start order: ``rows`` ``(W,)``, ``starts``
+    ``(W,)`` and ``score`` ``(W, T)`` (the positions to score, see `window_plan`)."""
+
+    rows: np.ndarray
+    starts: np.ndarray
+    score: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def plan_windows(lengths: np.ndarray, num_frames: int, context: str = "full") -> WindowPlan:
+    """`window_plan` of every episode of ``lengths`` ``(E,)``, concatenated in row order."""
+    plans = [window_plan(int(n), num_frames, context) for n in lengths]
+    rows = np.repeat(np.arange(len(plans), dtype=np.int64), [len(s) for s, _ in plans])
+    if not plans:
+        return WindowPlan(rows, np.zeros(0, np.int64), np.zeros((0, num_frames), bool))
+    starts = np.concatenate([s for s, _ in plans]).astype(np.int64)
+    return WindowPlan(rows, starts, np.concatenate([sc for _, sc in plans]))
+
+
+class TrajectoryWindows(Dataset):
+    """Every ``num_frames + 1``-step window inside the given episodes of a trajectory file.
+
+    ``dataset[i]`` -> ``{"views": uint8 (T+1, C, V, V), "actions": int64 (T+1,), "agent_id": int64,
+    "episode": int64, "start": int64}``; ``dataset.get_batch(indices)`` returns the same keys
+    stacked along a leading batch axis, as torch tensors (the DataLoader path uses it).
+    """
+
+    def __init__(self, path: str | Path, episodes: np.ndarray, num_frames: int):
+        if num_frames < 1:
+            raise ValueError(f"num_frames must be >= 1, got {num_frames}")
+        self.path = Path(path)
+        self.num_frames = int(num_frames)
+        self.store = EpisodeStore.load(self.path, episodes)
+        self.meta, self.episodes, self.agent_ids = self.store.meta, self.store.episodes, self.store.agent_ids
+        self.plan = plan_windows(self.store.lengths, self.num_frames, "full")
+        self.window_episode = self.episodes[self.plan.rows]
+        self.window_start = self.plan.starts
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray | np.int64]:
+        n = len(self)
+        if not -n <= int(i) < n:
+            raise IndexError(f"window {i} out of range ({n} windows)")
+        batch = self.get_batch([int(i) % n])
+        return {k: v[0].numpy() if v.dim() > 1 else np.int64(v[0].item()) for k, v in batch.items()}
+
+    def get_batch(self, indices: np.ndarray | list[int]) -> dict[str, torch.Tensor]:
+        """Stacked windows for ``indices`` (one gather per array instead of one slice per item)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < -len(self) or idx.max() >= len(self)):
+            raise IndexError(f"window indices out of range ({len(self)} windows)")
+        idx = idx % max(len(self), 1)
+        rows = self.plan.rows[idx]
+        views, actions = self.store.gather(rows, self.window_start[idx], self.num_frames + 1)
+        return {
+            "views": torch.from_numpy(views),
+            "actions": torch.from_numpy(actions),
+            "agent_id": torch.from_numpy(self.agent_ids[rows]),
+            "episode": torch.from_numpy(self.window_episode[idx]),
+            "start": torch.from_numpy(self.window_start[idx]),
+        }
+
+    # DataLoader's fetcher calls __getitems__ with a whole batch of indices when it exists.
+    __getitems__ = get_batch
+
+
+def collate_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """DataLoader ``collate_fn`` for `TrajectoryWindows.__getitems__`: batches arrive stacked."""
+    return batch
+
+
+class EpochBatchSampler(Sampler[list[int]]):
+    """Batches of window indices: a fresh permutation per epoch, seeded by ``(seed, epoch)``.
+
+    The order is a pure function of ``(seed, step)``, so a run resumed at ``start_step``
+    draws exactly the batches an uninterrupted run would have drawn. ``batch_size`` is the
+    global batch; with ``world_size`` processes, rank ``rank`` gets its contiguous
+    ``batch_size // world_size`` slice of it, so the ranks' slices in rank order are the
+    single-process batch.
+    """
+
+    def __init__(self, num_windows: int, batch_size: int, seed: int, start_step: int, num_steps: int,
+                 rank: int = 0, world_size: int = 1):
+        if num_windows < 1:
+            raise TrajectoryFormatError(
+                "no training windows: the training episodes are all shorter than "
+                "num_frames + 1 steps; record longer episodes or lower model.num_frames"
+            )
+        if world_size < 1 or not 0 <= rank < world_size or batch_size % world_size:
+            raise ValueError(
+                f"rank {rank} of world_size {world_size}: need 0 <= rank < world_size and a batch "
+                f"size ({batch_size}) divisible by world_size"
+            )
+        self.num_windows, self.batch_size = int(num_windows), int(batch_size)
+        self.seed, self.start_step, self.num_steps = int(seed), int(start_step), int(num_steps)
+        self.rank, self.world_size = int(rank), int(world_size)
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.num_windows)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        per_rank = self.batch_size // self.world_size
+        mine = slice(self.rank * per_rank, (self.rank + 1) * per_rank)
+        cached_epoch, perm = -1, None
+        for step in range(self.start_step, self.start_step + self.num_steps):
+            first = step * self.batch_size
+            batch: list[int] = []
+            while len(batch) < self.batch_size:
+                epoch, offset = divmod(first + len(batch), self.num_windows)
+                if epoch != cached_epoch:
+                    cached_epoch, perm = epoch, self._permutation(epoch)
+                batch.extend(perm[offset : offset + self.batch_size - len(batch)].tolist())
+            yield batch[mine]
+
+    def __len__(self) -> int:
+        return self.num_steps

@@ -1,0 +1,263 @@
+"""Evaluation figures as sums of per-unit counts, with cluster-bootstrap confidence intervals.
+
+Every figure here (cross-entropy, accuracies, precision/recall/F1) is a ratio of sums over
+cells or steps. The evaluator turns each predictor's outputs into per-row counts
+(`view_counts`, `action_counts`), sums them per *unit* (a game: the learner's and the
+co-player's episodes of one game share a world, so they are one cluster), and `bootstrap`
+resamples units with replacement. Windows within an episode overlap and episodes of one
+game are correlated, so resampling windows would give intervals that are far too narrow.
+
+Shapes: ``N`` rows (predictions), ``C`` cell classes (channels), ``V`` view side, ``U`` units,
+``B`` bootstrap replicates. Cross-entropies are in nats (per cell, or per action).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Cell classes reported with precision / recall / F1 (names as in the file's channel_names).
+ENTITY_NAMES: tuple[str, ...] = ("gem", "bone", "food", "wall", "agent")
+ITEM_NAMES: tuple[str, ...] = ("gem", "bone", "food")
+
+Counts = dict[str, np.ndarray]
+Figures = dict[str, np.ndarray]
+
+
+# ---------------------------------------------------------------------------- per-row counts
+def view_counts(log_probs: np.ndarray, target: np.ndarray, previous: np.ndarray) -> Counts:
+    """Per-row counts of one next-view predictor.
+
+    Args:
+        log_probs: ``(N, C, V, V)`` log-probabilities over cell classes (any normalized
+            log-distribution over axis 1; logits must go through ``log_softmax`` first).
+        target: ``(N, V, V)`` int true class of every cell of the next view.
+        previous: ``(N, V, V)`` int class of every cell of the last input view (unmasked),
+            which defines the cells that change between t and t+1.
+
+    Returns ``(N,)`` arrays ``ce_sum`` (nats), ``cells``, ``correct``, ``changed``,
+    ``changed_correct`` and ``(N, C)`` arrays ``tp``, ``fp``, ``fn`` per class, where the
+    prediction is the arg-max class.
+    """
+    log_probs = np.asarray(log_probs)
+    target = np.asarray(target).astype(np.int64)
+    previous = np.asarray(previous).astype(np.int64)
+    if log_probs.ndim != 4 or target.shape != (log_probs.shape[0], *log_probs.shape[2:]):
+        raise ValueError(f"log_probs must be (N, C, V, V) and target (N, V, V); got "
+                         f"{log_probs.shape} and {target.shape}")
+    if previous.shape != target.shape:
+        raise ValueError(f"previous must have the target's shape {target.shape}, got {previous.shape}")
+    num_classes = log_probs.shape[1]
+    if target.size and (target.min() < 0 or target.max() >= num_classes):
+        raise ValueError(f"target classes must be in 0..{num_classes - 1}")
+    n = target.shape[0]
+    nll = -np.take_along_axis(log_probs, target[:, None], axis=1)[:, 0]
+    pred = log_probs.argmax(axis=1)
+    hit = pred == target
+    changed = previous != target
+    counts: Counts = {
+        "ce_sum": nll.reshape(n, -1).sum(1, dtype=np.float64),
+        "cells": np.full(n, target[0].size if n else 0, dtype=np.float64),
+        "correct": hit.reshape(n, -1).sum(1).astype(np.float64),
+        "changed": changed.reshape(n, -1).sum(1).astype(np.float64),
+        "changed_correct": (changed & hit).reshape(n, -1).sum(1).astype(np.float64),
+    }
+    classes = np.arange(num_classes)[None, :, None]
+    pred_flat, true_flat = pred.reshape(n, 1, -1), target.reshape(n, 1, -1)
+    is_pred, is_true = pred_flat == classes, true_flat == classes
+    counts["tp"] = (is_pred & is_true).sum(2).astype(np.float64)
+    counts["fp"] = (is_pred & ~is_true).sum(2).astype(np.float64)
+    counts["fn"] = (~is_pred & is_true).sum(2).astype(np.float64)
+    return counts
+
+
+def action_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
+    """Per-row counts of a next-action predictor: ``log_probs`` ``(N, A)``, ``target`` ``(N,)``.
+
+    Returns ``(N,)`` arrays ``action_ce_sum`` (nats), ``action_n`` and ``action_correct``.
+    """
+    log_probs = np.asarray(log_probs)
+    target = np.asarray(target).astype(np.int64)
+    if log_probs.ndim != 2 or target.shape != (log_probs.shape[0],):
+        raise ValueError(f"log_probs must be (N, A) and target (N,); got {log_probs.shape}, {target.shape}")
+    if target.size and (target.min() < 0 or target.max() >= log_probs.shape[1]):
+        raise ValueError(f"target actions must be in 0..{log_probs.shape[1] - 1}")
+    nll = -np.take_along_axis(log_probs, target[:, None], axis=1)[:, 0]
+    return {
+        "action_ce_sum": nll.astype(np.float64),
+        "action_n": np.ones(len(target), dtype=np.float64),
+        "action_correct": (log_probs.argmax(1) == target).astype(np.float64),
+    }
+
+
+def sum_by_unit(counts: Counts, unit_index: np.ndarray, num_units: int) -> Counts:
+    """Sum per-row counts into ``(U, ...)`` per-unit counts (rows of unit ``u`` have index ``u``)."""
+    unit_index = np.asarray(unit_index, dtype=np.int64)
+    out: Counts = {}
+    for key, value in counts.items():
+        if len(value) != len(unit_index):
+            raise ValueError(f"count {key!r} has {len(value)} rows but unit_index has {len(unit_index)}")
+        total = np.zeros((num_units, *value.shape[1:]), dtype=np.float64)
+        np.add.at(total, unit_index, value)
+        out[key] = total
+    return out
+
+
+def merge_counts(*parts: Counts) -> Counts:
+    """Add count dictionaries key by key (keys missing from a part count as absent there)."""
+    out: Counts = {}
+    for part in parts:
+        for key, value in part.items():
+            out[key] = out[key] + value if key in out else np.array(value, dtype=np.float64)
+    return out
+
+
+# ---------------------------------------------------------------------------- figures
+def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` elementwise, NaN where ``den`` is 0 (an undefined figure, not an error)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def figures_from_counts(totals: Counts, channel_names: Sequence[str]) -> Figures:
+    """Figures from summed counts; works on leading replicate axes (``(B,)`` or scalars).
+
+    View figures (when the view counts are present): ``view_ce`` (nats/cell), ``cell_acc``,
+    ``changed_acc``, and ``precision_X``, ``recall_X``, ``f1_X`` for X in `ENTITY_NAMES`
+    (those present in ``channel_names``), plus ``f1_items`` (mean F1 over gem, bone, food).
+    Action figures: ``action_ce`` (nats/step), ``action_acc``. Undefined ratios are NaN.
+    """
+    out: Figures = {}
+    if "ce_sum" in totals:
+        out["view_ce"] = ratio(totals["ce_sum"], totals["cells"])
+        out["cell_acc"] = ratio(totals["correct"], totals["cells"])
+        out["changed_acc"] = ratio(totals["changed_correct"], totals["changed"])
+        tp, fp, fn = totals["tp"], totals["fp"], totals["fn"]
+        item_f1 = []
+        for name in ENTITY_NAMES:
+            if name not in channel_names:
+                continue
+            k = list(channel_names).index(name)
+            out[f"precision_{name}"] = ratio(tp[..., k], tp[..., k] + fp[..., k])
+            out[f"recall_{name}"] = ratio(tp[..., k], tp[..., k] + fn[..., k])
+            out[f"f1_{name}"] = ratio(2 * tp[..., k], 2 * tp[..., k] + fp[..., k] + fn[..., k])
+            if name in ITEM_NAMES:
+                item_f1.append(out[f"f1_{name}"])
+        if item_f1:
+            out["f1_items"] = np.mean(np.stack(item_f1), axis=0)
+    if "action_ce_sum" in totals:
+        out["action_ce"] = ratio(totals["action_ce_sum"], totals["action_n"])
+        out["action_acc"] = ratio(totals["action_correct"], totals["action_n"])
+    return out
+
+
+# ---------------------------------------------------------------------------- bootstrap
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate (on all units) with a percentile bootstrap interval."""
+
+    value: float
+    lo: float
+    hi: float
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {k: (None if not np.isfinite(v) else float(v))
+                for k, v in (("value", self.value), ("lo", self.lo), ("hi", self.hi))}
+
+
+def resample_weights(num_units: int, num_boot: int, seed: int) -> np.ndarray:
+    """``(B, U)`` multiplicities of each unit in ``B`` resamples with replacement (seeded)."""
+    if num_units < 1:
+        raise ValueError("the bootstrap needs at least one unit (game) to resample")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, num_units, size=(num_boot, num_units))
+    weights = np.zeros((num_boot, num_units), dtype=np.float64)
+    np.add.at(weights, (np.arange(num_boot)[:, None], picks), 1.0)
+    return weights
+
+
+def _resampled_totals(unit_counts: Counts, weights: np.ndarray) -> Counts:
+    return {k: np.tensordot(weights, v, axes=(1, 0)) for k, v in unit_counts.items()}
+
+
+def _interval(point: np.ndarray, replicates: np.ndarray, level: float) -> Interval:
+    alpha = (1.0 - level) / 2.0
+    finite = replicates[np.isfinite(replicates)]
+    if finite.size == 0:
+        return Interval(float(point), float("nan"), float("nan"))
+    lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
+    return Interval(float(point), float(lo), float(hi))
+
+
+def bootstrap_figures(
+    unit_counts: Counts,
+    figures_fn: Callable[[Counts], Figures],
+    num_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    weights: np.ndarray | None = None,
+) -> dict[str, Interval]:
+    """Point estimates and percentile intervals of ``figures_fn`` over resampled units."""
+    num_units = len(next(iter(unit_counts.values())))
+    weights = resample_weights(num_units, num_boot, seed) if weights is None else weights
+    point = figures_fn({k: v.sum(0) for k, v in unit_counts.items()})
+    reps = figures_fn(_resampled_totals(unit_counts, weights))
+    return {name: _interval(point[name], reps[name], level) for name in point}
+
+
+def bootstrap_differences(
+    counts_a: Counts,
+    counts_b: Counts,
+    figures_fn: Callable[[Counts], Figures],
+    num_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, Interval]:
+    """Paired bootstrap of ``figure(a) - figure(b)`` for two predictors scored on the same units.
+
+    Both predictors are resampled with the *same* unit multiplicities, so the interval
+    reflects the difference on shared windows, not the spread of either alone.
+    """
+    num_units = len(next(iter(counts_a.values())))
+    if len(next(iter(counts_b.values()))) != num_units:
+        raise ValueError("a paired bootstrap needs both predictors scored on the same units")
+    weights = resample_weights(num_units, num_boot, seed)
+    pa = figures_fn({k: v.sum(0) for k, v in counts_a.items()})
+    pb = figures_fn({k: v.sum(0) for k, v in counts_b.items()})
+    ra = figures_fn(_resampled_totals(counts_a, weights))
+    rb = figures_fn(_resampled_totals(counts_b, weights))
+    shared = [name for name in pa if name in pb]
+    return {name: _interval(pa[name] - pb[name], ra[name] - rb[name], level) for name in shared}
+
+
+def bootstrap_relative_gap(
+    counts_self: Counts,
+    counts_cross: Counts,
+    figures_fn: Callable[[Counts], Figures],
+    names: Sequence[str],
+    num_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, Interval]:
+    """``(cross - self) / self`` (as in the reference's "+124%", here a fraction) per figure.
+
+    The two sets are different games, so each is resampled independently.
+    """
+    ws = resample_weights(len(next(iter(counts_self.values()))), num_boot, seed)
+    wc = resample_weights(len(next(iter(counts_cross.values()))), num_boot, seed + 1)
+    ps = figures_fn({k: v.sum(0) for k, v in counts_self.items()})
+    pc = figures_fn({k: v.sum(0) for k, v in counts_cross.items()})
+    rs = figures_fn(_resampled_totals(counts_self, ws))
+    rc = figures_fn(_resampled_totals(counts_cross, wc))
+    out = {}
+    for name in names:
+        if name in ps and name in pc:
+            out[name] = _interval(ratio(pc[name] - ps[name], ps[name]),
+                                  ratio(rc[name] - rs[name], rs[name]), level)
+    return out
+
+
+def intervals_to_json(intervals: Mapping[str, Interval]) -> dict[str, dict[str, float | None]]:
+    return {name: iv.as_dict() for name, iv in intervals.items()}

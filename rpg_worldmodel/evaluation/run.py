@@ -1,0 +1,214 @@
+"""The evaluation driver: one checkpoint on some trajectory files, beside baselines, across agents
+and under input masks. `Evaluation` is the only producer of ``metrics.json``.
+
+The first file holding the checkpoint's training data (or else the first file) is "self"; every
+other file gives a transfer table. Baselines are fitted on the checkpoint's training split only.
+Outputs (`Evaluation.write`): ``metrics.json`` (every figure with its interval, plus provenance,
+plus the caller's own section, e.g. the pipeline's settings and timings) and ``examples.npz``
+(a few held-out views of the self file: last input, predicted, true) for the report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rpg_env.errors import InputError
+from rpg_env.provenance import provenance
+from rpg_worldmodel.checkpoint import load_checkpoint
+from rpg_worldmodel.data import DataSource, check_data_matches
+from rpg_worldmodel.evaluation.baselines import baselines_summary, fit_baselines
+from rpg_worldmodel.evaluation.episodes import (
+    EvalSet,
+    checkpoint_data,
+    checkpoint_split,
+    first_episodes,
+    is_training_file,
+    select_episodes,
+    train_mask_of,
+)
+from rpg_worldmodel.evaluation.scoring import Scores
+from rpg_worldmodel.evaluation.tables import evaluate_file, masking_table, transfer_table
+
+
+@dataclass
+class EvalOptions:
+    """How an evaluation selects and scores (the `run_evaluation` arguments of the same names)."""
+
+    split: str = "auto"  # auto | test | val | all | train (see `select_episodes`)
+    allow_training_episodes: bool = False
+    num_boot: int = 1000  # bootstrap replicates
+    seed: int = 0  # bootstrap, masks, baseline subset, other files' own splits
+    batch_size: int = 256
+    device: str = "cpu"
+    baseline_episodes: int = 400  # training episodes the baselines are fitted on (at most)
+    context: str = "full"  # full | stride (see `rpg_worldmodel.data.window_plan`)
+    mask_context: str | None = None  # windows of the masking table; None: ``context``
+    mask_episodes: int | None = None  # first episodes of the self set in the masking table; None: all
+
+
+class Evaluation:
+    """One checkpoint evaluated on ``data`` (trajectory files), step by step: `evaluate_file` for
+    each file, then `transfer` and `masking`; `metrics` assembles the result and `write` saves it.
+
+    Construction loads the checkpoint, refuses files recorded for another model before any work,
+    and fits the baselines on the checkpoint's training split.
+    """
+
+    def __init__(self, checkpoint: str | Path, data: Sequence[str | Path],
+                 options: EvalOptions | None = None):
+        if not data:
+            raise InputError("give at least one trajectory file (--data F)")
+        self.checkpoint, self.data = checkpoint, [str(p) for p in data]
+        self.options = options or EvalOptions()
+        ck = load_checkpoint(checkpoint)
+        self.model, self.config, self.meta = ck.model, ck.config, ck.meta
+        for path in self.data:
+            check_data_matches(self.config.model, DataSource.open(path).meta, data_path=path,
+                               model_source=f"checkpoint {checkpoint}", trained_on=self.meta.get("data"))
+        self.train_path = self._training_file()
+        opts = self.options
+        self.baselines = fit_baselines(self.train_path, checkpoint_split(self.meta)["train"],
+                                       opts.baseline_episodes, opts.seed)
+        self.self_key = next((p for p in self.data if is_training_file(self.meta, p)), self.data[0])
+        self.files: dict[str, dict] = {}
+        self.scores: dict[str, tuple[EvalSet, Scores]] = {}
+        self.transfers: dict[str, dict] = {}
+        self.masks: dict | None = None
+        self._provenance: dict | None = None
+
+    def _training_file(self) -> Path:
+        train_path, _ = checkpoint_data(self.meta)
+        if train_path is not None and Path(train_path).exists():
+            return train_path
+        candidates = [p for p in self.data if is_training_file(self.meta, p)]
+        if not candidates:
+            raise FileNotFoundError(
+                f"the checkpoint's training file {train_path} is not found and none of --data is it; "
+                "the baselines are fitted on its training split: pass the training file as --data")
+        return Path(candidates[0])
+
+    def evaluate_file(self, path: str | Path, num_examples: int = 8) -> dict:
+        """The held-out table of one file (also kept for `metrics`)."""
+        opts, key = self.options, str(path)
+        es = select_episodes(self.meta, path, opts.split, opts.allow_training_episodes, split_seed=opts.seed,
+                             agent_id=getattr(self.config.data, "agent_id", None))
+        result, scores = evaluate_file(self.model, self.config, es, self.baselines, opts.num_boot, opts.seed,
+                                       opts.batch_size, opts.device, num_examples=num_examples,
+                                       context=opts.context)
+        self.files[key], self.scores[key] = result, (es, scores)
+        return result
+
+    def transfer(self) -> dict[str, dict]:
+        """Self-vs-cross tables of every evaluated file but the self file."""
+        own = self.scores[self.self_key][1]
+        for key, (_, scores) in self.scores.items():
+            if key != self.self_key:
+                self.transfers[key] = transfer_table(own, scores, self.self_key, key, self.options.num_boot,
+                                                     self.options.seed)
+        return self.transfers
+
+    def masking(self, masks: Sequence[str], masked_checkpoints: Sequence[str | Path] = ()) -> dict:
+        """Train mask x evaluation mask on the self file: this checkpoint's model and those of
+        ``masked_checkpoints`` (one row per training mask)."""
+        opts = self.options
+        models = {train_mask_of(self.config): (self.model, self.config)}
+        for extra in masked_checkpoints:
+            other = load_checkpoint(extra)
+            models.setdefault(train_mask_of(other.config), (other.model, other.config))
+        es = self.scores[self.self_key][0]
+        if opts.mask_episodes is not None:
+            es = first_episodes(es, opts.mask_episodes)
+        self.masks = masking_table(models, es, masks, opts.num_boot, opts.seed, opts.batch_size, opts.device,
+                                   opts.mask_context or opts.context)
+        return self.masks
+
+    def metrics(self, extra: dict[str, Any] | None = None) -> dict:
+        """The metrics dictionary; ``extra`` (e.g. ``{"pipeline": {...}}``) is added before the
+        provenance."""
+        opts = self.options
+        results: dict = {
+            "checkpoint": str(self.checkpoint),
+            "checkpoint_step": self.meta.get("step"),
+            "train_mask": train_mask_of(self.config),
+            "baselines": baselines_summary(self.baselines, self.train_path),
+            "bootstrap": {"resampled_unit": "game", "replicates": opts.num_boot, "level": 0.95,
+                          "seed": opts.seed},
+            "files": self.files,
+            "self": self.self_key,
+            "transfer": self.transfers,
+        }
+        if self.masks is not None:
+            results["masking"] = self.masks
+        results.update(extra or {})
+        if self._provenance is None:
+            self._provenance = provenance(seed=opts.seed, checkpoint=str(self.checkpoint))
+        results["provenance"] = self._provenance
+        return results
+
+    def write(self, out: str | Path, extra: dict[str, Any] | None = None) -> Path:
+        """Write ``metrics.json`` and ``examples.npz`` into ``out``; returns the JSON path."""
+        return write_outputs(self.metrics(extra), self.scores[self.self_key][1], out)
+
+
+def run_evaluation(
+    checkpoint: str | Path,
+    data: Sequence[str | Path],
+    out: str | Path | None = None,
+    masks: Sequence[str] = (),
+    masked_checkpoints: Sequence[str | Path] = (),
+    split: str = "auto",
+    allow_training_episodes: bool = False,
+    num_boot: int = 1000,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: str = "cpu",
+    baseline_episodes: int = 400,
+    context: str = "full",
+) -> dict:
+    """Evaluate ``checkpoint`` on each file of ``data`` (see `Evaluation`); with ``masks``, add the
+    masking table. Returns the metrics dictionary (also written to ``out`` when given)."""
+    if masked_checkpoints and not masks:
+        raise InputError("--masked-checkpoint is only used by the masking table: add --masks "
+                         "(e.g. --masks none random_cells gem) or drop it")
+    ev = Evaluation(checkpoint, data, EvalOptions(split, allow_training_episodes, num_boot, seed, batch_size,
+                                                  device, baseline_episodes, context))
+    for path in ev.data:
+        ev.evaluate_file(path)
+    ev.transfer()
+    if masks:
+        ev.masking(masks, masked_checkpoints)
+    if out is not None:
+        ev.write(out)
+    return ev.metrics()
+
+
+def write_outputs(results: dict, self_scores: Scores, out: str | Path) -> Path:
+    """Write ``metrics.json`` (atomically) and ``examples.npz`` into ``out``; returns the JSON path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "metrics.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=1, default=_json_default))
+    tmp.replace(path)
+    if self_scores.examples:
+        np.savez_compressed(out / "examples.npz", **self_scores.examples,
+                            channel_names=np.asarray(self_scores.channel_names))
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")

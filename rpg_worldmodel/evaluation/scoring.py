@@ -1,0 +1,217 @@
+"""Running the model and the baselines over an EvalSet's windows into per-game counts.
+
+Which predictions are scored: every transition ``t -> t+1`` of an episode exactly once
+(`rpg_worldmodel.data.window_plan`: the same windows as training, ``full``, or
+non-overlapping ones, ``stride``). The model runs in eval mode under ``torch.inference_mode``
+(no gradient, no optimizer: the weights cannot change); baselines see exactly the same
+transitions, always unmasked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from rpg_env.errors import InputError
+from rpg_worldmodel.config import WorldModelConfig
+from rpg_worldmodel.data import apply_input_mask, plan_windows
+from rpg_worldmodel.evaluation import metrics as M
+from rpg_worldmodel.evaluation.baselines import FittedBaselines, copy_view, views_to_codes
+from rpg_worldmodel.evaluation.episodes import EvalSet
+from rpg_worldmodel.models.world_model import WorldModel
+
+
+@dataclass
+class Batch:
+    """Windows of ``T + 1`` steps with the positions to score.
+
+    views ``(B, T+1, C, V, V)`` uint8, actions ``(B, T+1)`` int64, agent_ids ``(B,)``,
+    rows ``(B,)`` index into the EvalSet's episodes, score ``(B, T)`` bool positions scored.
+    """
+
+    views: np.ndarray
+    actions: np.ndarray
+    agent_ids: np.ndarray
+    rows: np.ndarray
+    score: np.ndarray
+
+
+def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str | None = None,
+                 context: str = "full") -> Iterator[Batch]:
+    """Windows of every selected episode in batches of ``batch_size`` (episode order, then start
+    order); each transition is scored exactly once (see `rpg_worldmodel.data.window_plan`).
+    Episodes shorter than ``T + 1`` steps have no window."""
+    store = es.store()
+    plan = plan_windows(store.lengths, num_frames, context)
+    starts = range(0, len(plan), batch_size)
+    for a in tqdm(starts, desc=desc or f"windows {es.path.name}", unit="batch", leave=False,
+                  disable=desc == ""):
+        rows = plan.rows[a : a + batch_size]
+        views, actions = store.gather(rows, plan.starts[a : a + batch_size], num_frames + 1)
+        yield Batch(views, actions, es.agent_ids[rows], rows, plan.score[a : a + batch_size])
+
+
+@dataclass
+class Scores:
+    """Per-unit counts of every predictor on one EvalSet (units: games)."""
+
+    channel_names: list[str]
+    unit_ids: np.ndarray  # (U,) game ids
+    counts: dict[str, M.Counts]  # predictor -> per-unit counts
+    by_policy: dict[str, dict[str, M.Counts]]  # policy id -> predictor -> per-unit counts
+    num_windows: int
+    num_predictions: int
+    examples: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def figures_fn(self) -> Callable[[M.Counts], M.Figures]:
+        """Counts -> figures with this set's channel names, plus ``total_ce`` (view + action CE)."""
+        names = self.channel_names
+
+        def fn(totals: M.Counts) -> M.Figures:
+            figs = M.figures_from_counts(totals, names)
+            if "view_ce" in figs and "action_ce" in figs:
+                figs["total_ce"] = figs["view_ce"] + figs["action_ce"]
+            return figs
+
+        return fn
+
+
+@dataclass
+class _Masking:
+    """How the model's input is hidden (`rpg_worldmodel.data.apply_input_mask`)."""
+
+    kind: str
+    prob: float
+    generator: torch.Generator | None
+    channel_names: list[str]
+
+
+def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Masking, use_agent_ids: bool,
+                     device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    """Model log-probabilities ``(B, T, C, V, V)`` and ``(B, T, A)`` for a batch."""
+    views = torch.as_tensor(np.ascontiguousarray(batch.views[:, :num_frames]), device=device).float()
+    if mask.kind != "none":
+        views = apply_input_mask(views, mask.kind, mask.prob, mask.generator, mask.channel_names)
+    actions = torch.as_tensor(batch.actions[:, :num_frames], dtype=torch.long, device=device)
+    agent_ids = torch.as_tensor(batch.agent_ids, dtype=torch.long, device=device) if use_agent_ids else None
+    view_logits, action_logits = model(views, actions, agent_ids)
+    view_lp = torch.log_softmax(view_logits.float(), dim=2).cpu().numpy()
+    action_lp = torch.log_softmax(action_logits.float(), dim=-1).cpu().numpy()
+    return view_lp, action_lp
+
+
+def _prediction_counts(
+    batch: Batch, view_lp: np.ndarray, action_lp: np.ndarray, baselines: FittedBaselines | None
+) -> tuple[dict[str, M.Counts], np.ndarray, np.ndarray]:
+    """Per-prediction counts of the model and the baselines on a batch's scored positions, and
+    the (last input, true next) codes ``(N, V, V)`` of those predictions."""
+    w, p = np.nonzero(batch.score)
+    codes = views_to_codes(batch.views)  # (B, T+1, V, V)
+    prev, target = codes[w, p], codes[w, p + 1]
+    act_prev, act_target = batch.actions[w, p], batch.actions[w, p + 1]
+    parts = {"model": M.merge_counts(M.view_counts(view_lp[w, p], target, prev),
+                                     M.action_counts(action_lp[w, p], act_target))}
+    if baselines is not None:
+        pred, revealed = copy_view(prev)
+        parts["copy"] = M.view_counts(baselines.copy_cal.log_probs(pred, revealed), target, prev)
+        pred, revealed, _ = baselines.shift(prev, act_prev)
+        parts["motion_oracle"] = M.view_counts(baselines.shift_cal.log_probs(pred, revealed), target, prev)
+        parts["majority_action"] = M.action_counts(baselines.majority.log_probs(act_prev), act_target)
+        parts["previous_action"] = M.action_counts(baselines.previous.log_probs(act_prev), act_target)
+    return parts, prev, target
+
+
+class _Examples:
+    """A few held-out predictions for the report's view strip: one full-context prediction per
+    episode, so the strip shows different games."""
+
+    def __init__(self, wanted: int, num_frames: int) -> None:
+        self.wanted, self.num_frames = wanted, num_frames
+        self.parts: dict[str, list[np.ndarray]] = {"input": [], "predicted": [], "true": []}
+        self.rows: set[int] = set()
+
+    def add(self, batch: Batch, view_lp: np.ndarray, prev: np.ndarray, target: np.ndarray) -> None:
+        have = sum(len(x) for x in self.parts["input"])
+        if not self.wanted or have >= self.wanted:
+            return
+        w, p = np.nonzero(batch.score)
+        last = np.flatnonzero(p == self.num_frames - 1)
+        fresh = last[~np.isin(batch.rows[w[last]], list(self.rows))]
+        _, first = np.unique(batch.rows[w[fresh]], return_index=True)
+        take = fresh[np.sort(first)][: self.wanted - have]
+        self.rows.update(batch.rows[w[take]].tolist())
+        self.parts["input"].append(prev[take])
+        self.parts["predicted"].append(view_lp[w[take], p[take]].argmax(1))
+        self.parts["true"].append(target[take])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.concatenate(v) if v else np.zeros((0,), np.int64) for k, v in self.parts.items()}
+
+
+def score_eval_set(
+    model: WorldModel,
+    config: WorldModelConfig,
+    es: EvalSet,
+    baselines: FittedBaselines | None,
+    mask_kind: str = "none",
+    mask_seed: int = 0,
+    mask_prob: float = 0.15,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
+    num_examples: int = 0,
+    desc: str | None = None,
+    context: str = "full",
+) -> Scores:
+    """Score the model (and, if given, the baselines) on every transition of ``es``.
+
+    The model is put in eval mode and run under ``torch.inference_mode``. ``mask_kind``
+    hides part of the model's *input* (`rpg_worldmodel.data.apply_input_mask`, seeded with
+    ``mask_seed``; ``random_cells`` hides each cell with probability ``mask_prob``); targets
+    and baselines always see the unmasked views.
+    """
+    num_frames = int(config.model.num_frames)
+    use_agent_ids = bool(getattr(config.model, "agent_embedding", False))
+    device = torch.device(device)
+    model.eval()
+    generator = torch.Generator(device=device).manual_seed(int(mask_seed)) if mask_kind != "none" else None
+    channel_names = es.store().channel_names
+    mask = _Masking(mask_kind, mask_prob, generator, channel_names)
+    rows_counts: dict[str, list[M.Counts]] = {}
+    row_eps: list[np.ndarray] = []
+    examples = _Examples(num_examples, num_frames)
+    num_windows = 0
+    with torch.inference_mode():
+        for batch in iter_windows(es, num_frames, batch_size, desc=desc, context=context):
+            num_windows += len(batch.views)
+            view_lp, action_lp = _model_log_probs(model, batch, num_frames, mask, use_agent_ids, device)
+            parts, prev, target = _prediction_counts(batch, view_lp, action_lp, baselines)
+            for name, c in parts.items():
+                rows_counts.setdefault(name, []).append(c)
+            row_eps.append(batch.rows[np.nonzero(batch.score)[0]])
+            examples.add(batch, view_lp, prev, target)
+    if not row_eps:
+        raise InputError(f"no episode of {es.path} is longer than num_frames={num_frames} steps, so "
+                         "there is nothing to score; record longer episodes")
+    names = baselines.channel_names if baselines is not None else channel_names
+    return _per_game(es, rows_counts, np.concatenate(row_eps), names, num_windows, examples.arrays())
+
+
+def _per_game(es: EvalSet, rows_counts: dict[str, list[M.Counts]], ep_rows: np.ndarray,
+              channel_names: list[str], num_windows: int, examples: dict[str, np.ndarray]) -> Scores:
+    """Sum per-prediction counts into per-game counts, overall and per policy id."""
+    units, unit_index_of_row = np.unique(es.game_ids, return_inverse=True)
+    unit_idx = unit_index_of_row[ep_rows]
+    flat = {name: {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+            for name, parts in rows_counts.items()}
+    counts = {name: M.sum_by_unit(c, unit_idx, len(units)) for name, c in flat.items()}
+    by_policy: dict[str, dict[str, M.Counts]] = {}
+    policies = np.asarray(es.policy_ids)
+    for pid in sorted(set(es.policy_ids)):
+        keep = policies[ep_rows] == pid
+        by_policy[pid] = {name: M.sum_by_unit({k: v[keep] for k, v in c.items()}, unit_idx[keep], len(units))
+                          for name, c in flat.items()}
+    return Scores(list(channel_names), units, counts, by_policy, num_windows, len(unit_idx), examples)
