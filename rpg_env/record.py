@@ -75,16 +75,9 @@ def record(
         raise InputError(f"episodes must be >= 1, got {episodes}")
     if int(num_envs) < 1:
         raise InputError(f"num_envs must be >= 1, got {num_envs}")
-    try:
-        learner: BatchPolicy = make_policy(policy)
-        num_envs = min(int(num_envs), int(episodes))
-        env = gym.make_vec(env_id, num_envs=num_envs, **(env_kwargs or {}))
-    except (TypeError, ValueError, gym.error.Error) as err:
-        if isinstance(err, InputError):
-            raise
-        raise InputError(f"cannot make {env_id} with {env_kwargs or {}}: {err}") from err
+    learner, env = _make(policy, env_id, min(int(num_envs), int(episodes)), env_kwargs)
     pid = policy_id or learner.policy_id  # an expert zip is "sb3-<name>" (SB3Policy.load)
-    run_info = {"seed": int(seed), "num_envs": num_envs, "games": int(episodes),
+    run_info = {"seed": int(seed), "num_envs": env.num_envs, "games": int(episodes),
                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     try:
         rec = HDF5VectorRecorder(env, out, policy_id=pid, mode=mode, max_games=int(episodes),
@@ -92,13 +85,48 @@ def record(
     except BaseException:
         env.close()
         raise
+    start, steps_before = time.perf_counter(), rec.writer.num_steps
+    timed = _TimedPolicy(learner)
+    # Small CNN batches run fastest on one thread; on a busy 2-core machine torch's default
+    # of one thread per core made DQN inference about 7x slower per sample.
+    with pinned_torch_threads(torch_threads, import_torch=False):
+        returns = _play_waves(rec, timed, seed, progress)
+    return {
+        "games": rec.games_recorded,
+        "streams": rec.games_recorded * rec.agents_recorded,
+        "agent_steps": rec.writer.num_steps - steps_before,
+        "seconds": time.perf_counter() - start,
+        "policy_seconds": timed.seconds,
+        "file_bytes": Path(out).stat().st_size,
+        "mean_return": float(np.mean(returns[: rec.games_recorded])) if returns else float("nan"),
+        "policy_id": pid,
+    }
+
+
+def _make(policy: Any, env_id: str, num_envs: int, env_kwargs: dict[str, Any] | None):
+    """The learner's policy and the vector env, or `InputError` naming what cannot be built."""
+    try:
+        learner: BatchPolicy = make_policy(policy)
+        env = gym.make_vec(env_id, num_envs=num_envs, **(env_kwargs or {}))
+    except (TypeError, ValueError, gym.error.Error) as err:
+        if isinstance(err, InputError):
+            raise
+        raise InputError(f"cannot make {env_id} with {env_kwargs or {}}: {err}") from err
+    return learner, env
+
+
+def _play_waves(rec: HDF5VectorRecorder, policy: BatchPolicy, seed: int, progress: bool) -> list[float]:
+    """Play waves of games until the recorder has its games; returns the learners' returns.
+
+    Wave ``w`` resets every world with `wave_seed` and seeds the policy from that seed too, so
+    any wave can be replayed alone.
+    """
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=int(episodes), desc=f"record {pid}", unit="game")
-    start, returns, steps_before = time.perf_counter(), [], rec.writer.num_steps
-    timed = _TimedPolicy(learner)
+        bar = tqdm(total=rec.max_games, desc=f"record {rec.policy_id}", unit="game")
+    returns: list[float] = []
 
     def progress_and_returns(step: Step) -> None:
         ended = (step.terminated | step.truncated) & step.counted
@@ -107,31 +135,18 @@ def record(
         if bar is not None and rec.games_recorded > bar.n:
             bar.update(rec.games_recorded - bar.n)
 
-    # Small CNN batches run fastest on one thread; on a busy 2-core machine torch's default
-    # of one thread per core made DQN inference about 7x slower per sample.
-    with pinned_torch_threads(torch_threads, import_torch=False):
-        try:
-            wave = 0
-            while not rec.done:
-                s = wave_seed(seed, wave)
-                rng = np.random.default_rng(np.random.SeedSequence([s & 0xFFFFFFFF, s >> 32, 1]))
-                rollout(rec, timed, seed=s, policy_rng=rng, on_step=progress_and_returns)
-                wave += 1
-        finally:
-            rec.close()
-            if bar is not None:
-                bar.close()
-    seconds = time.perf_counter() - start
-    return {
-        "games": rec.games_recorded,
-        "streams": rec.games_recorded * rec.agents_recorded,
-        "agent_steps": rec.writer.num_steps - steps_before,
-        "seconds": seconds,
-        "policy_seconds": timed.seconds,
-        "file_bytes": Path(out).stat().st_size,
-        "mean_return": float(np.mean(returns[: rec.games_recorded])) if returns else float("nan"),
-        "policy_id": pid,
-    }
+    try:
+        wave = 0
+        while not rec.done:
+            s = wave_seed(seed, wave)
+            rng = np.random.default_rng(np.random.SeedSequence([s & 0xFFFFFFFF, s >> 32, 1]))
+            rollout(rec, policy, seed=s, policy_rng=rng, on_step=progress_and_returns)
+            wave += 1
+    finally:
+        rec.close()
+        if bar is not None:
+            bar.close()
+    return returns
 
 
 class _TimedPolicy(BatchPolicy):

@@ -29,6 +29,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from rpg_env.cli import ArgumentParser, run_command
 from rpg_worldmodel.config import MASK_KINDS
 from rpg_worldmodel.data import CONTEXTS, window_plan
 from rpg_worldmodel.evaluation.baselines import (
@@ -72,7 +73,7 @@ __all__ = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rpg_worldmodel.evaluate",
+    parser = ArgumentParser(prog="python -m rpg_worldmodel.evaluate",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", required=True, help="checkpoint written by rpg_worldmodel.train")
     parser.add_argument("--data", action="append", required=True,
@@ -107,6 +108,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rpg_env.cli import run_command
-
     run_command(main)

@@ -21,13 +21,13 @@ The last line printed is the path of the report. Everything is seeded by ``--see
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.errors import InputError
 from rpg_worldmodel.config import WorldModelConfig
 
@@ -272,7 +272,7 @@ def pipeline_section(p: dict) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rpg_worldmodel.pipeline",
+    parser = ArgumentParser(prog="python -m rpg_worldmodel.pipeline",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="", help="folder for data, runs, metrics.json, report.md "
                         f"(default: a new {DEFAULT_OUT_ROOT}/YYYYmmdd-HHMMSS)")
@@ -300,6 +300,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rpg_env.cli import run_command
-
     run_command(main)

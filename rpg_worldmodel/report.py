@@ -14,7 +14,6 @@ tables (`format_table`, `fmt_interval`, `fmt_percent`), the console summaries pr
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rpg_env.cli import ArgumentParser, run_command
 from rpg_worldmodel.evaluation.metrics import ENTITY_NAMES, ITEM_NAMES
 
 # Cell colours by class name (as the game's sprites: floor, wall, gem, bone, food, agent).
@@ -400,7 +400,7 @@ def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rpg_worldmodel.report",
+    parser = ArgumentParser(prog="python -m rpg_worldmodel.report",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--metrics", required=True, help="metrics.json written by rpg_worldmodel.evaluate")
     parser.add_argument("--run", default=None,
@@ -411,6 +411,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rpg_env.cli import run_command
-
     run_command(main)

@@ -36,6 +36,8 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from rpg_env import typed_config as tc
+from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.provenance import package_versions, pinned_torch_threads, provenance
 from rpg_worldmodel.checkpoint import (
     LATEST_FILE,
@@ -420,12 +422,13 @@ def finish(run: Run, step: int, checkpoint: Path, val: dict[str, float], meter: 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m rpg_worldmodel.train",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="overrides: section.key=value, e.g. train.max_steps=500 model.width=128 "
-        "(sections: data, model, train; unique keys may drop the section)",
+        "(sections: data, model, train; unique keys may drop the section). Every key:\n\n"
+        + tc.format_keys(WorldModelConfig),
     )
     p.add_argument("--data", help="trajectory file (.h5); same as data.path=FILE")
     p.add_argument("--config", help="YAML config (default: rpg_worldmodel/configs/default.yaml)")
@@ -468,6 +471,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rpg_env.cli import run_command
-
     run_command(main)

@@ -198,7 +198,7 @@ def test_cli_refuses_training_episodes_and_evaluates_held_out(files, trained, tm
     assert metrics["self"] == str(greedy) and str(rand) in metrics["transfer"]
     assert list(metrics["masking"]["table"]["none"]) == ["none", "wall"]
     assert metrics["provenance"]["seed"] == 0 and "torch" in metrics["provenance"]["versions"]
-    with pytest.raises(SystemExit):
+    with pytest.raises(InputError, match="invalid choice: 'everything'"):
         E.main(["--checkpoint", str(trained), "--data", str(greedy), "--masks", "everything"])
     # The library functions are still reachable under their former module.
     assert E.select_episodes is select_episodes and E.fmt_interval(None) == "-"

@@ -7,8 +7,9 @@ import shlex
 import sys
 
 from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.experts.config import ALGOS
+from rpg_env.experts.config import ALGOS, ExpertConfig
 from rpg_env.experts.evaluate import DEFAULT_EPISODES, DEFAULT_SEED
+from rpg_env.typed_config import format_keys
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,7 +18,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train, evaluate, profile and watch SB3 experts on Treasurehunt-v0 (docs/experts.md).")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train an SB3 expert and write a run folder")
+    train = sub.add_parser("train", help="train an SB3 expert and write a run folder",
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog="config keys (env.* and hyperparams.* are TreasurehuntEnv and SB3 "
+                                  "arguments, listed here for DQN):\n\n" + format_keys(ExpertConfig))
     train.add_argument("--algo", choices=ALGOS, default=None,
                        help="algorithm (default: the config's, else dqn)")
     train.add_argument("--config", default=None,

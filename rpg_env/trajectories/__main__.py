@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rpg_env.cli import run_command
+from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.trajectories.maintenance import repair, validate
 from rpg_env.trajectories.reader import TrajectoryFile
 
@@ -36,7 +36,7 @@ def info(path: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rpg_env.trajectories",
+    parser = ArgumentParser(prog="python -m rpg_env.trajectories",
                                      description="Inspect, check and repair trajectory files.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="summarize a file")
