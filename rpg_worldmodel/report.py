@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.errors import InputError
 from rpg_worldmodel.evaluation.metrics import ENTITY_NAMES, ITEM_NAMES
 
 # Cell colours by class name (as the game's sprites: floor, wall, gem, bone, food, agent).
@@ -376,12 +377,31 @@ def _plots(results: dict, out: Path, run_dir: str | Path | None) -> list[tuple[s
     return plots
 
 
+def read_metrics(path: str | Path) -> dict:
+    """An evaluation's ``metrics.json``, or `InputError` saying why it cannot be reported."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"metrics file {path} does not exist; write one with "
+                                f"`python -m rpg_worldmodel.evaluate ... --out DIR`")
+    try:
+        results = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path} is not valid JSON ({err}); it was cut short or edited by hand, "
+                         f"re-run the evaluation") from None
+    keys = results if isinstance(results, dict) else {}
+    missing = [key for key in ("self", "files", "bootstrap") if key not in keys]
+    if missing:
+        raise InputError(f"{path} is not a metrics.json written by rpg_worldmodel.evaluate (no {missing}); "
+                         f"pass the metrics.json of an evaluation or pipeline run")
+    return results
+
+
 def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
                  extra_sections: Sequence[str] = ()) -> Path:
     """Make every plot and ``report.md`` beside ``metrics_path``; returns the report's path."""
     metrics_path = Path(metrics_path)
     out = metrics_path.parent
-    results = json.loads(metrics_path.read_text())
+    results = read_metrics(metrics_path)
     lines = _held_out_section(results)
     for key, tr in results.get("transfer", {}).items():
         lines += _transfer_section(key, tr)
@@ -400,8 +420,7 @@ def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m rpg_worldmodel.report",
-                                     description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m rpg_worldmodel.report", description=__doc__.split("\n")[0])
     parser.add_argument("--metrics", required=True, help="metrics.json written by rpg_worldmodel.evaluate")
     parser.add_argument("--run", default=None,
                         help="training run folder (for the learning curves in its metrics.csv)")

@@ -1,0 +1,175 @@
+"""Every command fails the same way: bad input gives one ``error:`` line on stderr that says what
+to change, exit status 2, no traceback, and every input file left exactly as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import h5py
+import pytest
+import torch
+
+from rpg_env.cli import command_status
+from rpg_env.record import record
+
+COMMANDS = {
+    "play": "rpg_env.play.__main__", "record": "rpg_env.record",
+    "trajectories": "rpg_env.trajectories.__main__", "experts": "rpg_env.experts.__main__",
+    "demo": "rpg_env.demo", "export_minari": "rpg_env.export_minari", "train": "rpg_worldmodel.train",
+    "evaluate": "rpg_worldmodel.evaluate", "report": "rpg_worldmodel.report",
+    "pipeline": "rpg_worldmodel.pipeline",
+}
+TINY_MODEL = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
+              "train.max_steps=2", "train.warmup_steps=1", "train.batch_size=8", "train.eval_every=2",
+              "train.checkpoint_every=2", "train.progress=false", "data.max_val_windows=16"]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A trajectory file, a checkpoint, and broken or foreign files of every kind."""
+    root = tmp_path_factory.mktemp("cli_inputs")
+    good = root / "good.h5"
+    record("greedy", good, 12, seed=0, num_envs=6, mode="w", progress=False)
+    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.train import train
+
+    cfg = load_config(DEFAULT_CONFIG_PATH, TINY_MODEL)
+    cfg.data.path, cfg.out_dir = str(good), str(root / "run")
+    checkpoint = Path(train(cfg).checkpoint)
+    paths = {"good": good, "run": root / "run", "checkpoint": checkpoint, "missing": root / "missing.h5"}
+    paths["empty"] = root / "empty.h5"
+    paths["empty"].write_bytes(b"")
+    paths["text"] = root / "notes.h5"
+    paths["text"].write_text("these are not trajectories\n")
+    paths["foreign_h5"] = root / "foreign.h5"
+    with h5py.File(paths["foreign_h5"], "w") as f:
+        f["x"] = [1, 2, 3]
+    paths["truncated"] = root / "truncated.h5"
+    paths["truncated"].write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    paths["bad_yaml"] = root / "bad.yaml"
+    paths["bad_yaml"].write_text("train: {max_steps: [1,\n")
+    paths["bad_json"] = root / "metrics.json"
+    paths["bad_json"].write_text('{"files": {')
+    paths["foreign_json"] = root / "other.json"
+    paths["foreign_json"].write_text(json.dumps({"hello": "world"}))
+    paths["not_a_zip"] = root / "model.zip"
+    paths["not_a_zip"].write_text("not a zip")
+    paths["foreign_zip"] = root / "foreign.zip"
+    with zipfile.ZipFile(paths["foreign_zip"], "w") as z:
+        z.writestr("data", json.dumps({"policy_class": "x"}))
+    # A checkpoint whose weights were edited to another shape, and one whose meta.json is corrupt.
+    paths["reshaped"] = root / "reshaped"
+    shutil.copytree(checkpoint, paths["reshaped"])
+    state = torch.load(paths["reshaped"] / "model.pt", weights_only=True)
+    name = next(iter(state))
+    state[name] = torch.zeros(*state[name].shape[:-1], state[name].shape[-1] + 1)
+    torch.save(state, paths["reshaped"] / "model.pt")
+    paths["corrupt_meta"] = root / "corrupt_meta"
+    shutil.copytree(checkpoint, paths["corrupt_meta"])
+    (paths["corrupt_meta"] / "meta.json").write_text('{"format": "rpg_worldmodel.checkpoint", ')
+    return paths
+
+
+def _cases() -> list[tuple[str, str, list[str], str]]:
+    """(command, input kind, argv with {placeholders}, expected message fragment)."""
+    h5_inputs = [("missing", "does not exist"), ("empty", "empty"), ("text", "not an HDF5 file"),
+                 ("foreign_h5", "not an rpg_env trajectory file"), ("truncated", "truncated")]
+    cases = []
+    for kind, message in h5_inputs:
+        cases += [
+            ("trajectories", kind, ["info", f"{{{kind}}}"], message),
+            ("trajectories", kind, ["validate", f"{{{kind}}}"], message),
+            ("export_minari", kind, [f"{{{kind}}}", "--dataset-id", "cli/errors-v0", "--no-progress"],
+             message),
+            ("train", kind, ["--data", f"{{{kind}}}", "--out", "{tmp}/run", *TINY_MODEL], message),
+            ("evaluate", kind, ["--checkpoint", "{checkpoint}", "--data", f"{{{kind}}}"], message),
+        ]
+        if kind != "missing":  # recording appends to an existing file; a missing one is created
+            cases += [
+                ("record", kind, ["--policy", "random", "--episodes", "1", "--out", f"{{{kind}}}",
+                                  "--no-progress"], message),
+                ("play", kind, ["--record", f"{{{kind}}}", "--max-frames", "1"], message),
+            ]
+    cases += [
+        ("trajectories", "truncated", ["repair", "{truncated}", "{tmp}/repaired.h5"], "truncated"),
+        ("record", "other game", ["--policy", "random", "--episodes", "1", "--out", "{good}",
+                                  "--vision-radius", "2", "--no-progress"], "recorded with other settings"),
+        ("record", "missing policy", ["--policy", "{tmp}/nope.zip", "--episodes", "1", "--out",
+                                      "{tmp}/x.h5"], "does not exist"),
+        ("record", "not a zip", ["--policy", "{not_a_zip}", "--episodes", "1", "--out", "{tmp}/x.h5"],
+         "not a Stable-Baselines3 model zip"),
+        ("experts", "not a zip", ["evaluate", "{not_a_zip}", "--episodes", "2"], "not a Stable-Baselines3"),
+        ("experts", "foreign zip", ["evaluate", "{foreign_zip}", "--episodes", "2"], "rpg_expert"),
+        ("experts", "missing model", ["watch", "{tmp}/nope.zip", "--out", "{tmp}/w.gif"], "does not exist"),
+        ("experts", "malformed config", ["train", "--config", "{bad_yaml}", "--out", "{tmp}/e"],
+         "not valid YAML"),
+        ("experts", "unknown key", ["train", "--out", "{tmp}/e", "gama=0.9"], "did you mean"),
+        ("demo", "bad turns", ["--out", "{tmp}/demo", "--turns", "0"], "--turns must be >= 1"),
+        ("play", "missing co-policy", ["--co-policy", "{tmp}/nope.zip", "--max-frames", "1"],
+         "no such model file"),
+        ("train", "malformed config", ["--data", "{good}", "--config", "{bad_yaml}", "--out", "{tmp}/r"],
+         "not valid YAML"),
+        ("train", "unknown key", ["--data", "{good}", "--out", "{tmp}/r", "train.max_stepz=3"],
+         "did you mean"),
+        ("train", "ignored override", ["--resume", "{run}", "out_dir={tmp}/elsewhere"], "resume"),
+        ("train", "wrong shape", ["--resume", "{reshaped}"], "shape"),
+        ("evaluate", "missing checkpoint", ["--checkpoint", "{tmp}/none", "--data", "{good}"],
+         "does not exist"),
+        ("evaluate", "wrong shape", ["--checkpoint", "{reshaped}", "--data", "{good}"], "shape"),
+        ("evaluate", "malformed JSON", ["--checkpoint", "{corrupt_meta}", "--data", "{good}"], "JSON"),
+        ("evaluate", "ignored option", ["--checkpoint", "{checkpoint}", "--data", "{good}",
+                                        "--masked-checkpoint", "{checkpoint}"], "--masks"),
+        ("report", "missing metrics", ["--metrics", "{tmp}/none.json"], "does not exist"),
+        ("report", "malformed JSON", ["--metrics", "{bad_json}"], "JSON"),
+        ("report", "foreign JSON", ["--metrics", "{foreign_json}"], "metrics"),
+        ("pipeline", "unknown key", ["--out", "{tmp}/p", "--quick", "model.widht=8"], "did you mean"),
+        ("pipeline", "ignored override", ["--out", "{tmp}/p", "--quick", "data.path={good}"], "data.path"),
+        ("pipeline", "missing expert", ["--out", "{tmp}/p", "--self-expert", "{tmp}/nope.zip"],
+         "does not exist"),
+    ]
+    return cases
+
+
+def _digest(path: Path) -> str | None:
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    if path.is_dir():
+        return hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sorted(path.rglob("*"))
+                                       if p.is_file())).hexdigest()
+    return None
+
+
+@pytest.mark.parametrize(("command", "kind", "argv", "message"), _cases(),
+                         ids=[f"{c}-{k}-{i}" for i, (c, k, *_) in enumerate(_cases())])
+def test_bad_input_gives_one_line_exit_2_and_changes_nothing(command, kind, argv, message, inputs, tmp_path,
+                                                             capsys):
+    values = {name: str(path) for name, path in inputs.items()} | {"tmp": str(tmp_path)}
+    argv = [arg.format(**values) for arg in argv]
+    before = {name: _digest(path) for name, path in inputs.items()}
+    main = importlib.import_module(COMMANDS[command]).main
+    assert command_status(main, argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    assert message.lower() in err.lower(), err
+    assert {name: _digest(path) for name, path in inputs.items()} == before
+
+
+def test_the_modules_exit_2_with_one_line(inputs):
+    """The same through ``python -m`` (a real process, not just ``main``)."""
+    import subprocess
+    import sys
+
+    for module, argv in (("rpg_env.trajectories", ["info", str(inputs["truncated"])]),
+                         ("rpg_worldmodel.evaluate", ["--checkpoint", str(inputs["reshaped"]),
+                                                      "--data", str(inputs["good"])])):
+        proc = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
