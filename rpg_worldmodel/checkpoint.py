@@ -34,7 +34,13 @@ from rpg_worldmodel.config import ConfigError, ModelConfig, WorldModelConfig, ap
 from rpg_worldmodel.models.world_model import WorldModel
 
 CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
-CHECKPOINT_VERSION = 1
+#: The checkpoint schema. 2 added rotary positions and the reward head (model.position,
+#: model.reward_head, model.reward_values, train.reward_loss_weight).
+CHECKPOINT_VERSION = 2
+#: How a checkpoint of an older schema is read: the config values it lacked, as its model was.
+MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
+    1: {"model": {"position": "learned", "reward_head": False, "reward_values": []}},
+}
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
 
 
@@ -154,12 +160,29 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{folder / META_FILE} is not valid JSON ({exc})") from None
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{folder} is not an rpg_worldmodel checkpoint (format {meta.get('format')!r})")
-    if int(meta.get("version", -1)) > CHECKPOINT_VERSION:
+    return migrate(meta, folder)
+
+
+def migrate(meta: dict[str, Any], folder: Path | str = "checkpoint") -> dict[str, Any]:
+    """``meta`` of any supported schema as schema `CHECKPOINT_VERSION` reads it: an older one gets
+    the config values it lacked (`MIGRATIONS`) and ``migrated_from``; an unknown one is refused."""
+    version = meta.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise CheckpointError(f"{folder} has checkpoint schema version {version!r}, which no rpg_worldmodel "
+                              f"wrote (this one reads 1..{CHECKPOINT_VERSION}); the meta.json was edited or "
+                              f"is corrupt: retrain, or restore the checkpoint")
+    if version > CHECKPOINT_VERSION:
         raise CheckpointError(
-            f"{folder} was written by a newer rpg_worldmodel (checkpoint version "
-            f"{meta['version']} > {CHECKPOINT_VERSION}); upgrade the package"
+            f"{folder} was written by a newer rpg_worldmodel (checkpoint schema {version}; this one reads "
+            f"up to {CHECKPOINT_VERSION}); upgrade the package to use it"
         )
-    return meta
+    if version == CHECKPOINT_VERSION:
+        return meta
+    config = dict(meta.get("config") or {})
+    for old in range(version, CHECKPOINT_VERSION):
+        for section, values in MIGRATIONS[old].items():
+            config[section] = {**values, **dict(config.get(section) or {})}
+    return {**meta, "config": config, "migrated_from": version, "version": CHECKPOINT_VERSION}
 
 
 def _safe_load(file: Path, map_location: str | torch.device) -> Any:

@@ -24,6 +24,7 @@ __all__ = ["MASK_KINDS", "DEFAULT_CONFIG_PATH", "ConfigError", "DataConfig", "Mo
            "WorldModelConfig", "SECTIONS", "apply_override", "load_config", "save_config"]
 
 MASK_KINDS = ("none", "random_cells", "gem", "bone", "food", "wall")
+POSITIONS = ("rope", "learned")
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "configs" / "default.yaml"
 
 
@@ -80,6 +81,13 @@ class ModelConfig:
     action_conv: bool = setting(True, "add an action-conditioned 3x3 conv of view t to the view-t+1 logits")
     memory_conv: bool = setting(
         True, "add a 5x5 conv of view t-1, conditioned on actions (t-1, t), to the view-t+1 logits")
+    position: str = setting(
+        "rope", "how steps know their order: rope (rotary, relative: imagination caches past steps "
+        "while its window slides) or learned (an absolute table, as in checkpoints of schema 1)")
+    reward_head: bool = setting(True, "predict the learner's reward of each step as a class")
+    reward_values: tuple[float, ...] = setting(
+        (), "the rewards the game can give, one class each, ascending; filled from the training "
+        "file's env_kwargs when empty")
 
     def validate(self) -> None:
         """Positive sizes; patches that tile the view and heads that split the width."""
@@ -111,6 +119,14 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.position not in POSITIONS:
+            raise ConfigError(f"model.position must be one of {', '.join(POSITIONS)}, got {self.position!r}")
+        if self.position == "rope" and (self.width // self.num_heads) % 2:
+            raise ConfigError(f"model.position=rope rotates pairs of channels: width / num_heads = "
+                              f"{self.width // self.num_heads} must be even")
+        values = list(self.reward_values)
+        if values != sorted(set(values)):
+            raise ConfigError(f"model.reward_values must be distinct and ascending, got {values}")
 
 
 @dataclass
@@ -128,6 +144,7 @@ class TrainConfig:
     grad_clip: float = setting(1.0, "max global gradient norm; 0 disables clipping")
     view_loss_weight: float = setting(1.0, "weight of the next-view cross-entropy")
     action_loss_weight: float = setting(0.5, "weight of the action cross-entropy")
+    reward_loss_weight: float = setting(1.0, "weight of the reward cross-entropy (with model.reward_head)")
     item_weight: float = setting(
         1.0, "weight of cells whose true next kind is an item (gem, bone, food) or agent; 1 = unweighted")
     seed: int = setting(0, "seed of initialisation and batch order")
@@ -155,6 +172,7 @@ class TrainConfig:
             "grad_clip",
             "view_loss_weight",
             "action_loss_weight",
+            "reward_loss_weight",
             "warmup_steps",
             "num_threads",
         ):

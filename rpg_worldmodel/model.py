@@ -1,9 +1,8 @@
 """Compatibility alias: the world model moved to `rpg_worldmodel.models.world_model`."""
 
+from rpg_worldmodel.models.blocks import Block, SelfAttention  # noqa: F401
 from rpg_worldmodel.models.world_model import (  # noqa: F401
-    Block,
     LossWeights,
-    SelfAttention,
     StarBlock,
     StepEmbedding,
     WorldModel,

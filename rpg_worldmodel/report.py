@@ -23,7 +23,8 @@ import numpy as np
 
 from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.errors import InputError
-from rpg_worldmodel.evaluation.metrics import ENTITY_NAMES, ITEM_NAMES
+from rpg_worldmodel.evaluation.metrics import ENTITY_NAMES, ITEM_NAMES, RETURN_BLOCK
+from rpg_worldmodel.evaluation.tables import MATCH_TOLERANCE
 
 # Cell colours by class name (as the game's sprites: floor, wall, gem, bone, food, agent).
 CELL_COLOURS = {"empty": "#ece8dc", "wall": "#545460", "gem": "#28a0e6", "bone": "#c82828",
@@ -42,6 +43,9 @@ FIGURE_HELP = {
     "action_ce": "next-action cross-entropy, nats per step",
     "action_acc": "next-action accuracy",
     "total_ce": "view_ce + action_ce (the reference's 'state + action loss')",
+    "reward_ce, reward_acc": "reward-class cross-entropy (nats per step) and accuracy",
+    "reward_recall_X": "share of the steps that gave reward class X predicted as X",
+    "return_mae": "mean absolute error of the return summed over a block of steps (points)",
 }
 
 
@@ -300,9 +304,11 @@ def _held_out_section(results: dict) -> list[str]:
         *_table(main["model_minus"], MAIN_FIGURES, "model minus"),
         "",
     ]
+    lines += _reward_section(results, main)
     if main.get("quality_checks"):
         lines += ["Quality bar: the paired 95% interval of model minus baseline must lie on the "
-                  "better side.", "", "| criterion | model minus baseline | better | met |",
+                  f"better side ('match': the model trails by at most {MATCH_TOLERANCE:g}).", "",
+                  "| criterion | model minus baseline | better | met |",
                   "| --- | --- | --- | --- |"]
         for name, check in main["quality_checks"].items():
             met = {True: "yes", False: "**no**", None: "-"}[check["met"]]
@@ -313,6 +319,21 @@ def _held_out_section(results: dict) -> list[str]:
         for pid, preds in main["by_policy"].items():
             lines += [f"`{pid}`:", "", *_table(preds, MAIN_FIGURES), ""]
     return lines
+
+
+def _reward_section(results: dict, main: dict) -> list[str]:
+    """The reward head beside the rule that reads the reward off the view and the action."""
+    predictors = {name: figs for name, figs in main["predictors"].items() if "reward_acc" in figs}
+    if "model" not in predictors:
+        return ["## Rewards", "", "This checkpoint has no reward head (a checkpoint of schema 1, or "
+                "trained with model.reward_head=false): no reward figures.", ""]
+    recalls = sorted({k for figs in predictors.values() for k in figs if k.startswith("reward_recall_")})
+    figures = ["reward_ce", "reward_acc", "return_mae", *recalls]
+    return ["## Rewards", "",
+            "The learner's reward of each scored step, as a class; `return_mae`: mean absolute error "
+            f"(points) of the return summed over blocks of {RETURN_BLOCK} consecutive steps (arg-max "
+            f"predictions). Reward rule: {results['baselines'].get('reward_rule')}.", "",
+            *_table(predictors, figures), ""]
 
 
 def _transfer_section(key: str, tr: dict) -> list[str]:

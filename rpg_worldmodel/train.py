@@ -60,12 +60,13 @@ from rpg_worldmodel.data import (
     collate_batch,
     data_record,
     item_codes,
+    reward_classes,
     training_splits,
 )
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
-METRIC_FIELDS = ("step", "split", "loss", "view_ce", "action_ce", "action_acc", "cell_acc", "lr",
-                 "samples_per_s", "elapsed_s")
+METRIC_FIELDS = ("step", "split", "loss", "view_ce", "action_ce", "action_acc", "cell_acc", "reward_ce",
+                 "reward_acc", "lr", "samples_per_s", "elapsed_s")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -117,7 +118,8 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 def loss_weights(cfg: WorldModelConfig, channel_names: Sequence[str]) -> LossWeights:
     """The config's loss weights; items are the data's channels other than empty and wall."""
     t = cfg.train
-    return LossWeights(t.view_loss_weight, t.action_loss_weight, t.item_weight, item_codes(channel_names))
+    return LossWeights(t.view_loss_weight, t.action_loss_weight, t.item_weight, item_codes(channel_names),
+                       t.reward_loss_weight)
 
 
 def compute_losses(
@@ -269,6 +271,9 @@ def setup(cfg: WorldModelConfig, resume: str | os.PathLike | None = None) -> Run
     seed_everything(cfg.train.seed)
 
     source = DataSource.open(cfg.data.path)
+    if cfg.model.reward_head and not cfg.model.reward_values:
+        # The classes are the game's: resolved from the training file once, then part of the config.
+        cfg.model.reward_values = reward_classes(source.meta).values
     check_data_matches(cfg.model, source.meta, data_path=cfg.data.path)
     splits, record = training_splits(source, cfg.data), data_record(source)
     resumed: Resume | None = None

@@ -9,7 +9,7 @@ from rpg_worldmodel.config import MASK_KINDS, ModelConfig
 from rpg_worldmodel.data.masks import MASKED_CHANNELS, apply_input_mask, masked_channels
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
-TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4)
+TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4, reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))
 
 
 def _views(b, t, v=9, seed=0):
@@ -26,11 +26,13 @@ def _model(**kw):
 def test_output_shapes_for_full_and_shorter_windows():
     model = _model()
     for t in (4, 2, 1):
-        view_logits, action_logits = model(_views(3, t), torch.randint(0, 4, (3, t)))
+        view_logits, action_logits, reward_logits = model(_views(3, t), torch.randint(0, 4, (3, t)))
         assert view_logits.shape == (3, t, 6, 9, 9) and action_logits.shape == (3, t, 4)
         assert torch.isfinite(view_logits).all() and torch.isfinite(action_logits).all()
-    other = _model(view_size=12, patch_size=4, num_actions=5)
-    vl, al = other(_views(2, 3, v=12), torch.randint(0, 5, (2, 3)))
+        assert reward_logits.shape == (3, t, 5)
+    other = _model(view_size=12, patch_size=4, num_actions=5, reward_head=False)
+    vl, al, rl = other(_views(2, 3, v=12), torch.randint(0, 5, (2, 3)))
+    assert rl is None
     assert vl.shape == (2, 3, 6, 12, 12) and al.shape == (2, 3, 5)
 
 
@@ -54,14 +56,15 @@ def test_predictions_at_step_t_ignore_later_steps(agent_embedding):
     model = _model(agent_embedding=agent_embedding)
     views, actions = _views(2, 4), torch.randint(0, 4, (2, 4))
     ids = torch.tensor([0, 1]) if agent_embedding else None
-    v0, a0 = model(views, actions, ids)
+    v0, a0, r0 = model(views, actions, ids)
     for t in range(3):
         later_v, later_a = views.clone(), actions.clone()
         later_v[:, t + 1:] = _views(2, 3 - t, seed=t + 1)
         later_a[:, t + 1:] = (actions[:, t + 1:] + 1) % 4
-        v1, a1 = model(later_v, later_a, ids)
+        v1, a1, r1 = model(later_v, later_a, ids)
         torch.testing.assert_close(v1[:, :t + 1], v0[:, :t + 1], rtol=0, atol=1e-6)
         torch.testing.assert_close(a1[:, :t + 1], a0[:, :t + 1], rtol=0, atol=1e-6)
+        torch.testing.assert_close(r1[:, :t + 1], r0[:, :t + 1], rtol=0, atol=1e-6)
         assert not torch.allclose(v1[:, t + 1:], v0[:, t + 1:])  # later steps do see them
     # ...and the action taken at step t does reach the prediction at step t.
     changed = actions.clone()
@@ -95,13 +98,14 @@ def test_bad_input_shapes_are_refused():
     with pytest.raises(ValueError, match="same B,T"):
         model(_views(2, 3), torch.zeros(2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="longer than model.num_frames=4"):
-        model(_views(1, 5), torch.zeros(1, 5, dtype=torch.long))
+        _model(position="learned")(_views(1, 5), torch.zeros(1, 5, dtype=torch.long))
+    assert model(_views(1, 7), torch.zeros(1, 7, dtype=torch.long)).view.shape[1] == 7  # a sliding window
 
 
 def test_gradients_reach_every_parameter():
     model = _model(agent_embedding=True).train()
-    vl, al = model(_views(2, 4), torch.randint(0, 4, (2, 4)), torch.tensor([0, 1]))
-    (vl.square().mean() + al.square().mean()).backward()
+    vl, al, rl = model(_views(2, 4), torch.randint(0, 4, (2, 4)), torch.tensor([0, 1]))
+    (vl.square().mean() + al.square().mean() + rl.square().mean()).backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert missing == []
 
@@ -146,7 +150,7 @@ def _old_compute_losses(model, batch, view_w, action_w, item_w, item_codes, mask
     views, actions = batch["views"].float(), batch["actions"]
     agent_ids = batch["agent_id"] if model.cfg.agent_embedding else None
     inputs = apply_input_mask(views[:, :t], mask_kind, 0.15, generator)
-    view_logits, action_logits = model(inputs, actions[:, :t], agent_ids)
+    view_logits, action_logits, _ = model(inputs, actions[:, :t], agent_ids)
     target_codes = views[:, 1:].argmax(-3)
     cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
     weights = torch.ones_like(cell_ce)
@@ -159,7 +163,7 @@ def _old_compute_losses(model, batch, view_w, action_w, item_w, item_codes, mask
 
 @pytest.mark.parametrize("item_weight,mask", [(1.0, "none"), (3.0, "random_cells"), (2.0, "gem")])
 def test_loss_is_the_former_training_loss(item_weight, mask):
-    model = _model(agent_embedding=True)
+    model = _model(agent_embedding=True, reward_head=False)
     batch = {"views": (_views(3, 5) * 1).to(torch.uint8), "actions": torch.randint(0, 4, (3, 5)),
              "agent_id": torch.tensor([0, 1, 0])}
     codes = (2, 3, 4, 5)
@@ -187,7 +191,9 @@ def test_param_groups_decay_matrices_and_kernels_only():
     old = [p for n, p in named if p.dim() >= 2 and "position" not in n and "temporal" not in n]
     assert [id(p) for p in decay["params"]] == [id(p) for p in old]
     rank3 = {n for n, p in named if p.dim() == 3}
-    assert rank3 == {"embed.patch_position", "embed.temporal"}  # the additive tables
+    assert rank3 == {"embed.patch_position"}  # the additive table; rotary positions have none
+    assert {n for n, p in _model(position="learned").named_parameters() if p.dim() == 3} == {
+        "embed.patch_position", "embed.temporal"}
 
 
 def test_old_import_paths_still_work():
@@ -201,3 +207,60 @@ def test_old_import_paths_still_work():
     assert old_data.apply_input_mask is apply_input_mask and old_data.MASK_KINDS == MASK_KINDS
     assert old_baselines.shift_view is baselines.shift_view
     assert old_metrics.bootstrap_figures is metrics.bootstrap_figures
+
+
+# ------------------------------------------------------------------------------ rewards and imagination
+def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
+    model = _model().train()
+    views = _views(4, 5)
+    actions = torch.randint(0, 4, (4, 5))
+    rewards = torch.tensor([-10.0, -1.0, 0.0, 5.0, 10.0])[torch.randint(0, 5, (4, 5))]
+    batch = {"views": views.to(torch.uint8), "actions": actions, "rewards": rewards}
+    loss, stats = model.loss(batch, LossWeights(reward=2.0))
+    loss.backward()
+    assert {"reward_ce", "reward_acc"} <= set(stats) and stats["reward_ce"] > 0
+    assert model.reward_head[0].weight.grad.abs().sum() > 0
+    assert model.reward_classes(torch.tensor([5.0, -1.0])).tolist() == [3, 1]
+    with pytest.raises(ValueError, match="reward 7 is not one of the model's reward classes"):
+        model.loss({**batch, "rewards": torch.full((4, 5), 7.0)})
+
+
+@pytest.mark.parametrize("num_frames", [1, 3])
+def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames):
+    model = _model(num_frames=num_frames, agent_embedding=True)
+    views, actions, ids = _views(3, 9, seed=4), torch.randint(0, 4, (3, 9)), torch.tensor([0, 1, 0])
+    reference = model(views, actions, ids)  # a sliding band of num_frames steps over 9 steps
+    state = None
+    for t in range(9):
+        out, state = model.imagine_step(views[:, t], actions[:, t], state, agent_ids=ids)
+        for got, want in zip(out, reference, strict=True):
+            torch.testing.assert_close(got[:, 0], want[:, t], rtol=1e-4, atol=1e-4)
+    assert state.step == 9 and state.past[0][0].shape[2] == 2 * (num_frames - 1)
+
+
+def test_imagination_can_start_from_context_and_splice_worlds():
+    model = _model(num_frames=3)
+    views, actions = _views(4, 6, seed=2), torch.randint(0, 4, (4, 6))
+    state = model.imagine_context(views[:, :4], actions[:, :3])
+    out, _ = model.imagine_step(views[:, 3], actions[:, 3], state)
+    torch.testing.assert_close(out.view[:, 0], model(views[:, :4], actions[:, :4]).view[:, 3], rtol=1e-4,
+                               atol=1e-4)
+    # Worlds 1 and 3 restart from other context while 0 and 2 go on: the splice is exact.
+    fresh = model.imagine_context(views[[1, 3], 1:5], actions[[1, 3], 1:4], first_step=state.step - 3)
+    fresh_state = model.imagine_context(views[[1, 3], 1:5], actions[[1, 3], 1:4])
+    mixed = state.with_rows(torch.tensor([1, 3]), fresh)
+    out_mixed, _ = model.imagine_step(views[:, 5], actions[:, 5], mixed)
+    out_fresh, _ = model.imagine_step(views[[1, 3], 5], actions[[1, 3], 5], fresh_state)
+    out_kept, _ = model.imagine_step(views[[0, 2], 5], actions[[0, 2], 5], state.rows(torch.tensor([0, 2])))
+    torch.testing.assert_close(out_mixed.view[[1, 3]], out_fresh.view, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out_mixed.view[[0, 2]], out_kept.view, rtol=1e-4, atol=1e-4)
+
+
+def test_learned_positions_imagine_by_recomputing_their_window():
+    model = _model(position="learned", num_frames=3)
+    views, actions = _views(2, 6, seed=3), torch.randint(0, 4, (2, 6))
+    state = None
+    for t in range(6):
+        out, state = model.imagine_step(views[:, t], actions[:, t], state)
+        window = slice(max(0, t - 2), t + 1)
+        torch.testing.assert_close(out.view[:, 0], model(views[:, window], actions[:, window]).view[:, -1])

@@ -13,6 +13,8 @@ from rpg_worldmodel.data.sources import (
     data_record,
     file_digest,
     item_codes,
+    kind_values,
+    reward_classes,
     training_splits,
 )
 from rpg_worldmodel.data.windows import (
@@ -28,6 +30,8 @@ from rpg_worldmodel.data.windows import (
 from rpg_worldmodel.models.world_model import view_codes
 
 __all__ = [
+    "kind_values",
+    "reward_classes",
     "MASK_KINDS",
     "CHANNEL_MASKS",
     "MASKED_CHANNELS",

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rpg_env.errors import InputError
+from rpg_env.game.constants import vocabulary
 from rpg_env.trajectories import TrajectoryFile, split_episodes
 from rpg_worldmodel.config import ConfigError, DataConfig, ModelConfig
 
@@ -100,6 +101,52 @@ def item_codes(channel_names: Sequence[str]) -> tuple[int, ...]:
     return tuple(i for i, name in enumerate(channel_names) if name not in NON_ITEM_CHANNELS)
 
 
+@dataclass(frozen=True)
+class RewardClasses:
+    """The rewards the learner can get in a file's game, one class each: ``values`` (points,
+    ascending) and ``names`` (what gives them, e.g. ``"bone"``, ``"wall bump"``, ``"nothing"``)."""
+
+    values: tuple[float, ...]
+    names: tuple[str, ...]
+
+    def names_for(self, values: Sequence[float]) -> tuple[str, ...]:
+        """Names of ``values`` (e.g. a model's reward classes); unknown values by their points."""
+        known = dict(zip(self.values, self.names, strict=True))
+        return tuple(known.get(float(v), f"{float(v):+g}") for v in values)
+
+
+def kind_values(meta: dict[str, Any]) -> np.ndarray:
+    """``(C,)`` float points of moving into (or bumping into) each channel's kind of cell.
+
+    A kind gives the points its vocabulary row names (``gem_value``, ``wall_penalty``...), read
+    from the file's ``env_kwargs`` (the game's default when absent); kinds without points (empty
+    cells, agents, which block) and kinds the vocabulary does not know give 0.
+    """
+    vocab = vocabulary()
+    rules = meta.get("env_kwargs") or {}
+    values = np.zeros(len(meta["channel_names"]), dtype=np.float64)
+    for i, name in enumerate(meta["channel_names"]):
+        if name in vocab.cell_names:
+            kind = vocab.cells[vocab.code(name)]
+            if kind.value_param is not None:
+                values[i] = float(rules.get(kind.value_param, kind.default_value))
+    return values
+
+
+def reward_classes(meta: dict[str, Any]) -> RewardClasses:
+    """The reward classes of a trajectory file's game, from its ``channel_names`` and ``env_kwargs``
+    (`kind_values`): one class per distinct value, 0 ("nothing": an empty cell, a blocked move)
+    always among them; kinds worth the same points share a class."""
+    vocab = vocabulary()
+    by_value: dict[float, list[str]] = {0.0: ["nothing"]}
+    for name, value in zip(meta["channel_names"], kind_values(meta), strict=True):
+        if name in vocab.cell_names and vocab.cells[vocab.code(name)].value_param is not None:
+            kind = vocab.cells[vocab.code(name)]
+            by_value.setdefault(float(value), []).append(name if kind.passable else f"{name} bump")
+    values = tuple(sorted(by_value))
+    return RewardClasses(values, tuple("|".join(by_value[v]) for v in values))
+
+
 def check_data_matches(
     model_cfg: ModelConfig,
     data_meta: dict,
@@ -128,6 +175,11 @@ def check_data_matches(
         names, trained = list(data_meta[key]), (trained_on or {}).get(key)
         if trained is not None and names != list(trained):
             problems.append(f"{key} {names} in {data_path} but {list(trained)} in {model_source}")
+    if model_cfg.reward_head and model_cfg.reward_values:
+        missing = sorted(set(reward_classes(data_meta).values) - set(model_cfg.reward_values))
+        if missing:
+            problems.append(f"rewards {missing} of the game in {data_path} are not among the reward "
+                            f"classes {list(model_cfg.reward_values)} of {model_source}")
     if problems:
         raise DataMismatchError(
             "trajectory file and model do not match: "

@@ -34,8 +34,9 @@ class EpisodeStore:
     views is ~50 KB), so a window costs a gather, not an HDF5 decompression.
 
     Rows ``0 .. E-1`` follow ``episodes`` (the file's episode ids, in the order asked for).
-    ``obs`` ``(sum(L+1), C, V, V)`` uint8 and ``actions`` ``(sum(L),)`` int64 are the episodes
-    concatenated; ``obs_offset`` / ``act_offset`` ``(E,)`` are where each row starts in them.
+    ``obs`` ``(sum(L+1), C, V, V)`` uint8, ``actions`` ``(sum(L),)`` int64 and ``rewards``
+    ``(sum(L),)`` float32 (points of each step) are the episodes concatenated; ``obs_offset`` /
+    ``act_offset`` ``(E,)`` are where each row starts in them (rewards align with actions).
     """
 
     path: Path
@@ -47,6 +48,7 @@ class EpisodeStore:
     policy_ids: tuple[str, ...]  # (E,)
     obs: np.ndarray
     actions: np.ndarray
+    rewards: np.ndarray
     obs_offset: np.ndarray
     act_offset: np.ndarray
 
@@ -67,6 +69,7 @@ class EpisodeStore:
         shape = tuple(meta["obs_shape"])
         obs = [np.asarray(ep["obs"], dtype=np.uint8) for ep in read]
         actions = [np.asarray(ep["actions"], dtype=np.int64) for ep in read]
+        rewards = [np.asarray(ep["rewards"], dtype=np.float32) for ep in read]
         return cls(
             path=Path(path),
             meta=meta,
@@ -77,6 +80,7 @@ class EpisodeStore:
             policy_ids=tuple(str(p) for p in table["policy_id"]),
             obs=np.concatenate(obs) if obs else np.zeros((0, *shape), np.uint8),
             actions=np.concatenate(actions) if actions else np.zeros(0, np.int64),
+            rewards=np.concatenate(rewards) if rewards else np.zeros(0, np.float32),
             obs_offset=np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64),
             act_offset=np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64),
         )
@@ -93,13 +97,20 @@ class EpisodeStore:
         o, a, length = self.obs_offset[row], self.act_offset[row], self.lengths[row]
         return self.obs[o : o + length + 1], self.actions[a : a + length]
 
-    def gather(self, rows: np.ndarray, starts: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """Windows of ``steps`` steps: views ``(B, steps, C, V, V)`` uint8 and actions ``(B, steps)``
-        int64 of rows ``rows`` ``(B,)`` from steps ``starts`` ``(B,)`` on."""
+    def episode_rewards(self, row: int) -> np.ndarray:
+        """Row ``row``'s rewards ``(L,)`` float32 (points of each step)."""
+        a, length = self.act_offset[row], self.lengths[row]
+        return self.rewards[a : a + length]
+
+    def gather(self, rows: np.ndarray, starts: np.ndarray, steps: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Windows of ``steps`` steps of rows ``rows`` ``(B,)`` from steps ``starts`` ``(B,)`` on:
+        views ``(B, steps, C, V, V)`` uint8, actions ``(B, steps)`` int64, rewards ``(B, steps)``
+        float32."""
         offsets = np.arange(steps)
         views = self.obs[(self.obs_offset[rows] + starts)[:, None] + offsets]
-        actions = self.actions[(self.act_offset[rows] + starts)[:, None] + offsets]
-        return views, actions
+        steps_at = (self.act_offset[rows] + starts)[:, None] + offsets
+        return views, self.actions[steps_at], self.rewards[steps_at]
 
 
 def window_plan(length: int, num_frames: int, context: str = "full") -> tuple[np.ndarray, np.ndarray]:
@@ -163,9 +174,10 @@ def plan_windows(lengths: np.ndarray, num_frames: int, context: str = "full") ->
 class TrajectoryWindows(Dataset):
     """Every ``num_frames + 1``-step window inside the given episodes of a trajectory file.
 
-    ``dataset[i]`` -> ``{"views": uint8 (T+1, C, V, V), "actions": int64 (T+1,), "agent_id": int64,
-    "episode": int64, "start": int64}``; ``dataset.get_batch(indices)`` returns the same keys
-    stacked along a leading batch axis, as torch tensors (the DataLoader path uses it).
+    ``dataset[i]`` -> ``{"views": uint8 (T+1, C, V, V), "actions": int64 (T+1,), "rewards":
+    float32 (T+1,), "agent_id": int64, "episode": int64, "start": int64}``;
+    ``dataset.get_batch(indices)`` returns the same keys stacked along a leading batch axis, as
+    torch tensors (the DataLoader path uses it).
     """
 
     def __init__(self, path: str | Path, episodes: np.ndarray, num_frames: int):
@@ -196,10 +208,11 @@ class TrajectoryWindows(Dataset):
             raise IndexError(f"window indices out of range ({len(self)} windows)")
         idx = idx % max(len(self), 1)
         rows = self.plan.rows[idx]
-        views, actions = self.store.gather(rows, self.window_start[idx], self.num_frames + 1)
+        views, actions, rewards = self.store.gather(rows, self.window_start[idx], self.num_frames + 1)
         return {
             "views": torch.from_numpy(views),
             "actions": torch.from_numpy(actions),
+            "rewards": torch.from_numpy(rewards),
             "agent_id": torch.from_numpy(self.agent_ids[rows]),
             "episode": torch.from_numpy(self.window_episode[idx]),
             "start": torch.from_numpy(self.window_start[idx]),

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from rpg_env.errors import InputError
 from rpg_env.game.constants import vocabulary
-from rpg_worldmodel.data import EpisodeStore
+from rpg_worldmodel.data import EpisodeStore, kind_values
 
 
 def views_to_codes(views: np.ndarray) -> np.ndarray:
@@ -170,6 +170,53 @@ MOTION_ORACLE_TEXT = (
     "the last view shifted by the taken action (blocked when the target cell at t is a wall or an "
     "agent; the agent stays centred, the cell it left becomes empty); cells scrolled into view and "
     "all cell probabilities calibrated on the training split")
+REWARD_RULE_TEXT = (
+    "the points of the kind in the cell the action enters at t (empty or an agent: 0; a wall: its "
+    "penalty); P(true class | rule class) calibrated on the training split")
+
+
+class RewardRule:
+    """The reward read off the view at t and the action: the points of the kind in the cell the
+    move enters (`rpg_worldmodel.data.kind_values`: 0 for an empty cell or an agent, the penalty
+    for a wall), as a class among ``values``. ``P(true class | rule class)`` is counted on the
+    training split (add-``alpha`` smoothing), so its cross-entropy is finite and calibrated.
+
+    For the learner, which moves first, the rule is the game's exact rule: spawns come after the
+    moves, and the co-player has not moved yet. A co-player's stream breaks it when the learner
+    entered or left the co-player's target cell first.
+    """
+
+    def __init__(self, meta: dict, values: Sequence[float], alpha: float = 0.5) -> None:
+        self.value_by_code = kind_values(meta)
+        self.deltas = action_deltas([str(a) for a in meta["action_names"]])
+        self.values = np.asarray(values, dtype=np.float64)
+        self.alpha = alpha
+        self.counts = np.zeros((len(self.values), len(self.values)), dtype=np.float64)
+
+    def classes(self, rewards: np.ndarray) -> np.ndarray:
+        """Points -> class index among ``values`` (InputError naming an unknown reward)."""
+        rewards = np.asarray(rewards, dtype=np.float64)
+        match = np.isclose(rewards[..., None], self.values, rtol=0.0, atol=1e-4)
+        if not match.any(-1).all():
+            raise InputError(f"reward {rewards[~match.any(-1)].flat[0]:g} is not among the reward classes "
+                             f"{self.values.tolist()}; the file comes from a game with other values")
+        return match.argmax(-1)
+
+    def predict(self, codes: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """``(N, V, V)`` codes at t and ``(N,)`` actions -> ``(N,)`` the rule's reward class."""
+        r = codes.shape[-1] // 2
+        d = self.deltas[np.asarray(actions, dtype=np.int64)]
+        target = codes[np.arange(len(codes)), r + d[:, 0], r + d[:, 1]]
+        return self.classes(self.value_by_code[target])
+
+    def update(self, codes: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        np.add.at(self.counts, (self.predict(codes, actions), self.classes(rewards)), 1.0)
+
+    def log_probs(self, codes: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """``(N, K)`` float32 log-probabilities of the reward classes."""
+        smoothed = self.counts + self.alpha
+        table = np.log(smoothed / smoothed.sum(-1, keepdims=True)).astype(np.float32)
+        return table[self.predict(codes, actions)]
 
 
 @dataclass
@@ -183,6 +230,7 @@ class FittedBaselines:
     majority: ActionFrequencies
     previous: ActionFrequencies
     train_episodes_used: int
+    reward_rule: RewardRule | None = None  # with a model that predicts rewards
 
     @property
     def codes(self) -> dict[str, int]:
@@ -196,8 +244,9 @@ class FittedBaselines:
 
 
 def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_episodes: int = 400,
-                  seed: int = 0) -> FittedBaselines:
-    """Fit the calibrated view baselines and the action frequencies on training episodes.
+                  seed: int = 0, reward_values: Sequence[float] = ()) -> FittedBaselines:
+    """Fit the calibrated view baselines, the action frequencies and (given the model's
+    ``reward_values``) the reward rule on training episodes.
 
     At most ``max_episodes`` training episodes (a seeded random subset) are read; counts of
     a few hundred episodes pin the tables down far below the evaluation's noise.
@@ -214,7 +263,8 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
                          "the baselines need them")
     fb = FittedBaselines(channel_names, action_names, CalibratedCells(len(channel_names)),
                          CalibratedCells(len(channel_names)), ActionFrequencies(len(action_names), 0),
-                         ActionFrequencies(len(action_names), 1), len(chosen))
+                         ActionFrequencies(len(action_names), 1), len(chosen),
+                         RewardRule(store.meta, reward_values) if len(reward_values) else None)
     for row in tqdm(range(len(store)), desc="fit baselines (train split)", unit="episode", leave=False):
         obs, actions = store.episode(row)
         length = len(actions)
@@ -228,6 +278,8 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
         if length > 1:
             fb.majority.update(actions[:-1], actions[1:])
             fb.previous.update(actions[:-1], actions[1:])
+        if fb.reward_rule is not None:
+            fb.reward_rule.update(now, actions, store.episode_rewards(row))
     return fb
 
 
@@ -237,4 +289,5 @@ def baselines_summary(fb: FittedBaselines, fitted_on: str | Path) -> dict:
             "majority_action": fb.action_names[fb.majority.majority],
             "copy": "the last view, with probabilities calibrated on the training split",
             "motion_oracle": MOTION_ORACLE_TEXT,
-            "previous_action": "P(a_t+1 | a_t) from the training split"}
+            "previous_action": "P(a_t+1 | a_t) from the training split",
+            "reward_rule": REWARD_RULE_TEXT if fb.reward_rule is not None else None}

@@ -18,9 +18,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Cell classes reported with precision / recall / F1 (names as in the file's channel_names).
+#: The reference game's classes with precision / recall / F1, and its items; a file's own are
+#: `entity_names` / `item_names` of its ``channel_names``.
 ENTITY_NAMES: tuple[str, ...] = ("gem", "bone", "food", "wall", "agent")
 ITEM_NAMES: tuple[str, ...] = ("gem", "bone", "food")
+#: Steps per block of the return error (``return_mae``): the return summed over this many
+#: consecutive scored steps of an episode, predicted against true.
+RETURN_BLOCK = 10
+#: Channels that are the frame of the world rather than things in it.
+NOT_ITEMS = ("empty", "wall", "agent")
+
+
+def entity_names(channel_names: Sequence[str]) -> tuple[str, ...]:
+    """The classes reported with precision / recall / F1: every channel but ``empty``."""
+    return tuple(n for n in channel_names if n != "empty")
+
+
+def item_names(channel_names: Sequence[str]) -> tuple[str, ...]:
+    """The items among the channels (``f1_items`` averages their F1): all but `NOT_ITEMS`."""
+    return tuple(n for n in channel_names if n not in NOT_ITEMS)
 
 Counts = dict[str, np.ndarray]
 Figures = dict[str, np.ndarray]
@@ -92,6 +108,24 @@ def action_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
     }
 
 
+def reward_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
+    """Per-row counts of a reward predictor: ``log_probs`` ``(N, K)`` over reward classes,
+    ``target`` ``(N,)`` the true class. ``(N,)`` ``reward_ce_sum`` (nats), ``reward_n``,
+    ``reward_correct``; ``(N, K)`` ``reward_hit`` and ``reward_true`` (for per-class recall)."""
+    log_probs = np.asarray(log_probs)
+    target = np.asarray(target).astype(np.int64)
+    k = log_probs.shape[1]
+    hit = log_probs.argmax(1) == target
+    true = np.arange(k)[None, :] == target[:, None]
+    return {
+        "reward_ce_sum": -np.take_along_axis(log_probs, target[:, None], axis=1)[:, 0].astype(np.float64),
+        "reward_n": np.ones(len(target), dtype=np.float64),
+        "reward_correct": hit.astype(np.float64),
+        "reward_hit": (true & hit[:, None]).astype(np.float64),
+        "reward_true": true.astype(np.float64),
+    }
+
+
 def sum_by_unit(counts: Counts, unit_index: np.ndarray, num_units: int) -> Counts:
     """Sum per-row counts into ``(U, ...)`` per-unit counts (rows of unit ``u`` have index ``u``)."""
     unit_index = np.asarray(unit_index, dtype=np.int64)
@@ -121,13 +155,17 @@ def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
-def figures_from_counts(totals: Counts, channel_names: Sequence[str]) -> Figures:
+def figures_from_counts(totals: Counts, channel_names: Sequence[str],
+                        reward_names: Sequence[str] = ()) -> Figures:
     """Figures from summed counts; works on leading replicate axes (``(B,)`` or scalars).
 
     View figures (when the view counts are present): ``view_ce`` (nats/cell), ``cell_acc``,
-    ``changed_acc``, and ``precision_X``, ``recall_X``, ``f1_X`` for X in `ENTITY_NAMES`
-    (those present in ``channel_names``), plus ``f1_items`` (mean F1 over gem, bone, food).
-    Action figures: ``action_ce`` (nats/step), ``action_acc``. Undefined ratios are NaN.
+    ``changed_acc``, and ``precision_X``, ``recall_X``, ``f1_X`` for every channel but empty
+    (`entity_names`), plus ``f1_items`` (mean F1 over the items, `item_names`).
+    Action figures: ``action_ce`` (nats/step), ``action_acc``. Reward figures: ``reward_ce``
+    (nats/step), ``reward_acc``, ``reward_recall_X`` per class X of ``reward_names``, and
+    ``return_mae`` (points, mean absolute error of the return summed over a block of steps).
+    Undefined ratios are NaN.
     """
     out: Figures = {}
     if "ce_sum" in totals:
@@ -136,20 +174,26 @@ def figures_from_counts(totals: Counts, channel_names: Sequence[str]) -> Figures
         out["changed_acc"] = ratio(totals["changed_correct"], totals["changed"])
         tp, fp, fn = totals["tp"], totals["fp"], totals["fn"]
         item_f1 = []
-        for name in ENTITY_NAMES:
-            if name not in channel_names:
-                continue
+        items = item_names(channel_names)
+        for name in entity_names(channel_names):
             k = list(channel_names).index(name)
             out[f"precision_{name}"] = ratio(tp[..., k], tp[..., k] + fp[..., k])
             out[f"recall_{name}"] = ratio(tp[..., k], tp[..., k] + fn[..., k])
             out[f"f1_{name}"] = ratio(2 * tp[..., k], 2 * tp[..., k] + fp[..., k] + fn[..., k])
-            if name in ITEM_NAMES:
+            if name in items:
                 item_f1.append(out[f"f1_{name}"])
         if item_f1:
             out["f1_items"] = np.mean(np.stack(item_f1), axis=0)
     if "action_ce_sum" in totals:
         out["action_ce"] = ratio(totals["action_ce_sum"], totals["action_n"])
         out["action_acc"] = ratio(totals["action_correct"], totals["action_n"])
+    if "reward_ce_sum" in totals:
+        out["reward_ce"] = ratio(totals["reward_ce_sum"], totals["reward_n"])
+        out["reward_acc"] = ratio(totals["reward_correct"], totals["reward_n"])
+        for k, name in enumerate(reward_names):
+            out[f"reward_recall_{name}"] = ratio(totals["reward_hit"][..., k], totals["reward_true"][..., k])
+    if "return_abs_err_sum" in totals:
+        out["return_mae"] = ratio(totals["return_abs_err_sum"], totals["return_blocks"])
     return out
 
 

@@ -73,8 +73,9 @@ class Evaluation:
                                model_source=f"checkpoint {checkpoint}", trained_on=self.meta.get("data"))
         self.train_path = self._training_file()
         opts = self.options
+        rewards = self.config.model.reward_values if self.config.model.reward_head else ()
         self.baselines = fit_baselines(self.train_path, checkpoint_split(self.meta)["train"],
-                                       opts.baseline_episodes, opts.seed)
+                                       opts.baseline_episodes, opts.seed, rewards)
         self.self_key = next((p for p in self.data if is_training_file(self.meta, p)), self.data[0])
         self.files: dict[str, dict] = {}
         self.scores: dict[str, tuple[EvalSet, Scores]] = {}

@@ -18,10 +18,11 @@ from tqdm.auto import tqdm
 
 from rpg_env.errors import InputError
 from rpg_worldmodel.config import WorldModelConfig
-from rpg_worldmodel.data import apply_input_mask, plan_windows
+from rpg_worldmodel.data import apply_input_mask, plan_windows, reward_classes
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines, copy_view, views_to_codes
 from rpg_worldmodel.evaluation.episodes import EvalSet
+from rpg_worldmodel.evaluation.metrics import RETURN_BLOCK
 from rpg_worldmodel.models.world_model import WorldModel
 
 
@@ -29,14 +30,17 @@ from rpg_worldmodel.models.world_model import WorldModel
 class Batch:
     """Windows of ``T + 1`` steps with the positions to score.
 
-    views ``(B, T+1, C, V, V)`` uint8, actions ``(B, T+1)`` int64, agent_ids ``(B,)``,
-    rows ``(B,)`` index into the EvalSet's episodes, score ``(B, T)`` bool positions scored.
+    views ``(B, T+1, C, V, V)`` uint8, actions ``(B, T+1)`` int64, rewards ``(B, T+1)`` float32,
+    agent_ids ``(B,)``, rows ``(B,)`` index into the EvalSet's episodes, starts ``(B,)`` the
+    windows' first steps, score ``(B, T)`` bool positions scored.
     """
 
     views: np.ndarray
     actions: np.ndarray
+    rewards: np.ndarray
     agent_ids: np.ndarray
     rows: np.ndarray
+    starts: np.ndarray
     score: np.ndarray
 
 
@@ -50,9 +54,10 @@ def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str 
     starts = range(0, len(plan), batch_size)
     for a in tqdm(starts, desc=desc or f"windows {es.path.name}", unit="batch", leave=False,
                   disable=desc == ""):
-        rows = plan.rows[a : a + batch_size]
-        views, actions = store.gather(rows, plan.starts[a : a + batch_size], num_frames + 1)
-        yield Batch(views, actions, es.agent_ids[rows], rows, plan.score[a : a + batch_size])
+        rows, starts = plan.rows[a : a + batch_size], plan.starts[a : a + batch_size]
+        views, actions, rewards = store.gather(rows, starts, num_frames + 1)
+        score = plan.score[a : a + batch_size]
+        yield Batch(views, actions, rewards, es.agent_ids[rows], rows, starts, score)
 
 
 @dataclass
@@ -66,13 +71,14 @@ class Scores:
     num_windows: int
     num_predictions: int
     examples: dict[str, np.ndarray] = field(default_factory=dict)
+    reward_names: tuple[str, ...] = ()  # the reward classes, when the model predicts rewards
 
     def figures_fn(self) -> Callable[[M.Counts], M.Figures]:
         """Counts -> figures with this set's channel names, plus ``total_ce`` (view + action CE)."""
-        names = self.channel_names
+        names, reward_names = self.channel_names, self.reward_names
 
         def fn(totals: M.Counts) -> M.Figures:
-            figs = M.figures_from_counts(totals, names)
+            figs = M.figures_from_counts(totals, names, reward_names)
             if "view_ce" in figs and "action_ce" in figs:
                 figs["total_ce"] = figs["view_ce"] + figs["action_ce"]
             return figs
@@ -91,30 +97,67 @@ class _Masking:
 
 
 def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Masking, use_agent_ids: bool,
-                     device: torch.device) -> tuple[np.ndarray, np.ndarray]:
-    """Model log-probabilities ``(B, T, C, V, V)`` and ``(B, T, A)`` for a batch."""
+                     device: torch.device) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Model log-probabilities ``(B, T, C, V, V)``, ``(B, T, A)`` and ``(B, T, K)`` (rewards; None
+    without a reward head) for a batch."""
     views = torch.as_tensor(np.ascontiguousarray(batch.views[:, :num_frames]), device=device).float()
     if mask.kind != "none":
         views = apply_input_mask(views, mask.kind, mask.prob, mask.generator, mask.channel_names)
     actions = torch.as_tensor(batch.actions[:, :num_frames], dtype=torch.long, device=device)
     agent_ids = torch.as_tensor(batch.agent_ids, dtype=torch.long, device=device) if use_agent_ids else None
-    view_logits, action_logits = model(views, actions, agent_ids)
-    view_lp = torch.log_softmax(view_logits.float(), dim=2).cpu().numpy()
-    action_lp = torch.log_softmax(action_logits.float(), dim=-1).cpu().numpy()
-    return view_lp, action_lp
+    out = model(views, actions, agent_ids)
+    view_lp = torch.log_softmax(out.view.float(), dim=2).cpu().numpy()
+    action_lp = torch.log_softmax(out.action.float(), dim=-1).cpu().numpy()
+    reward_lp = None if out.reward is None else torch.log_softmax(out.reward.float(), dim=-1).cpu().numpy()
+    return view_lp, action_lp, reward_lp
+
+
+@dataclass
+class _Returns:
+    """Per scored step of one batch: episode row, step index, predicted and true points."""
+
+    rows: np.ndarray
+    steps: np.ndarray
+    predicted: np.ndarray
+    true: np.ndarray
+
+
+def reward_targets(rewards: np.ndarray, reward_values: np.ndarray) -> np.ndarray:
+    """Points -> class index among ``reward_values`` (InputError naming an unknown reward)."""
+    points = np.asarray(rewards, dtype=np.float64)
+    match = np.isclose(points[..., None], reward_values, rtol=0.0, atol=1e-4)
+    if not match.any(-1).all():
+        raise InputError(f"reward {points[~match.any(-1)].flat[0]:g} is not among the model's reward "
+                         f"classes {reward_values.tolist()}; the file comes from another game")
+    return match.argmax(-1)
 
 
 def _prediction_counts(
-    batch: Batch, view_lp: np.ndarray, action_lp: np.ndarray, baselines: FittedBaselines | None
-) -> tuple[dict[str, M.Counts], np.ndarray, np.ndarray]:
-    """Per-prediction counts of the model and the baselines on a batch's scored positions, and
-    the (last input, true next) codes ``(N, V, V)`` of those predictions."""
+    batch: Batch, view_lp: np.ndarray, action_lp: np.ndarray, reward_lp: np.ndarray | None,
+    baselines: FittedBaselines | None, reward_values: np.ndarray,
+) -> tuple[dict[str, M.Counts], np.ndarray, np.ndarray, dict[str, _Returns]]:
+    """Per-prediction counts of the model and the baselines on a batch's scored positions, the
+    (last input, true next) codes ``(N, V, V)`` of those predictions, and the points each reward
+    predictor gave them (for the return error)."""
     w, p = np.nonzero(batch.score)
     codes = views_to_codes(batch.views)  # (B, T+1, V, V)
     prev, target = codes[w, p], codes[w, p + 1]
     act_prev, act_target = batch.actions[w, p], batch.actions[w, p + 1]
     parts = {"model": M.merge_counts(M.view_counts(view_lp[w, p], target, prev),
                                      M.action_counts(action_lp[w, p], act_target))}
+    returns: dict[str, _Returns] = {}
+    if reward_lp is not None:
+        true_points = batch.rewards[w, p].astype(np.float64)
+        true_class = reward_targets(true_points, reward_values)
+        parts["model"] = M.merge_counts(parts["model"], M.reward_counts(reward_lp[w, p], true_class))
+        steps = batch.starts[w] + p
+        predicted = reward_values[reward_lp[w, p].argmax(1)]
+        returns["model"] = _Returns(batch.rows[w], steps, predicted, true_points)
+        if baselines is not None and baselines.reward_rule is not None:
+            rule_lp = baselines.reward_rule.log_probs(prev, act_prev)
+            parts["reward_rule"] = M.reward_counts(rule_lp, true_class)
+            rule_points = reward_values[rule_lp.argmax(1)]
+            returns["reward_rule"] = _Returns(batch.rows[w], steps, rule_points, true_points)
     if baselines is not None:
         pred, revealed = copy_view(prev)
         parts["copy"] = M.view_counts(baselines.copy_cal.log_probs(pred, revealed), target, prev)
@@ -122,7 +165,23 @@ def _prediction_counts(
         parts["motion_oracle"] = M.view_counts(baselines.shift_cal.log_probs(pred, revealed), target, prev)
         parts["majority_action"] = M.action_counts(baselines.majority.log_probs(act_prev), act_target)
         parts["previous_action"] = M.action_counts(baselines.previous.log_probs(act_prev), act_target)
-    return parts, prev, target
+    return parts, prev, target, returns
+
+
+def return_errors(returns: list[_Returns], game_of_row: np.ndarray, num_units: int) -> M.Counts:
+    """Per-game ``return_abs_err_sum`` (points) and ``return_blocks``: the absolute error of the
+    return summed over each full block of `RETURN_BLOCK` scored steps of an episode."""
+    rows = np.concatenate([r.rows for r in returns])
+    steps = np.concatenate([r.steps for r in returns])
+    error = np.concatenate([r.predicted - r.true for r in returns])
+    blocks = np.stack([rows, steps // RETURN_BLOCK], 1)
+    keys, index, sizes = np.unique(blocks, axis=0, return_inverse=True, return_counts=True)
+    per_block = np.zeros(len(keys))
+    np.add.at(per_block, index.reshape(-1), error)
+    full = sizes == RETURN_BLOCK
+    units = game_of_row[keys[full, 0]]
+    return M.sum_by_unit({"return_abs_err_sum": np.abs(per_block[full]),
+                          "return_blocks": np.ones(int(full.sum()))}, units, num_units)
 
 
 class _Examples:
@@ -180,38 +239,56 @@ def score_eval_set(
     generator = torch.Generator(device=device).manual_seed(int(mask_seed)) if mask_kind != "none" else None
     channel_names = es.store().channel_names
     mask = _Masking(mask_kind, mask_prob, generator, channel_names)
+    reward_values = np.asarray(config.model.reward_values, dtype=np.float64)
     rows_counts: dict[str, list[M.Counts]] = {}
+    returns: dict[str, list[_Returns]] = {}
     row_eps: list[np.ndarray] = []
     examples = _Examples(num_examples, num_frames)
     num_windows = 0
     with torch.inference_mode():
         for batch in iter_windows(es, num_frames, batch_size, desc=desc, context=context):
             num_windows += len(batch.views)
-            view_lp, action_lp = _model_log_probs(model, batch, num_frames, mask, use_agent_ids, device)
-            parts, prev, target = _prediction_counts(batch, view_lp, action_lp, baselines)
+            view_lp, action_lp, reward_lp = _model_log_probs(model, batch, num_frames, mask, use_agent_ids,
+                                                             device)
+            parts, prev, target, batch_returns = _prediction_counts(batch, view_lp, action_lp, reward_lp,
+                                                                    baselines, reward_values)
             for name, c in parts.items():
                 rows_counts.setdefault(name, []).append(c)
+            for name, r in batch_returns.items():
+                returns.setdefault(name, []).append(r)
             row_eps.append(batch.rows[np.nonzero(batch.score)[0]])
             examples.add(batch, view_lp, prev, target)
     if not row_eps:
         raise InputError(f"no episode of {es.path} is longer than num_frames={num_frames} steps, so "
                          "there is nothing to score; record longer episodes")
     names = baselines.channel_names if baselines is not None else channel_names
-    return _per_game(es, rows_counts, np.concatenate(row_eps), names, num_windows, examples.arrays())
+    scores = _per_game(es, rows_counts, returns, np.concatenate(row_eps), names, num_windows,
+                       examples.arrays())
+    if len(reward_values) and config.model.reward_head:
+        scores.reward_names = reward_classes(es.store().meta).names_for(reward_values)
+    return scores
 
 
-def _per_game(es: EvalSet, rows_counts: dict[str, list[M.Counts]], ep_rows: np.ndarray,
-              channel_names: list[str], num_windows: int, examples: dict[str, np.ndarray]) -> Scores:
+def _per_game(es: EvalSet, rows_counts: dict[str, list[M.Counts]], returns: dict[str, list[_Returns]],
+              ep_rows: np.ndarray, channel_names: list[str], num_windows: int,
+              examples: dict[str, np.ndarray]) -> Scores:
     """Sum per-prediction counts into per-game counts, overall and per policy id."""
     units, unit_index_of_row = np.unique(es.game_ids, return_inverse=True)
     unit_idx = unit_index_of_row[ep_rows]
     flat = {name: {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
             for name, parts in rows_counts.items()}
     counts = {name: M.sum_by_unit(c, unit_idx, len(units)) for name, c in flat.items()}
+    for name, parts in returns.items():
+        counts[name] = M.merge_counts(counts[name], return_errors(parts, unit_index_of_row, len(units)))
     by_policy: dict[str, dict[str, M.Counts]] = {}
     policies = np.asarray(es.policy_ids)
     for pid in sorted(set(es.policy_ids)):
         keep = policies[ep_rows] == pid
         by_policy[pid] = {name: M.sum_by_unit({k: v[keep] for k, v in c.items()}, unit_idx[keep], len(units))
                           for name, c in flat.items()}
+        for name, parts in returns.items():
+            mine = [_Returns(*(x[policies[r.rows] == pid] for x in (r.rows, r.steps, r.predicted, r.true)))
+                    for r in parts]
+            by_policy[pid][name] = M.merge_counts(by_policy[pid][name],
+                                                  return_errors(mine, unit_index_of_row, len(units)))
     return Scores(list(channel_names), units, counts, by_policy, num_windows, len(unit_idx), examples)

@@ -4,81 +4,43 @@ Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-
 
 * each step t becomes *local* tokens: one per ``patch x patch`` patch of the one-hot view
   (linear patch embedding + patch-position embedding) plus one token for the action taken at t;
-* each step also gets a *global* token: a small convolution over the whole view, plus a
-  learned temporal (step-index) embedding and, optionally, an agent-identity embedding;
+* each step also gets a *global* token: a small convolution over the whole view (and,
+  optionally, an agent-identity embedding);
 * every layer runs a **local** block (attention within one step over its patch and action
   tokens) and then a **global** block (causal attention across steps over the interleaved
-  sequence ``[local summary_0, global_0, local summary_1, global_1, ...]``);
-* heads: the next view, per cell, as logits over the 6 entity kinds; the next action.
-  Optionally (``action_conv``, on by default) an action-conditioned 3x3 convolution of the
-  current view is added to the next-view logits: a learned motion prior; and (``memory_conv``)
-  a 5x5 convolution of the view before, chosen by the last two actions.
+  sequence ``[local summary_0, global_0, local summary_1, global_1, ...]``). Steps know their
+  order through rotary positions (``position="rope"``, relative: imagination caches the keys of
+  past steps while its window slides) or a learned absolute table (``"learned"``, checkpoints of
+  schema 1). Attention reaches back ``num_frames`` steps: a window of that length in training,
+  a sliding window of it over a longer history;
+* heads, at step t: the next view, per cell, as logits over the C entity kinds (with an
+  action-conditioned 3x3 convolution of view t, a learned motion prior, and a 5x5 convolution of
+  view t-1 chosen by the last two actions); the next action; and the reward of step t, as a
+  class over the game's possible rewards.
 
-Predictions at step t depend only on steps <= t (tested). One deliberate departure from the
-reference: the view head reads each patch's final local token fused with the step's global
-token and predicts that patch's cells, instead of decoding all 81 cells from the single
-192-wide global token. The local tokens already saw the step's view and action (the motion),
-so the head no longer has to squeeze the whole view through one vector; this is what lets the
-model beat the motion oracle on items (docs/worldmodel.md).
+Predictions at step t depend only on steps <= t (tested). The view head reads each patch's final
+local token (at t and t-1) fused with the step's global token and predicts that patch's cells;
+the reward head reads the global token and the token of the patch around the agent, which holds
+the cells a move can enter.
 
-The model owns its training loss (`WorldModel.loss`) and its optimizer parameter groups
-(`WorldModel.param_groups`); the file reads top to bottom: attention, block, step embedding,
-StARformer layer, the model.
+The model owns its training loss (`WorldModel.loss`), its optimizer parameter groups
+(`WorldModel.param_groups`) and its one-step imagination (`WorldModel.imagine_step`, which
+caches each step's local work and the global attention's keys and values). The file reads top to
+bottom: step embedding, StARformer layer, the model, its loss, its imagination.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-
-
-class SelfAttention(nn.Module):
-    """Multi-head self-attention with a fused QKV projection, via ``scaled_dot_product_attention``."""
-
-    def __init__(self, width: int, num_heads: int, dropout: float):
-        super().__init__()
-        self.num_heads = num_heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
-        self.dropout = dropout
-        self.resid_dropout = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor, causal: bool) -> torch.Tensor:
-        """``x``: (N, L, D) -> (N, L, D); ``causal`` masks attention to later positions."""
-        n, length, width = x.shape
-        qkv = self.qkv(x)
-        if qkv.device.type == "cpu" and qkv.dtype == torch.bfloat16:
-            # CPU's bf16 flash-attention backward is ~15x slower than fp32 for these short
-            # sequences (10 tokens), while bf16 pays off in the projections and MLPs.
-            qkv = qkv.float()
-        q, k, v = (t.transpose(1, 2) for t in qkv.view(n, length, 3, self.num_heads, -1).unbind(2))
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=causal
-        )
-        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(n, length, width)))
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block: attention + 4x GELU MLP, both residual."""
-
-    def __init__(self, width: int, num_heads: int, dropout: float):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(width)
-        self.attn = SelfAttention(width, num_heads, dropout)
-        self.norm2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(
-            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), nn.Dropout(dropout)
-        )
-
-    def forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), causal)
-        return x + self.mlp(self.norm2(x))
+from rpg_worldmodel.models.blocks import Block, band_mask, rotary_tables
 
 
 class StepEmbedding(nn.Module):
@@ -106,7 +68,8 @@ class StepEmbedding(nn.Module):
             nn.Flatten(),
             nn.Linear(32 * out_side * out_side, d),
         )
-        self.temporal = nn.Parameter(torch.zeros(1, cfg.num_frames, d))
+        learned = cfg.position == "learned"
+        self.temporal = nn.Parameter(torch.zeros(1, cfg.num_frames, d)) if learned else None
         self.agent = nn.Embedding(cfg.max_agents, d) if cfg.agent_embedding else None
 
     def forward(
@@ -117,7 +80,9 @@ class StepEmbedding(nn.Module):
         # (B,T,C,V,V) -> (B,T,g*g,p*p*C), patches in row-major order, cells (row, col, channel)
         patches = views.reshape(b, t, c, g, p, g, p).permute(0, 1, 3, 5, 4, 6, 2).reshape(b, t, g * g, -1)
         local = torch.cat([self.patch(patches) + self.patch_position, self.action(actions)[:, :, None]], 2)
-        global_ = self.conv(views.reshape(b * t, c, v, v)).view(b, t, -1) + self.temporal[:, :t]
+        global_ = self.conv(views.reshape(b * t, c, v, v)).view(b, t, -1)
+        if self.temporal is not None:
+            global_ = global_ + self.temporal[:, :t]
         if self.agent is not None:
             if agent_ids is None:
                 raise ValueError("this model was built with agent_embedding=True: pass agent_ids (B,)")
@@ -137,17 +102,20 @@ class StarBlock(nn.Module):
             nn.LayerNorm(d), nn.Flatten(2), nn.Linear(tokens_per_step * d, d), nn.LayerNorm(d)
         )
 
-    def forward(
-        self, local: torch.Tensor, global_: torch.Tensor, temporal: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, local: torch.Tensor, global_: torch.Tensor, temporal: torch.Tensor | None,
+                **attention) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``local`` (B, T, P+1, D), ``global_`` (B, T, D) -> the same, and the global block's keys
+        and values (B, H, 2T, hd). ``attention``: the global block's mask/rope/past (`SelfAttention`)."""
         b, t, n, d = local.shape
-        local = self.local(local.reshape(b * t, n, d)).view(b, t, n, d)
-        summary = self.summarise(local) + temporal[:, :t]
+        local = self.local(local.reshape(b * t, n, d))[0].view(b, t, n, d)
+        summary = self.summarise(local)
+        if temporal is not None:
+            summary = summary + temporal[:, :t]
         # Interleave [summary_0, global_0, summary_1, global_1, ...]: with a causal mask,
         # global_t sees steps <= t only (its own step's summary included).
         seq = torch.stack([summary, global_], 2).view(b, 2 * t, d)
-        global_ = self.global_(seq, causal=True)[:, 1::2]
-        return local, global_
+        out, kv = self.global_(seq, **attention)
+        return local, out[:, 1::2], kv
 
 
 def _conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
@@ -170,25 +138,85 @@ def view_codes(views: torch.Tensor) -> torch.Tensor:
     return views.argmax(-3)
 
 
+class Outputs(NamedTuple):
+    """What the model predicts at each step t: ``view`` (B, T, C, V, V) logits of view t+1,
+    ``action`` (B, T, A) logits of action t+1, ``reward`` (B, T, K) logits of step t's reward
+    class (None for a model without a reward head)."""
+
+    view: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor | None
+
+
 @dataclass(frozen=True)
 class LossWeights:
-    """Weights of the training loss: ``view`` and ``action`` scale the two cross-entropies;
-    cells whose true next kind is in ``item_codes`` weigh ``item`` times the others in the view
-    loss (they are rare and are what the model is for; 1.0 leaves the loss unweighted)."""
+    """Weights of the training loss: ``view``, ``action`` and ``reward`` scale the three
+    cross-entropies; cells whose true next kind is in ``item_codes`` weigh ``item`` times the
+    others in the view loss (they are rare and are what the model is for; 1.0: unweighted)."""
 
     view: float = 1.0
     action: float = 0.5
     item: float = 1.0
     item_codes: Sequence[int] = ()
+    reward: float = 1.0
+
+
+@dataclass(frozen=True)
+class Imagination:
+    """The cached state of N imagined worlds between two `WorldModel.imagine_step` calls.
+
+    ``past``: per layer, the global block's keys and values (N, H, 2W, hd) of the last W <
+    num_frames steps; ``step``: the index of the next step (its rotary position); ``prev_*``:
+    what the heads need of the step before (view (N, C, V, V), action (N,), final patch tokens
+    (N, P, D)). A model with learned positions keeps its last steps in ``window`` instead and
+    recomputes them (its positions are absolute, so keys cannot be cached).
+    """
+
+    past: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
+    step: int = 0
+    prev_view: torch.Tensor | None = None
+    prev_action: torch.Tensor | None = None
+    prev_patches: torch.Tensor | None = None
+    window: tuple[torch.Tensor, torch.Tensor] | None = None
+    agent_ids: torch.Tensor | None = None
+
+    def rows(self, index: torch.Tensor) -> Imagination:
+        """The state of the worlds ``index`` only."""
+        pick = (lambda x: None if x is None else x[index])  # noqa: E731
+        return replace(self, past=tuple((k[index], v[index]) for k, v in self.past),
+                       prev_view=pick(self.prev_view), prev_action=pick(self.prev_action),
+                       prev_patches=pick(self.prev_patches), agent_ids=pick(self.agent_ids),
+                       window=None if self.window is None else tuple(w[index] for w in self.window))
+
+    def with_rows(self, index: torch.Tensor, other: Imagination) -> Imagination:
+        """A copy in which the worlds ``index`` take ``other``'s state (same step, same shapes)."""
+        if other.step != self.step:
+            raise ValueError(f"cannot splice worlds at step {other.step} into worlds at step {self.step}")
+
+        def put(mine, theirs):
+            if mine is None:
+                return None
+            out = mine.clone()
+            out[index] = theirs
+            return out
+
+        past = tuple((put(k, ok), put(v, ov)) for (k, v), (ok, ov) in zip(self.past, other.past, strict=True))
+        return replace(self, past=past,
+                       prev_view=put(self.prev_view, other.prev_view),
+                       prev_action=put(self.prev_action, other.prev_action),
+                       prev_patches=put(self.prev_patches, other.prev_patches),
+                       agent_ids=put(self.agent_ids, other.agent_ids),
+                       window=None if self.window is None else tuple(
+                           put(w, o) for w, o in zip(self.window, other.window, strict=True)))
 
 
 class WorldModel(nn.Module):
-    """Predicts the next view and next action from a window of views and actions.
+    """Predicts the next view, the next action and the reward from a window of views and actions.
 
     ``forward(views (B,T,C,V,V) float in [0,1], actions (B,T) long, agent_ids (B,) long | None)``
-    returns ``(view_logits (B,T,C,V,V), action_logits (B,T,num_actions))``: at step t, logits of
-    the entity kind of every cell of view t+1 (softmax over the C axis) and of action t+1, given
-    views and actions up to and including t (action t is the one taken in view t).
+    returns `Outputs`: at step t, given views and actions up to and including t (action t is the
+    one taken in view t), logits of every cell of view t+1 (softmax over the C axis), of action
+    t+1 and of the reward class of step t (``reward_values[k]`` points).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -209,6 +237,15 @@ class WorldModel(nn.Module):
         self.global_to_patch = nn.Linear(d, d)
         self.view_head = nn.Linear(d, p * p * cfg.num_channels)
         self.action_head = nn.Linear(d, cfg.num_actions)
+        # The reward of step t depends on the cell the action enters: the head reads the token of
+        # the patch around the agent (holding that cell) beside the step's global token.
+        centre = cfg.view_size // 2 // p
+        self.centre_patch = centre * self.grid + centre
+        num_rewards = len(cfg.reward_values) if cfg.reward_head else 0
+        self.reward_head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, num_rewards)) if (
+            num_rewards) else None
+        self.register_buffer("reward_values", torch.tensor(cfg.reward_values, dtype=torch.float32),
+                             persistent=False)
         # A learned motion prior: one 3x3 convolution of view t per action, added to the view
         # t+1 logits. Moving shifts the whole egocentric view by one cell, which a 3x3 kernel
         # expresses exactly; the transformer then only has to learn what motion alone does not
@@ -238,9 +275,14 @@ class WorldModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(
-        self, views: torch.Tensor, actions: torch.Tensor, agent_ids: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.cfg.position != "rope":
+            return None
+        return rotary_tables(positions, self.cfg.width // self.cfg.num_heads)
+
+    # ------------------------------------------------------------------ a window of steps
+    def forward(self, views: torch.Tensor, actions: torch.Tensor,
+                agent_ids: torch.Tensor | None = None) -> Outputs:
         cfg = self.cfg
         b, t = actions.shape
         expected = (cfg.num_channels, cfg.view_size, cfg.view_size)
@@ -249,37 +291,60 @@ class WorldModel(nn.Module):
                 f"views must be (B,T,{expected[0]},{expected[1]},{expected[2]}) and actions (B,T)"
                 f" with the same B,T; got views {tuple(views.shape)}, actions {tuple(actions.shape)}"
             )
-        if t > cfg.num_frames:
-            raise ValueError(f"window of {t} steps is longer than model.num_frames={cfg.num_frames}")
+        if t > cfg.num_frames and cfg.position != "rope":
+            raise ValueError(f"window of {t} steps is longer than model.num_frames={cfg.num_frames} "
+                             f"(a model with learned positions reads at most that many)")
         local, global_ = self.embed(views, actions, agent_ids)
         local, global_ = self.embed_dropout(local), self.embed_dropout(global_)
-        temporal = self.embed.temporal
+        # Longer than the attention window (the reference path of imagination): a sliding band.
+        mask = band_mask(t, cfg.num_frames, 2, views.device) if t > cfg.num_frames else None
+        rope = self._rope(torch.arange(2 * t, device=views.device))
+        attention = {"causal": True, "mask": mask, "rope": rope}
         for block in self.blocks:
-            local, global_ = block(local, global_, temporal)
-        global_ = self.norm_global(global_)
-        # View head: each patch's token at t and t-1 plus its step's (causal) global context.
-        g, p, c = self.grid, cfg.patch_size, cfg.num_channels
-        patch_tokens = self.norm_local(local[:, :, : g * g])
-        previous = torch.cat([torch.zeros_like(patch_tokens[:, :1]), patch_tokens[:, :-1]], 1)  # causal
-        hidden = (
-            self.patch_in(torch.cat([patch_tokens, previous], -1)) + self.global_to_patch(global_)[:, :, None]
-        )
+            local, global_, _ = block(local, global_, self.embed.temporal, **attention)
+        patches = self.norm_local(local[:, :, : self.grid * self.grid])
+        previous = torch.cat([torch.zeros_like(patches[:, :1]), patches[:, :-1]], 1)  # causal
+        prev_views = torch.cat([torch.zeros_like(views[:, :1]), views[:, :-1]], 1)
+        prev_actions = torch.cat([actions[:, :1], actions[:, :-1]], 1)
+        has_prev = torch.arange(t, device=views.device) > 0
+        return self._heads(patches, previous, self.norm_global(global_), views, actions, prev_views,
+                           prev_actions, has_prev)
+
+    def _heads(self, patches: torch.Tensor, previous: torch.Tensor, global_: torch.Tensor,
+               views: torch.Tensor, actions: torch.Tensor, prev_views: torch.Tensor,
+               prev_actions: torch.Tensor, has_prev: torch.Tensor) -> Outputs:
+        """The three heads from final tokens ``patches``/``previous`` (B, T, P, D) and ``global_``
+        (B, T, D); ``prev_*`` are step t-1's view and action, used where ``has_prev`` (T,)."""
+        cfg = self.cfg
+        b, t = actions.shape
+        g, p, c, v = self.grid, cfg.patch_size, cfg.num_channels, cfg.view_size
+        hidden = self.patch_in(torch.cat([patches, previous], -1)) + self.global_to_patch(global_)[:, :, None]
         cells = self.view_head(F.gelu(hidden)).view(b, t, g, g, p, p, c)
-        view_logits = cells.permute(0, 1, 6, 2, 4, 3, 5).reshape(b, t, c, g * p, g * p)
+        view_logits = cells.permute(0, 1, 6, 2, 4, 3, 5).reshape(b, t, c, v, v)
+        flat_views = views.reshape(b * t, c, v, v)
         if self.action_conv is not None:
-            chosen = _conv_for_choice(
-                self.action_conv, views.reshape(b * t, c, *views.shape[-2:]), actions.reshape(-1)
-            )
-            view_logits = view_logits + chosen.view_as(view_logits)
-        if self.memory_conv is not None and t > 1:
-            n_act = cfg.num_actions
-            pair = (actions[:, :-1] * n_act + actions[:, 1:]).reshape(-1)
-            chosen = _conv_for_choice(
-                self.memory_conv, views[:, :-1].reshape(b * (t - 1), c, *views.shape[-2:]), pair
-            )
-            first = torch.zeros_like(view_logits[:, :1])  # step 0 has no step before it in the window
-            view_logits = view_logits + torch.cat([first, chosen.view(b, t - 1, *view_logits.shape[2:])], 1)
-        return view_logits, self.action_head(global_)
+            view_logits = view_logits + _conv_for_choice(self.action_conv, flat_views,
+                                                         actions.reshape(-1)).view_as(view_logits)
+        if self.memory_conv is not None and bool(has_prev.any()):
+            pair = (prev_actions * cfg.num_actions + actions).reshape(-1)
+            chosen = _conv_for_choice(self.memory_conv, prev_views.reshape(b * t, c, v, v), pair)
+            view_logits = view_logits + chosen.view_as(view_logits) * has_prev.view(1, t, 1, 1, 1)
+        reward = None
+        if self.reward_head is not None:
+            reward = self.reward_head(torch.cat([global_, patches[:, :, self.centre_patch]], -1))
+        return Outputs(view_logits, self.action_head(global_), reward)
+
+    # ------------------------------------------------------------------ training
+    def reward_classes(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Rewards (points, any shape) -> their class index among ``reward_values`` (long).
+
+        Raises ValueError naming the first reward no class holds (data of another game)."""
+        match = torch.isclose(rewards[..., None].float(), self.reward_values, rtol=0.0, atol=1e-4)
+        if not bool(match.any(-1).all()):
+            unknown = rewards[~match.any(-1)][0].item()
+            raise ValueError(f"reward {unknown:g} is not one of the model's reward classes "
+                             f"{self.cfg.reward_values}; the data comes from a game with other values")
+        return match.float().argmax(-1)
 
     def loss(
         self,
@@ -290,21 +355,22 @@ class WorldModel(nn.Module):
         """The training loss of one batch of windows, and detached per-batch statistics.
 
         ``batch`` (on the model's device): ``views`` (B, T+1, C, V, V) one-hot (any dtype),
-        ``actions`` (B, T+1) long and, for a model with an agent embedding, ``agent_id`` (B,).
-        The model reads the first T steps (through ``input_mask`` when given: it hides part of
-        the input, never of the targets) and is scored on the last T.
+        ``actions`` (B, T+1) long, ``rewards`` (B, T+1) float (needed with a reward head) and,
+        for a model with an agent embedding, ``agent_id`` (B,). The model reads the first T steps
+        (through ``input_mask`` when given: it hides part of the input, never of the targets)
+        and is scored on the last T views and actions and the first T rewards.
 
         The view loss is the per-cell cross-entropy over entity kinds (nats), weighted as
-        ``weights`` says; ``stats``: ``view_ce`` (plain, unweighted), ``action_ce`` (nats),
-        ``action_acc`` and ``cell_acc`` (fractions).
+        ``weights`` says; ``stats``: ``view_ce`` (plain, unweighted), ``action_ce`` and
+        ``reward_ce`` (nats), ``action_acc``, ``cell_acc`` and ``reward_acc`` (fractions).
         """
         t = self.cfg.num_frames
         views = batch["views"].float()
         actions = batch["actions"]
         agent_ids = batch["agent_id"] if self.cfg.agent_embedding else None
         inputs = views[:, :t] if input_mask is None else input_mask(views[:, :t])
-        view_logits, action_logits = self(inputs, actions[:, :t], agent_ids)
-        view_logits, action_logits = view_logits.float(), action_logits.float()
+        out = self(inputs, actions[:, :t], agent_ids)
+        view_logits, action_logits = out.view.float(), out.action.float()
         target_codes = view_codes(views[:, 1:])  # (B, T, V, V)
         cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
         cell_weights = torch.ones_like(cell_ce)
@@ -313,9 +379,8 @@ class WorldModel(nn.Module):
             cell_weights = torch.where(is_item, weights.item, 1.0)
         view_loss = (cell_ce * cell_weights).sum() / cell_weights.sum()
         action_targets = actions[:, 1:]
-        action_ce = F.cross_entropy(
-            action_logits.reshape(-1, action_logits.shape[-1]), action_targets.reshape(-1)
-        )
+        action_ce = F.cross_entropy(action_logits.reshape(-1, action_logits.shape[-1]),
+                                    action_targets.reshape(-1))
         loss = weights.view * view_loss + weights.action * action_ce
         with torch.no_grad():
             stats = {
@@ -324,6 +389,14 @@ class WorldModel(nn.Module):
                 "action_acc": (action_logits.argmax(-1) == action_targets).float().mean(),
                 "cell_acc": (view_logits.argmax(2) == target_codes).float().mean(),
             }
+        if out.reward is not None:
+            reward_logits = out.reward.float()
+            reward_targets = self.reward_classes(batch["rewards"][:, :t])
+            reward_ce = F.cross_entropy(reward_logits.reshape(-1, reward_logits.shape[-1]),
+                                        reward_targets.reshape(-1))
+            loss = loss + weights.reward * reward_ce
+            stats["reward_ce"] = reward_ce.detach()
+            stats["reward_acc"] = (reward_logits.argmax(-1) == reward_targets).float().mean().detach()
         return loss, stats
 
     def param_groups(self, weight_decay: float) -> list[dict]:
@@ -334,3 +407,69 @@ class WorldModel(nn.Module):
         decay = [p for p in self.parameters() if p.dim() in (2, 4)]
         no_decay = [p for p in self.parameters() if p.dim() not in (2, 4)]
         return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    # ------------------------------------------------------------------ imagination
+    @torch.no_grad()
+    def imagine_step(self, view: torch.Tensor, action: torch.Tensor, state: Imagination | None = None,
+                     agent_ids: torch.Tensor | None = None) -> tuple[Outputs, Imagination]:
+        """One step of N imagined (or replayed) worlds: the view they are in and the action taken.
+
+        ``view`` (N, C, V, V) float one-hot, ``action`` (N,) long; ``state`` from the previous call
+        (None: a fresh start). Returns `Outputs` with T = 1 (the next view, the next action and
+        this step's reward) and the state for the next call. The cost is one step's work: each
+        step's local computations and the global attention's keys and values are cached, and the
+        cache keeps the last ``num_frames - 1`` steps, so predictions equal `forward` over the whole
+        history (tested). Models with learned positions recompute their last steps instead.
+        """
+        state = Imagination(agent_ids=agent_ids) if state is None else state
+        if self.cfg.position != "rope":
+            return self._imagine_by_window(view, action, state)
+        t_window = self.cfg.num_frames
+        views, actions = view[:, None], action[:, None]
+        local, global_ = self.embed(views, actions, state.agent_ids)
+        positions = torch.arange(2 * state.step, 2 * state.step + 2, device=view.device)
+        past_len = state.past[0][0].shape[2] if state.past else 0
+        mask = torch.ones(2, past_len + 2, dtype=torch.bool, device=view.device)
+        mask[0, -1] = False  # the step's summary does not see its global token
+        past = []
+        for layer, block in enumerate(self.blocks):
+            previous_kv = state.past[layer] if state.past else None
+            local, global_, kv = block(local, global_, None, mask=mask, rope=self._rope(positions),
+                                       past=previous_kv)
+            keys = kv if previous_kv is None else tuple(torch.cat([p, x], 2) for p, x in zip(previous_kv, kv,
+                                                                                              strict=True))
+            past.append(tuple(x[:, :, -2 * (t_window - 1):] if t_window > 1 else x[:, :, :0] for x in keys))
+        patches = self.norm_local(local[:, :, : self.grid * self.grid])
+        started = state.prev_view is not None
+        has_prev = torch.tensor([started], device=view.device)
+        previous = state.prev_patches[:, None] if started else torch.zeros_like(patches)
+        prev_view = state.prev_view[:, None] if started else torch.zeros_like(views)
+        prev_action = state.prev_action[:, None] if started else actions
+        out = self._heads(patches, previous, self.norm_global(global_), views, actions, prev_view,
+                          prev_action, has_prev)
+        return out, replace(state, past=tuple(past), step=state.step + 1, prev_view=view, prev_action=action,
+                            prev_patches=patches[:, 0])
+
+    def _imagine_by_window(self, view: torch.Tensor, action: torch.Tensor,
+                           state: Imagination) -> tuple[Outputs, Imagination]:
+        """`imagine_step` for absolute positions: recompute the window of the last steps."""
+        views, actions = view[:, None], action[:, None]
+        if state.window is not None:
+            views = torch.cat([state.window[0], views], 1)[:, -self.cfg.num_frames:]
+            actions = torch.cat([state.window[1], actions], 1)[:, -self.cfg.num_frames:]
+        out = self(views, actions, state.agent_ids)
+        reward = None if out.reward is None else out.reward[:, -1:]
+        last = Outputs(out.view[:, -1:], out.action[:, -1:], reward)
+        return last, replace(state, step=state.step + 1, window=(views, actions))
+
+    @torch.no_grad()
+    def imagine_context(self, views: torch.Tensor, actions: torch.Tensor,
+                        agent_ids: torch.Tensor | None = None, first_step: int = 0) -> Imagination:
+        """The state of N worlds after real context: ``views`` (N, K, C, V, V) and the actions
+        (N, K-1) taken in all but the last, whose action is still to come (the next
+        `imagine_step` call). ``first_step``: the step index of the first view (a world joining
+        others mid-run starts where they are, so their states can be spliced)."""
+        state = Imagination(step=first_step, agent_ids=agent_ids)
+        for i in range(actions.shape[1]):
+            _, state = self.imagine_step(views[:, i], actions[:, i], state)
+        return state

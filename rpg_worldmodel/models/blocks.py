@@ -1,0 +1,105 @@
+"""Transformer building blocks: self-attention with optional rotary positions and a key/value cache,
+and the pre-norm block around it.
+
+Rotary positions (RoPE) rotate queries and keys by their position, so attention depends only on
+how far apart two tokens are. That is what lets imagination keep the keys of past steps while
+its window of steps slides: a cached key never has to be recomputed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROPE_BASE = 10_000.0
+
+
+def rotary_tables(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of shape ``(*positions.shape, head_dim // 2)`` for rotating heads of
+    ``head_dim`` (even) channels at integer ``positions`` (any leading shape, e.g. ``(L,)`` or
+    ``(N, L)`` for per-row positions)."""
+    half = head_dim // 2
+    freq = ROPE_BASE ** (-torch.arange(half, device=positions.device, dtype=torch.float32) / half)
+    angles = positions.to(torch.float32)[..., None] * freq
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` ``(N, H, L, hd)`` by tables of shape ``(L, hd/2)`` or ``(N, L, hd/2)``."""
+    if cos.dim() == 3:  # per-row positions: broadcast over heads
+        cos, sin = cos[:, None], sin[:, None]
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with a fused QKV projection, via ``scaled_dot_product_attention``."""
+
+    def __init__(self, width: int, num_heads: int, dropout: float):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.dropout = dropout
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, *, causal: bool = False, mask: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                past: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Attend from ``x`` ``(N, L, D)`` to itself and to ``past``.
+
+        Args:
+            causal: each position sees itself and earlier ones (ignored when ``mask`` is given).
+            mask: bool ``(L, Lp + L)`` or ``(N, 1, L, Lp + L)``, True where a query may attend.
+            rope: ``rotary_tables`` of the L positions; queries and keys are rotated by them.
+            past: keys and values ``(N, H, Lp, hd)`` of earlier positions (already rotated).
+
+        Returns ``(N, L, D)`` and the keys and values ``(N, H, L, hd)`` of these L positions, which
+        a caller may keep as the ``past`` of later ones.
+        """
+        n, length, width = x.shape
+        qkv = self.qkv(x)
+        if qkv.device.type == "cpu" and qkv.dtype == torch.bfloat16:
+            # CPU's bf16 flash-attention backward is ~15x slower than fp32 for these short
+            # sequences (10 tokens), while bf16 pays off in the projections and MLPs.
+            qkv = qkv.float()
+        q, k, v = (t.transpose(1, 2) for t in qkv.view(n, length, 3, self.num_heads, -1).unbind(2))
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        keys, values = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        y = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+            is_causal=causal and mask is None and past is None,
+        )
+        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(n, length, width))), (k, v)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: attention + 4x GELU MLP, both residual."""
+
+    def __init__(self, width: int, num_heads: int, dropout: float):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.attn = SelfAttention(width, num_heads, dropout)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), nn.Dropout(dropout)
+        )
+
+    def forward(self, x: torch.Tensor, **attention) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``x`` ``(N, L, D)`` -> ``(N, L, D)`` and the attention's keys/values (see `SelfAttention`)."""
+        attended, kv = self.attn(self.norm1(x), **attention)
+        x = x + attended
+        return x + self.mlp(self.norm2(x)), kv
+
+
+def band_mask(num_steps: int, window: int, tokens_per_step: int, device: torch.device) -> torch.Tensor:
+    """``(L, L)`` bool, ``L = num_steps * tokens_per_step``: a token sees the tokens of its own step
+    up to itself and those of the ``window - 1`` steps before (causal, sliding window of steps)."""
+    index = torch.arange(num_steps * tokens_per_step, device=device)
+    step = index // tokens_per_step
+    return (index[None, :] <= index[:, None]) & (step[:, None] - step[None, :] < window)
