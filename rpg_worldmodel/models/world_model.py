@@ -128,8 +128,11 @@ def _conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> 
     n, c, h, w = x.shape
     k = conv.kernel_size[0]
     cols = F.unfold(x, k, padding=k // 2)  # (N, C*k*k, H*W), ordered like conv.weight's (in, kh, kw)
-    weight = conv.weight.view(-1, c, c * k * k)[choice]  # (N, C_out, C*k*k)
-    bias = conv.bias.view(-1, c)[choice]
+    # Select each sample's group with a one-hot matmul rather than indexing: the backward of an
+    # indexed gather accumulates repeated choices in a thread-dependent order (not bit-reproducible).
+    pick = F.one_hot(choice, conv.out_channels // c).to(x.dtype)  # (N, choices)
+    weight = (pick @ conv.weight.view(-1, c * c * k * k)).view(n, c, c * k * k)  # (N, C_out, C*k*k)
+    bias = pick @ conv.bias.view(-1, c)
     return (torch.bmm(weight, cols) + bias[..., None]).view(n, c, h, w)
 
 
