@@ -1,4 +1,19 @@
-"""rpg_worldmodel: a Vision-Transformer predictor of next views and actions, trained on
-trajectory files written by `rpg_env` (the HDF5 schema in docs/trajectory-format.md)."""
+"""rpg_worldmodel: a Vision-Transformer world model of Treasurehunt, trained on trajectory files
+written by `rpg_env` (the HDF5 schema in docs/trajectory-format.md).
 
-__version__ = "0.1.0"
+``import rpg_worldmodel`` registers ``TreasurehuntImagined-v0``: the model as a Gymnasium
+environment (`rpg_worldmodel.envs.world_model_env`). Nothing heavy is imported here.
+"""
+
+from gymnasium.envs.registration import register, registry
+
+__version__ = "0.2.0"
+
+IMAGINED_ENV_ID = "TreasurehuntImagined-v0"
+
+if IMAGINED_ENV_ID not in registry:
+    register(
+        id=IMAGINED_ENV_ID,
+        entry_point="rpg_worldmodel.envs.world_model_env:TreasurehuntImaginedEnv",
+        vector_entry_point="rpg_worldmodel.envs.world_model_env:TreasurehuntImaginedVectorEnv",
+    )

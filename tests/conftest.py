@@ -4,3 +4,28 @@ import os
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+import pytest  # noqa: E402
+
+#: A world model small enough to train in a few seconds (tests check behaviour, not quality).
+TINY_WORLD_MODEL = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
+                    "train.max_steps=20", "train.warmup_steps=2", "train.batch_size=16",
+                    "train.eval_every=20", "train.checkpoint_every=20", "train.progress=false",
+                    "data.max_val_windows=64"]
+
+
+@pytest.fixture(scope="session")
+def tiny_world_model(tmp_path_factory):
+    """``(run folder, trajectory file)``: a tiny world model with a reward head, trained on 30
+    greedy games."""
+    from rpg_env.record import record
+    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.train import train
+
+    root = tmp_path_factory.mktemp("tiny_world_model")
+    data = root / "greedy.h5"
+    record("greedy", data, 30, seed=0, num_envs=10, mode="w", progress=False)
+    cfg = load_config(DEFAULT_CONFIG_PATH, TINY_WORLD_MODEL)
+    cfg.data.path, cfg.out_dir = str(data), str(root / "run")
+    train(cfg)
+    return root / "run", data

@@ -1,0 +1,195 @@
+"""N imagined worlds stepped together, and the real context they start from.
+
+A world model needs ``num_frames`` real steps before it can imagine: a `Context` provides them,
+either played in the real game by a burn-in policy (`RealGameContext`, the default: nothing has
+to be recorded first) or cut from a trajectory file (`FileContext`). `ImaginedWorlds` then steps
+all N worlds with one batched, cached forward pass per step (`WorldModel.imagine_step`) and
+samples each next view per cell and each reward from the model's distributions. The
+environments of `rpg_worldmodel.envs.world_model_env` are thin Gymnasium faces of it.
+
+Episodes end only by truncation at the game's fixed length, so turns are counted exactly and
+the model needs no "done" head: the context's real turns count toward the episode, and an
+imagined episode truncates at the same turn as the real game would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from rpg_env.envs.vector import TreasurehuntVectorEnv
+from rpg_env.errors import InputError
+from rpg_env.policies import BatchPolicy, make_policy
+from rpg_worldmodel.checkpoint import LoadedCheckpoint
+from rpg_worldmodel.data import DataSource, EpisodeStore, check_data_matches, file_digest
+from rpg_worldmodel.models.world_model import Imagination, WorldModel
+
+
+@dataclass
+class Start:
+    """Real context for k worlds: ``views`` (k, T, C, V, V) uint8, the ``actions`` (k, T-1) taken
+    in all but the last view, and ``turns`` (k,): the game turn of the last view."""
+
+    views: np.ndarray
+    actions: np.ndarray
+    turns: np.ndarray
+
+
+class Context(Protocol):
+    """Where imagined worlds start: ``sample(k, rng)`` -> `Start` of k worlds."""
+
+    def sample(self, k: int, rng: np.random.Generator) -> Start: ...
+
+
+class RealGameContext:
+    """Context played in the real game: a burn-in policy plays ``num_frames - 1`` turns.
+
+    ``policy``: anything `rpg_env.policies.make_policy` takes (``"greedy"``, ``"random"``, an SB3
+    ``.zip``); ``rules``: the game's settings (the checkpoint's training data's ``env_kwargs``);
+    ``co_policy``: who drives the co-players.
+    """
+
+    def __init__(self, num_frames: int, rules: dict[str, Any], policy: Any = "greedy",
+                 co_policy: Any = "random") -> None:
+        self.num_frames, self.rules, self.co_policy = num_frames, dict(rules), co_policy
+        self.policy: BatchPolicy = make_policy(policy)
+        if num_frames - 1 >= int(self.rules.get("max_turns", 100)):
+            raise InputError(f"a context of {num_frames} frames does not fit in an episode of "
+                             f"{self.rules.get('max_turns')} turns")
+
+    def sample(self, k: int, rng: np.random.Generator) -> Start:
+        env = TreasurehuntVectorEnv(k, **self.rules, co_policy=self.co_policy)
+        self.policy.check_view_shape(tuple(env.single_observation_space.shape))
+        try:
+            obs, _ = env.reset(seed=int(rng.integers(2**62)))
+            self.policy.seed(np.random.default_rng(rng.integers(2**62)))
+            views, actions = [obs], []
+            start = np.ones(k, dtype=bool)
+            for _ in range(self.num_frames - 1):
+                action = self.policy.act(obs, start)
+                start[:] = False
+                obs, *_ = env.step(action)
+                views.append(obs)
+                actions.append(action)
+        finally:
+            env.close()
+        stacked = np.stack(views, 1).astype(np.uint8)
+        acts = np.stack(actions, 1) if actions else np.zeros((k, 0), dtype=np.int64)
+        return Start(stacked, acts.astype(np.int64), np.full(k, self.num_frames - 1, dtype=np.int64))
+
+
+class FileContext:
+    """Context cut from a trajectory file: ``num_frames`` consecutive recorded steps of a stream.
+
+    On the checkpoint's own training file only its test split is used (the model never trained
+    on those games); on any other file, every stream of the checkpoint's ``data.agent_id``.
+    """
+
+    def __init__(self, path: str | Path, loaded: LoadedCheckpoint) -> None:
+        path = Path(path)
+        source = DataSource.open(path)
+        cfg, meta = loaded.config, loaded.meta
+        check_data_matches(cfg.model, source.meta, data_path=path, model_source=f"checkpoint {loaded.path}",
+                           trained_on=meta.get("data"))
+        if file_digest(path) == (meta.get("data") or {}).get("fingerprint"):
+            episodes = np.asarray(meta["splits"]["test"], dtype=np.int64)
+        else:
+            agent = cfg.data.agent_id
+            agents = source.table["agent_id"]
+            episodes = np.flatnonzero(agents == agent) if agent >= 0 else np.arange(len(source))
+        self.num_frames = cfg.model.num_frames
+        self.store = EpisodeStore.load(path, episodes)
+        long_enough = self.store.lengths >= self.num_frames
+        if not long_enough.any():
+            raise InputError(f"{path} has no episode of {self.num_frames} steps or more to start from")
+        self.rows = np.flatnonzero(long_enough)
+
+    def sample(self, k: int, rng: np.random.Generator) -> Start:
+        rows = self.rows[rng.integers(0, len(self.rows), size=k)]
+        # Views s .. s+T-1 and the actions taken in them all lie inside the episode (and at least one
+        # recorded step follows: the imagined episode has turns left).
+        starts = (rng.random(k) * (self.store.lengths[rows] - self.num_frames + 1)).astype(np.int64)
+        views, actions, _ = self.store.gather(rows, starts, self.num_frames)
+        return Start(views, actions[:, :-1], starts + self.num_frames - 1)
+
+
+def sample_cells(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One class per cell from ``probs`` ``(..., K)`` (inverse CDF with uniforms from ``generator``)."""
+    uniform = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=probs.device)
+    return (uniform > probs.cumsum(-1)).sum(-1).clamp_max(probs.shape[-1] - 1)
+
+
+class ImaginedWorlds:
+    """N worlds imagined by a world model, stepped by one batched forward pass per step.
+
+    ``reset(rows, rng)`` starts the worlds ``rows`` from the context; ``step(actions)`` advances
+    every world one turn. The next view is sampled per cell from the model's distribution
+    (softened by ``temperature``) or taken as its arg-max (``sample=False``), and so is the
+    reward class; the generator is reseeded by each full reset, so the same seed and actions
+    give the same imagined worlds, bit for bit on CPU.
+    """
+
+    def __init__(self, loaded: LoadedCheckpoint, num_worlds: int, context: Context, *, sample: bool = True,
+                 temperature: float = 1.0, device: str | torch.device = "cpu") -> None:
+        cfg = loaded.config.model
+        if not cfg.reward_head or not cfg.reward_values:
+            raise InputError(f"checkpoint {loaded.path} has no reward head (schema 1 or reward_head=false): "
+                             f"an imagined game needs rewards; retrain it with this version")
+        if not temperature > 0:
+            raise InputError(f"temperature must be > 0, got {temperature}")
+        self.model: WorldModel = loaded.model.to(device).eval()
+        self.device, self.context, self.num_worlds = torch.device(device), context, int(num_worlds)
+        self.sample, self.temperature = bool(sample), float(temperature)
+        self.num_frames, self.max_turns = cfg.num_frames, int(loaded.meta["data"]["env_kwargs"]["max_turns"])
+        self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
+        self.generator = torch.Generator(device=self.device)
+        self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,
+                                 device=self.device)  # the view each world is in, one-hot float
+        self.turns = np.zeros(self.num_worlds, dtype=np.int64)
+        self.returns = np.zeros(self.num_worlds, dtype=np.float64)
+        self.entropy = np.zeros(self.num_worlds, dtype=np.float64)
+        self.state: Imagination | None = None
+
+    def reset(self, rows: np.ndarray, rng: np.random.Generator) -> None:
+        """Start worlds ``rows`` from fresh real context (all worlds: the generator is reseeded)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) == self.num_worlds:
+            self.generator.manual_seed(int(rng.integers(2**62)))
+        start = self.context.sample(len(rows), rng)
+        views = torch.as_tensor(start.views, device=self.device).float()
+        actions = torch.as_tensor(start.actions, device=self.device)
+        joining = self.state is not None and len(rows) < self.num_worlds
+        first = self.state.step - actions.shape[1] if joining else 0
+        fresh = self.model.imagine_context(views, actions, first_step=first)
+        index = torch.as_tensor(rows, device=self.device)
+        self.state = self.state.with_rows(index, fresh) if joining else fresh
+        self.views[index] = views[:, -1]
+        self.turns[rows], self.returns[rows], self.entropy[rows] = start.turns, 0.0, 0.0
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Advance every world by its action ``(N,)``; returns rewards ``(N,)`` float32 (points) and
+        truncated ``(N,)`` bool. Views, turns, returns and entropies are updated in place."""
+        act = torch.as_tensor(np.asarray(actions, dtype=np.int64), device=self.device)
+        out, self.state = self.model.imagine_step(self.views, act, self.state)
+        logits = out.view[:, 0].float().movedim(1, -1)  # (N, V, V, C)
+        log_probs = torch.log_softmax(logits, -1)
+        self.entropy = -(log_probs.exp() * log_probs).sum(-1).mean((1, 2)).double().cpu().numpy()
+        reward_logits = out.reward[:, 0].float()
+        if self.sample:
+            cells = sample_cells(torch.softmax(logits / self.temperature, -1), self.generator)
+            reward_class = sample_cells(torch.softmax(reward_logits / self.temperature, -1), self.generator)
+        else:
+            cells, reward_class = logits.argmax(-1), reward_logits.argmax(-1)
+        self.views = torch.nn.functional.one_hot(cells, logits.shape[-1]).movedim(-1, 1).float()
+        rewards = self.reward_values[reward_class].cpu().numpy()
+        self.turns += 1
+        self.returns += rewards
+        return rewards, self.turns >= self.max_turns
+
+    def observations(self) -> np.ndarray:
+        """``(N, C, V, V)`` int8 one-hot views (exactly one class per cell)."""
+        return self.views.to(torch.int8).cpu().numpy()

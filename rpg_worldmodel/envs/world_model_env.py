@@ -1,0 +1,192 @@
+"""``TreasurehuntImagined-v0``: the world model as a Gymnasium environment, beside the real one.
+
+    env = gym.make("TreasurehuntImagined-v0", checkpoint="runs/worldmodel/run")
+    venv = gym.make_vec("TreasurehuntImagined-v0", num_envs=256, checkpoint="runs/worldmodel/run")
+
+Its spaces are exactly those of ``Treasurehunt-v0`` with ``obs_mode="onehot"``, so any policy of
+the real game (the shipped experts, greedy, SB3 models) acts in it unchanged. A reset plays
+``num_frames - 1`` real turns (``burn_in_policy``, greedy by default) or cuts them from a file
+(``reset_from="games.h5"``); those turns count toward the episode, which truncates at the same
+turn as the real game. ``info`` carries ``turn``, ``episode_return`` and ``entropy`` (the
+model's mean per-cell entropy of the view it just imagined, nats: its uncertainty). There is no
+training code here and no game code in the model: `rpg_worldmodel.envs.imagination` does the
+work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import ResetNeeded
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from rpg_env.errors import InputError
+from rpg_env.render import render_view
+from rpg_worldmodel.checkpoint import LoadedCheckpoint, load_checkpoint
+from rpg_worldmodel.envs.imagination import Context, FileContext, ImaginedWorlds, RealGameContext
+
+ENV_ID = "TreasurehuntImagined-v0"
+
+
+def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_from: str | Path | None,
+            co_policy: Any, sample: bool, temperature: float,
+            device: str) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
+    loaded = load_checkpoint(checkpoint, map_location=device)
+    context: Context
+    if reset_from is not None:
+        context = FileContext(reset_from, loaded)
+    else:
+        context = RealGameContext(loaded.config.model.num_frames, loaded.meta["data"]["env_kwargs"],
+                                  burn_in_policy, co_policy)
+    return ImaginedWorlds(loaded, num_envs, context, sample=sample, temperature=temperature,
+                          device=device), loaded
+
+
+def _metadata(base: dict[str, Any], loaded: LoadedCheckpoint) -> dict[str, Any]:
+    """The env protocol's keys (`rpg_env.envs.protocol`): the imagined game's names and rules."""
+    data = loaded.meta["data"]
+    return {**base, "channel_names": tuple(data["channel_names"]),
+            "action_names": tuple(data["action_names"]), "max_turns": int(data["env_kwargs"]["max_turns"]),
+            "rules": dict(data["env_kwargs"]), "co_policy_id": None}
+
+
+def _spaces(loaded: LoadedCheckpoint) -> tuple[spaces.MultiBinary, spaces.Discrete]:
+    m = loaded.config.model
+    return spaces.MultiBinary((m.num_channels, m.view_size, m.view_size)), spaces.Discrete(m.num_actions)
+
+
+class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
+    """One imagined Treasurehunt world (see the module docstring).
+
+    Args:
+        checkpoint: a world-model run folder or checkpoint (a model with a reward head).
+        burn_in_policy: who plays the real turns before imagination starts (``"greedy"``,
+            ``"random"``, an SB3 ``.zip``); ignored with ``reset_from``.
+        reset_from: a trajectory file to cut the starting context from instead.
+        co_policy: the real game's co-player during the burn-in.
+        sample: sample the next view per cell and the reward (True) or take the arg-max.
+        temperature: softens (> 1) or sharpens (< 1) the sampled distributions.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
+
+    def __init__(self, checkpoint: str | Path, *, burn_in_policy: Any = "greedy",
+                 reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
+                 temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
+        self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, co_policy, sample,
+                                      temperature, device)
+        self.metadata = _metadata(type(self).metadata, loaded)
+        self.observation_space, self.action_space = _spaces(loaded)
+        self.render_mode = render_mode
+        self._needs_reset = True
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if options:
+            raise InputError(f"TreasurehuntImagined-v0 takes no reset options, got {sorted(options)}")
+        self.worlds.reset(np.arange(1), self.np_random)
+        self._needs_reset = False
+        return self.worlds.observations()[0], self._info()
+
+    def step(self, action: Any):
+        if self._needs_reset:
+            raise ResetNeeded("cannot call step(): the episode has ended (or reset() was never called)")
+        action = _check_actions(np.asarray(action), (), self.action_space.n)
+        rewards, truncated = self.worlds.step(action.reshape(1))
+        self._needs_reset = bool(truncated[0])
+        return self.worlds.observations()[0], float(rewards[0]), False, bool(truncated[0]), self._info()
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode is None:
+            gym.logger.warn("render() called without a render_mode; pass render_mode='rgb_array'")
+            return None
+        return render_view(self.worlds.views[0].argmax(0).cpu().numpy())
+
+    def _info(self) -> dict[str, Any]:
+        w = self.worlds
+        return {"turn": int(w.turns[0]), "episode_return": float(w.returns[0]),
+                "entropy": float(w.entropy[0])}
+
+
+class TreasurehuntImaginedVectorEnv(VectorEnv):
+    """``num_envs`` imagined worlds, one batched forward pass per step (see the module docstring).
+
+    Autoreset is Gymnasium's next-step mode, as ``Treasurehunt-v0``'s vector env: the step after
+    a world's episode ends restarts it from fresh context, ignores its action, and returns its
+    first observation with reward 0. Infos are arrays over worlds with ``_key`` masks.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 1, *, checkpoint: str | Path, burn_in_policy: Any = "greedy",
+                 reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
+                 temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise InputError(f"num_envs must be a positive int, got {num_envs!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
+        self.num_envs = int(num_envs)
+        self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, co_policy,
+                                      sample, temperature, device)
+        self.metadata = _metadata(type(self).metadata, loaded)
+        self.single_observation_space, self.single_action_space = _spaces(loaded)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.render_mode = render_mode
+        self._needs_reset = np.zeros(self.num_envs, dtype=bool)
+        self._started = False
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if isinstance(seed, (list, tuple)):
+            raise InputError("TreasurehuntImagined-v0 draws every world from one generator: pass one "
+                             "int seed")
+        if options:
+            raise InputError(f"TreasurehuntImagined-v0 takes no reset options, got {sorted(options)}")
+        super().reset(seed=seed)
+        self.worlds.reset(np.arange(self.num_envs), self.np_random)
+        self._needs_reset[:] = False
+        self._started = True
+        return self.worlds.observations(), self._infos()
+
+    def step(self, actions: Any):
+        if not self._started:
+            raise ResetNeeded("cannot call step() before reset()")
+        actions = _check_actions(np.asarray(actions), (self.num_envs,), self.single_action_space.n)
+        resetting = self._needs_reset.copy()
+        rewards, truncated = self.worlds.step(actions)
+        if resetting.any():  # these worlds ended last step: they restart now and ignore their actions
+            self.worlds.reset(np.flatnonzero(resetting), self.np_random)
+            rewards = np.where(resetting, 0.0, rewards).astype(np.float32)
+            truncated = truncated & ~resetting
+        self._needs_reset = truncated.copy()
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        return self.worlds.observations(), rewards.astype(np.float32), terminated, truncated, self._infos()
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        if self.render_mode is None:
+            return None
+        codes = self.worlds.views.argmax(1).cpu().numpy()
+        return tuple(render_view(c) for c in codes)
+
+    def _infos(self) -> dict[str, Any]:
+        w, everywhere = self.worlds, np.ones(self.num_envs, dtype=bool)
+        return {"turn": w.turns.copy(), "_turn": everywhere, "episode_return": w.returns.copy(),
+                "_episode_return": everywhere, "entropy": w.entropy.copy(), "_entropy": everywhere}
+
+
+def _check_actions(actions: np.ndarray, shape: tuple[int, ...], n: int) -> np.ndarray:
+    """Integer actions of ``shape`` in ``0..n-1``, or `InputError` saying what is wrong."""
+    if actions.shape != shape:
+        raise InputError(f"actions must have shape {shape}, got {actions.shape}")
+    if actions.dtype.kind not in "iu":
+        raise InputError(f"actions must be integers in 0..{n - 1}, got dtype {actions.dtype}")
+    if actions.size and (actions.min() < 0 or actions.max() >= n):
+        raise InputError(f"actions must be in 0..{n - 1}, got {actions.reshape(-1)[:8].tolist()}")
+    return actions.astype(np.int64)

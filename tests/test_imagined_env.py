@@ -1,0 +1,134 @@
+"""TreasurehuntImagined-v0: the world model as a Gymnasium env and vector env."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import rpg_env
+import rpg_worldmodel
+from rpg_env.errors import InputError
+from rpg_env.experts import pretrained_path
+from rpg_env.policies import GreedyPolicy, SB3Policy
+from rpg_env.record import record
+from rpg_env.rollout import rollout
+from rpg_worldmodel.checkpoint import load_checkpoint
+from rpg_worldmodel.envs.world_model_env import TreasurehuntImaginedVectorEnv
+
+ID = rpg_worldmodel.IMAGINED_ENV_ID
+
+
+def test_the_single_env_passes_gymnasiums_checker_without_warnings(tiny_world_model):
+    run, _ = tiny_world_model
+    env = gym.make(ID, checkpoint=run, render_mode="rgb_array").unwrapped
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=False)
+    assert [str(w.message) for w in caught] == []
+    real = gym.make(rpg_env.ENV_ID)
+    assert env.observation_space == real.observation_space and env.action_space == real.action_space
+    obs, info = env.reset(seed=0)
+    assert info["turn"] == 2 and obs.dtype == np.int8  # the burn-in's real turns count
+    assert env.render().shape == (9 * 16, 9 * 16, 3)
+
+
+def test_the_vector_env_autoresets_past_the_episode_boundary(tiny_world_model):
+    run, _ = tiny_world_model
+    venv = gym.make_vec(ID, num_envs=4, checkpoint=run)
+    assert isinstance(venv.unwrapped, TreasurehuntImaginedVectorEnv)
+    obs, info = venv.reset(seed=1)
+    assert (info["turn"] == 2).all()
+    rng = np.random.default_rng(0)
+    for step in range(98):  # turns 3 .. 100
+        obs, rewards, terminated, truncated, info = venv.step(rng.integers(0, 4, 4))
+        assert (obs.sum(1) == 1).all()  # a valid one-hot view, every cell, every step
+        assert not terminated.any() and truncated.all() == (step == 97)
+        assert set(np.unique(rewards)) <= {-10.0, -1.0, 0.0, 5.0, 10.0}
+    assert (info["turn"] == 100).all()  # the real game's episode length
+    obs, rewards, terminated, truncated, info = venv.step(np.zeros(4, dtype=np.int64))
+    assert (info["turn"] == 2).all() and (rewards == 0).all() and not truncated.any()
+    assert (info["episode_return"] == 0).all() and (info["entropy"] >= 0).all()
+
+
+def test_same_seed_same_imagined_trajectories_bit_for_bit(tiny_world_model):
+    run, _ = tiny_world_model
+
+    def play(seed, **kwargs):
+        venv = gym.make_vec(ID, num_envs=3, checkpoint=run, **kwargs)
+        obs, _ = venv.reset(seed=seed)
+        frames, rewards = [obs], []
+        for t in range(20):
+            obs, reward, *_ = venv.step(np.array([t % 4, (t + 1) % 4, 3]))
+            frames.append(obs)
+            rewards.append(reward)
+        return np.stack(frames), np.stack(rewards)
+
+    first, again, other = play(5), play(5), play(6)
+    np.testing.assert_array_equal(first[0], again[0])
+    np.testing.assert_array_equal(first[1], again[1])
+    assert not np.array_equal(first[0], other[0])
+    greedy_a, greedy_b = play(5, sample=False), play(5, temperature=0.5, sample=False)
+    np.testing.assert_array_equal(greedy_a[0], greedy_b[0])  # arg-max ignores the temperature
+
+
+def test_any_policy_of_the_real_game_acts_in_the_dream(tiny_world_model):
+    run, _ = tiny_world_model
+    venv = gym.make_vec(ID, num_envs=5, checkpoint=run)
+    for policy in (SB3Policy.load(pretrained_path("dqn")), GreedyPolicy()):
+        result = rollout(venv, policy, seed=2, policy_rng=np.random.default_rng(0))
+        assert (result.lengths == 98).all() and np.isfinite(result.returns).all()
+
+
+def test_one_batched_forward_per_step(tiny_world_model, monkeypatch):
+    run, _ = tiny_world_model
+    venv = gym.make_vec(ID, num_envs=16, checkpoint=run)
+    venv.reset(seed=0)
+    model = venv.unwrapped.worlds.model
+    calls = []
+    original = type(model).imagine_step
+    monkeypatch.setattr(type(model), "imagine_step", lambda self, *a, **k: calls.append(a[0].shape[0])
+                        or original(self, *a, **k))
+    for _ in range(5):
+        venv.step(np.zeros(16, dtype=np.int64))
+    assert calls == [16] * 5
+
+
+def test_context_from_a_file_uses_its_held_out_games(tiny_world_model):
+    run, data = tiny_world_model
+    env = gym.make(ID, checkpoint=run, reset_from=data).unwrapped
+    test_games = set(env.worlds.context.store.episodes.tolist())
+    assert test_games == set(load_checkpoint(run).meta["splits"]["test"])
+    for seed in range(5):
+        _, info = env.reset(seed=seed)
+        assert 2 <= info["turn"] < 100
+
+
+def test_bad_input_is_refused_clearly(tiny_world_model, tmp_path):
+    run, _ = tiny_world_model
+    with pytest.raises(InputError, match="does not exist"):
+        gym.make(ID, checkpoint=tmp_path / "nothing")
+    broken = tmp_path / "broken"
+    shutil.copytree(run, broken)
+    for meta in broken.rglob("meta.json"):
+        meta.write_text("{")
+    with pytest.raises(InputError, match="not valid JSON"):
+        gym.make(ID, checkpoint=broken)
+    small = tmp_path / "small.h5"
+    record("random", small, 2, seed=0, num_envs=2, mode="w", progress=False,
+           env_kwargs={"vision_radius": 2, "max_turns": 10})
+    with pytest.raises(InputError, match="views"):
+        gym.make(ID, checkpoint=run, reset_from=small)
+    env = gym.make(ID, checkpoint=run).unwrapped
+    env.reset(seed=0)
+    for bad in (4, -1, np.array([1, 2]), 1.5):
+        with pytest.raises(InputError, match="actions must"):
+            env.step(bad)
+    venv = gym.make_vec(ID, num_envs=2, checkpoint=run)
+    venv.reset(seed=0)
+    with pytest.raises(InputError, match=r"shape \(2,\)"):
+        venv.step(np.zeros(3, dtype=np.int64))
