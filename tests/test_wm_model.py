@@ -227,7 +227,7 @@ def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
 
 @pytest.mark.parametrize("num_frames", [1, 3])
 def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames):
-    model = _model(num_frames=num_frames, agent_embedding=True)
+    model = _model(num_frames=num_frames, agent_embedding=True, num_layers=2)
     views, actions, ids = _views(3, 9, seed=4), torch.randint(0, 4, (3, 9)), torch.tensor([0, 1, 0])
     reference = model(views, actions, ids)  # a sliding band of num_frames steps over 9 steps
     state = None
@@ -236,6 +236,10 @@ def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames
         for got, want in zip(out, reference, strict=True):
             torch.testing.assert_close(got[:, 0], want[:, t], rtol=1e-4, atol=1e-4)
     assert state.step == 9 and state.past[0][0].shape[2] == 2 * (num_frames - 1)
+    # The uncached path over just the steps a prediction depends on agrees too.
+    for t in range(1, 9):
+        last = model.predict_last(views[:, : t + 1], actions[:, : t + 1], ids)
+        torch.testing.assert_close(last.view[:, 0], reference.view[:, t], rtol=1e-4, atol=1e-4)
 
 
 def test_imagination_can_start_from_context_and_splice_worlds():

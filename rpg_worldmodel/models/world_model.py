@@ -151,6 +151,11 @@ class Outputs(NamedTuple):
     reward: torch.Tensor | None
 
 
+def _last(out: Outputs) -> Outputs:
+    """The outputs of the last step only (T = 1)."""
+    return Outputs(out.view[:, -1:], out.action[:, -1:], None if out.reward is None else out.reward[:, -1:])
+
+
 @dataclass(frozen=True)
 class LossWeights:
     """Weights of the training loss: ``view``, ``action`` and ``reward`` scale the three
@@ -453,6 +458,22 @@ class WorldModel(nn.Module):
         return out, replace(state, past=tuple(past), step=state.step + 1, prev_view=view, prev_action=action,
                             prev_patches=patches[:, 0])
 
+    @property
+    def context_steps(self) -> int:
+        """Steps of history a prediction depends on: each layer's attention reaches ``num_frames - 1``
+        steps further back and the view head reads the step before (learned positions: the window)."""
+        if self.cfg.position != "rope":
+            return self.cfg.num_frames
+        return self.cfg.num_layers * (self.cfg.num_frames - 1) + 2
+
+    @torch.no_grad()
+    def predict_last(self, views: torch.Tensor, actions: torch.Tensor,
+                     agent_ids: torch.Tensor | None = None) -> Outputs:
+        """The uncached reference of `imagine_step`: `forward` over the last `context_steps` steps of
+        a history ``views`` (N, t, C, V, V), ``actions`` (N, t); outputs of the last step (T = 1)."""
+        k = self.context_steps
+        return _last(self(views[:, -k:], actions[:, -k:], agent_ids))
+
     def _imagine_by_window(self, view: torch.Tensor, action: torch.Tensor,
                            state: Imagination) -> tuple[Outputs, Imagination]:
         """`imagine_step` for absolute positions: recompute the window of the last steps."""
@@ -460,10 +481,8 @@ class WorldModel(nn.Module):
         if state.window is not None:
             views = torch.cat([state.window[0], views], 1)[:, -self.cfg.num_frames:]
             actions = torch.cat([state.window[1], actions], 1)[:, -self.cfg.num_frames:]
-        out = self(views, actions, state.agent_ids)
-        reward = None if out.reward is None else out.reward[:, -1:]
-        last = Outputs(out.view[:, -1:], out.action[:, -1:], reward)
-        return last, replace(state, step=state.step + 1, window=(views, actions))
+        return _last(self(views, actions, state.agent_ids)), replace(state, step=state.step + 1,
+                                                                      window=(views, actions))
 
     @torch.no_grad()
     def imagine_context(self, views: torch.Tensor, actions: torch.Tensor,

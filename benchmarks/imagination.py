@@ -1,0 +1,148 @@
+"""Imagined agent-steps per second of ``TreasurehuntImagined-v0``, beside the uncached path and the
+real game, all measured in this run.
+
+Rows, for N = 1, 64, 256, 1024 worlds stepped together (one ``step`` of the vector env advances
+N worlds; random actions):
+
+- ``cached``: ``gym.make_vec("TreasurehuntImagined-v0", num_envs=N)``: one batched forward per
+  step that reuses each past step's local work and the global attention's keys and values
+  (`WorldModel.imagine_step`), plus sampling the next views and rewards;
+- ``uncached``: the same worlds, but each step recomputes the model over every past step its
+  prediction depends on (`WorldModel.predict_last`, ``context_steps`` steps), as a world model
+  without a cache does; the same sampling;
+- ``real``: the native vector env of the real game (``Treasurehunt-v0``), for scale.
+
+The model has the default configuration (``rpg_worldmodel/configs/default.yaml``); its weights
+are a few training steps old (speed does not depend on training). Rounds alternate between the
+rows so that load from other processes hits all alike; the median and best round are reported.
+
+    python benchmarks/imagination.py [--quick] [--device cuda] [--threads 2]
+
+Writes ``benchmarks/results/imagination.json`` (``imagination_gpu.json`` with ``--device cuda``).
+Goal on a 2-core CPU: >= 5,000 imagined steps/s at N = 256 and >= 3x the uncached path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import rpg_env
+import rpg_worldmodel
+from rpg_env.provenance import provenance
+from rpg_env.record import record
+from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+from rpg_worldmodel.train import train
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SIZES = (1, 64, 256, 1024)
+
+
+def build_checkpoint(root: Path, device: str) -> Path:
+    """A default-configuration world model trained for a few steps on 40 greedy games."""
+    data = root / "greedy.h5"
+    record("greedy", data, 40, seed=0, num_envs=20, mode="w", progress=False)
+    cfg = load_config(DEFAULT_CONFIG_PATH, ["train.max_steps=3", "train.warmup_steps=1", "train.eval_every=3",
+                                            "train.checkpoint_every=3", "train.progress=false",
+                                            f"train.device={device}", "data.max_val_windows=32"])
+    cfg.data.path, cfg.out_dir = str(data), str(root / "run")
+    return Path(train(cfg).checkpoint)
+
+
+class Uncached:
+    """Replaces a vector env's cached `imagine_step` by `predict_last` over the kept history."""
+
+    def __init__(self, venv) -> None:
+        self.worlds = venv.unwrapped.worlds
+        self.model = self.worlds.model
+        self.views: list[torch.Tensor] = []
+        self.actions: list[torch.Tensor] = []
+        self.model.imagine_step = self.step  # instance attribute: this env only
+
+    def step(self, view, action, state=None, agent_ids=None):
+        self.views.append(view)
+        self.actions.append(action)
+        k = self.model.context_steps
+        self.views, self.actions = self.views[-k:], self.actions[-k:]
+        out = self.model.predict_last(torch.stack(self.views, 1), torch.stack(self.actions, 1))
+        return out, state
+
+
+def steps_per_second(venv, steps: int, seed: int) -> float:
+    """Agent-steps/s (worlds x steps / s) of ``steps`` random-action steps after a reset."""
+    rng = np.random.default_rng(seed)
+    actions = [rng.integers(0, 4, venv.num_envs) for _ in range(steps + 2)]
+    venv.reset(seed=seed)
+    for a in actions[:2]:  # warm-up
+        venv.step(a)
+    start = time.perf_counter()
+    for a in actions[2:]:
+        venv.step(a)
+    return venv.num_envs * steps / (time.perf_counter() - start)
+
+
+def measure(checkpoint: Path, sizes: tuple[int, ...], steps: int, repeats: int, device: str) -> dict:
+    rows: dict[str, dict[int, list[float]]] = {"cached": {}, "uncached": {}, "real": {}}
+    for n in sizes:
+        make = {"num_envs": n, "checkpoint": checkpoint, "device": device}
+        cached = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make)
+        uncached = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make)
+        Uncached(uncached)
+        real = gym.make_vec(rpg_env.ENV_ID, num_envs=n)
+        for r in range(repeats):
+            for name, venv in (("cached", cached), ("uncached", uncached), ("real", real)):
+                rows[name].setdefault(n, []).append(steps_per_second(venv, steps, seed=r))
+        medians = ", ".join(f"{k} {statistics.median(v[n]):,.0f}" for k, v in rows.items())
+        print(f"N={n}: {medians}", flush=True)
+    return {name: {str(n): {"median": statistics.median(v), "best": max(v), "rounds": v}
+                   for n, v in per.items()} for name, per in rows.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="N = 1 and 64, few steps: a smoke check")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--steps", type=int, default=0, help="timed steps per round (default: by N)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes = SIZES[:2] if args.quick else SIZES
+    steps = args.steps or (5 if args.quick else 30)
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = build_checkpoint(Path(tmp), args.device)
+        cfg = load_config(DEFAULT_CONFIG_PATH)
+        results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device)
+    at = "256" if "256" in results["cached"] else str(sizes[-1])
+    summary = {
+        f"cached_steps_per_s_at_{at}": results["cached"][at]["median"],
+        f"cached_over_uncached_at_{at}": results["cached"][at]["median"] / results["uncached"][at]["median"],
+        "goal": ">= 5,000 imagined steps/s at N = 256 and >= 3x the uncached path (2-core CPU)",
+    }
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size")
+    shape = {k: getattr(cfg.model, k) for k in keys}
+    record_ = provenance(seed=0, device=args.device, device_name=device_name,
+                         torch_threads=torch.get_num_threads(), model=shape,
+                         steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
+    print("\nworlds  cached/s  uncached/s  real/s  cached/uncached")
+    for n in results["cached"]:
+        c, u, r = (results[k][n]["median"] for k in ("cached", "uncached", "real"))
+        print(f"{n:>6}  {c:>8,.0f}  {u:>10,.0f}  {r:>8,.0f}  {c / u:>6.1f}x")
+    out = RESULTS / ("imagination_gpu.json" if args.device.startswith("cuda") else "imagination.json")
+    if not args.quick:
+        out.write_text(json.dumps(record_, indent=1) + "\n")
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
