@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.errors import InputError
 from rpg_worldmodel.config import MASK_KINDS
 from rpg_worldmodel.data import CONTEXTS, window_plan
 from rpg_worldmodel.evaluation.baselines import (
@@ -93,14 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--context", default="full", choices=CONTEXTS,
                         help="full: every prediction with T steps of history (T times the compute); "
                              "stride: non-overlapping windows, history 1..T as in training")
+    parser.add_argument("--rollout-horizon", type=int, default=0, metavar="H",
+                        help="also roll the model open-loop H steps from held-out starts on the recorded "
+                             "actions and score every step (0: off; the pipeline uses 15)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.rollout_horizon < 0:
+        raise InputError(f"--rollout-horizon must be >= 0 steps, got {args.rollout_horizon}")
     results = run_evaluation(args.checkpoint, args.data, args.out, args.masks, args.masked_checkpoint,
                              args.split, args.allow_training_episodes, args.bootstrap, args.seed,
-                             args.batch_size, args.device, context=args.context)
+                             args.batch_size, args.device, context=args.context,
+                             rollout_horizon=args.rollout_horizon)
     print(evaluation_summary(results))
     if args.out:
         print(Path(args.out) / "metrics.json")

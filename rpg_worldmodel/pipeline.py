@@ -13,7 +13,8 @@ Stages (each a function, so tests and notebooks can run them one by one):
 4. evaluate  held-out test split of the self file, beside the baselines (`rpg_worldmodel.evaluate`).
 5. transfer  the same model on the cross expert's games: self-vs-cross table and relative gap.
 6. probes    masking table: models trained with / without a mask x masks at evaluation.
-7. report    plots and ``report.md`` (`rpg_worldmodel.report`); ``metrics.json`` beside it.
+7. rollouts  the model rolled open-loop 15 steps from held-out starts, scored at every step.
+8. report    plots and ``report.md`` (`rpg_worldmodel.report`); ``metrics.json`` beside it.
 
 The last line printed is the path of the report. Everything is seeded by ``--seed``.
 ``--quick`` shrinks every stage (tiny data, tiny model, a few steps) for smoke tests.
@@ -79,6 +80,7 @@ class PipelineSettings:
     mask_eval_episodes: int = 40  # test episodes scored per cell of the masking table
     context: str = "full"  # main and transfer tables: every prediction with num_frames of history
     mask_context: str = "stride"  # masking table: non-overlapping windows (num_frames times cheaper)
+    rollout_horizon: int = 15  # open-loop rollout steps scored from held-out starts (0: skip)
     bootstrap: int = 1000
     batch_size: int = 256
     quick: bool = False
@@ -92,8 +94,8 @@ class PipelineSettings:
                                     "model.num_frames=3", "train.max_steps=6", "train.warmup_steps=2",
                                     "train.batch_size=16", "train.eval_every=3", "train.log_every=2",
                                     "train.checkpoint_every=3", "data.max_val_windows=64"],
-                   eval_masks=("none", "random_cells", "gem"), mask_eval_episodes=4, bootstrap=200,
-                   quick=True)
+                   eval_masks=("none", "random_cells", "gem"), mask_eval_episodes=4, rollout_horizon=5,
+                   bootstrap=200, quick=True)
 
 
 class Stage:
@@ -204,14 +206,14 @@ def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path,
 def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     """Run every stage; returns the path of ``report.md``."""
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
-    from rpg_worldmodel.report import format_table, quality_lines, transfer_line, write_report
+    from rpg_worldmodel.report import format_table, quality_lines, rollout_line, transfer_line, write_report
 
     s = settings
     out = Path(s.out or default_out())
     cfg = training_config(s.train_overrides, s.seed, s.quick)  # refused before anything is written
     prepare_out(out, overwrite)
     timings: dict[str, float] = {}
-    total, start = 7, time.perf_counter()
+    total, start = 8, time.perf_counter()
     with Stage(1, total, "experts", timings):
         self_policy, self_label = resolve_expert(s.self_expert)
         cross_policy, cross_label = resolve_expert(s.cross_expert)
@@ -246,9 +248,12 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
         print("    " + transfer_line(ev.transfer()[str(cross_file)]))
     with Stage(6, total, "masking probes", timings):
         ev.masking(s.eval_masks, [masked] if masked is not None else [])
+    with Stage(7, total, f"rollouts ({s.rollout_horizon} steps, open loop)", timings):
+        if s.rollout_horizon:
+            print("    " + rollout_line(ev.rollout(s.rollout_horizon)))
     section = {"settings": asdict(s), "recorded": recorded, "run_dir": str(run_dir),
                "masked_checkpoint": str(masked) if masked else None, "timings_s": timings}
-    with Stage(7, total, "report", timings):
+    with Stage(8, total, "report", timings):
         timings["total_before_report"] = round(time.perf_counter() - start, 2)
         metrics_path = ev.write(out, {"pipeline": section})
         report = write_report(metrics_path, run_dir, extra_sections=pipeline_section(section))

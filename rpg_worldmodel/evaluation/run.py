@@ -32,6 +32,7 @@ from rpg_worldmodel.evaluation.episodes import (
     select_episodes,
     train_mask_of,
 )
+from rpg_worldmodel.evaluation.rollouts import DEFAULT_HORIZON, rollout_table
 from rpg_worldmodel.evaluation.scoring import Scores
 from rpg_worldmodel.evaluation.tables import evaluate_file, masking_table, transfer_table
 
@@ -81,6 +82,8 @@ class Evaluation:
         self.scores: dict[str, tuple[EvalSet, Scores]] = {}
         self.transfers: dict[str, dict] = {}
         self.masks: dict | None = None
+        self.rollouts: dict | None = None
+        self.rollout_strip: dict[str, np.ndarray] = {}
         self._provenance: dict | None = None
 
     def _training_file(self) -> Path:
@@ -129,6 +132,18 @@ class Evaluation:
                                    opts.mask_context or opts.context)
         return self.masks
 
+    def rollout(self, horizon: int = DEFAULT_HORIZON) -> dict:
+        """Open-loop rollouts of ``horizon`` steps from held-out starts of the self file, scored at
+        every horizon beside the motion oracle, copy and the teacher-forced model
+        (`rpg_worldmodel.evaluation.rollouts`)."""
+        if horizon < 1:
+            raise InputError(f"the rollout horizon must be >= 1 step, got {horizon}")
+        opts = self.options
+        es = self.scores[self.self_key][0]
+        self.rollouts, self.rollout_strip = rollout_table(self.model, self.config, es, self.baselines,
+                                                          horizon, opts.num_boot, opts.seed, opts.device)
+        return self.rollouts
+
     def metrics(self, extra: dict[str, Any] | None = None) -> dict:
         """The metrics dictionary; ``extra`` (e.g. ``{"pipeline": {...}}``) is added before the
         provenance."""
@@ -146,6 +161,8 @@ class Evaluation:
         }
         if self.masks is not None:
             results["masking"] = self.masks
+        if self.rollouts is not None:
+            results["rollout"] = self.rollouts
         results.update(extra or {})
         if self._provenance is None:
             self._provenance = provenance(seed=opts.seed, checkpoint=str(self.checkpoint))
@@ -153,8 +170,12 @@ class Evaluation:
         return results
 
     def write(self, out: str | Path, extra: dict[str, Any] | None = None) -> Path:
-        """Write ``metrics.json`` and ``examples.npz`` into ``out``; returns the JSON path."""
-        return write_outputs(self.metrics(extra), self.scores[self.self_key][1], out)
+        """Write ``metrics.json``, ``examples.npz`` and (after `rollout`) ``rollout_strip.npz`` into
+        ``out``; returns the JSON path."""
+        path = write_outputs(self.metrics(extra), self.scores[self.self_key][1], out)
+        if self.rollout_strip:
+            np.savez_compressed(Path(out) / "rollout_strip.npz", **self.rollout_strip)
+        return path
 
 
 def run_evaluation(
@@ -171,9 +192,11 @@ def run_evaluation(
     device: str = "cpu",
     baseline_episodes: int = 400,
     context: str = "full",
+    rollout_horizon: int = 0,
 ) -> dict:
     """Evaluate ``checkpoint`` on each file of ``data`` (see `Evaluation`); with ``masks``, add the
-    masking table. Returns the metrics dictionary (also written to ``out`` when given)."""
+    masking table; with ``rollout_horizon`` > 0, the rollout table. Returns the metrics
+    dictionary (also written to ``out`` when given)."""
     if masked_checkpoints and not masks:
         raise InputError("--masked-checkpoint is only used by the masking table: add --masks "
                          "(e.g. --masks none random_cells gem) or drop it")
@@ -184,6 +207,8 @@ def run_evaluation(
     ev.transfer()
     if masks:
         ev.masking(masks, masked_checkpoints)
+    if rollout_horizon:
+        ev.rollout(rollout_horizon)
     if out is not None:
         ev.write(out)
     return ev.metrics()

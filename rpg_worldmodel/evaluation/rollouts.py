@@ -1,0 +1,209 @@
+"""How long the imagined future stays true: open-loop rollouts scored against the real future.
+
+From held-out starts (``num_frames`` real views and the actions taken in them), each predictor
+rolls forward ``horizon`` steps on the *recorded* actions, feeding back its own predictions, and
+is scored at every horizon k = 1..H against the real view and reward of that step:
+
+- ``model``: the world model, its arg-max view fed back (``WorldModel.imagine_step``, cached);
+- ``model_sampled``: the same, a sampled view fed back (one sample per start, seeded);
+- ``teacher_forced``: the model given the *real* history at every k (today's one-step figure,
+  at the same steps): the gap to ``model`` is what feeding back its own predictions costs;
+- ``motion_oracle``: the motion rule applied to its own previous prediction;
+- ``copy``: the last real view, forever.
+
+Figures per k (game-level bootstrap, as every other figure): ``view_ce``, ``cell_acc``,
+``changed_acc`` (cells whose true kind differs from the true view before), ``f1_items``,
+``reward_acc`` (the reward the predictor gives the recorded action in its own view: the reward
+head for the model, the reward rule for the baselines) and ``return_error`` (points, absolute
+error of the return summed over steps 1..k).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rpg_worldmodel.evaluation import metrics as M
+from rpg_worldmodel.evaluation.baselines import FittedBaselines, copy_view, views_to_codes
+from rpg_worldmodel.evaluation.episodes import EvalSet
+from rpg_worldmodel.evaluation.scoring import reward_targets
+from rpg_worldmodel.models.world_model import WorldModel
+
+PREDICTORS = ("model", "model_sampled", "teacher_forced", "motion_oracle", "copy")
+FIGURES = ("view_ce", "cell_acc", "changed_acc", "f1_items", "reward_acc", "return_error")
+DEFAULT_HORIZON = 15
+
+
+@dataclass
+class Starts:
+    """Held-out rollout starts: ``views`` (S, T + H, C, V, V) uint8 real views from the start,
+    ``actions`` and ``rewards`` (S, T + H - 1) recorded, ``rows`` (S,) episode rows of the set."""
+
+    views: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    rows: np.ndarray
+
+
+def rollout_starts(es: EvalSet, num_frames: int, horizon: int) -> Starts:
+    """Non-overlapping starts in every episode: context steps ``s .. s+T-1``, then H steps whose
+    real views and rewards are known (``s + T - 1 + H <= L``), spaced H apart."""
+    store = es.store()
+    span = num_frames + horizon  # views per start
+    rows, starts = [], []
+    for row, length in enumerate(store.lengths):
+        for s in range(0, int(length) - span + 2, horizon):
+            rows.append(row)
+            starts.append(s)
+    if not rows:
+        raise ValueError(f"no episode of {es.path} has {span - 1} steps for a rollout of {horizon}")
+    rows_a, starts_a = np.asarray(rows, dtype=np.int64), np.asarray(starts, dtype=np.int64)
+    views, actions, rewards = store.gather(rows_a, starts_a, span)
+    return Starts(views, actions[:, :-1], rewards[:, :-1], rows_a)
+
+
+def _one_hot(codes: torch.Tensor, num_classes: int) -> torch.Tensor:
+    return F.one_hot(codes, num_classes).movedim(-1, -3).float()
+
+
+@torch.no_grad()
+def _model_rollouts(model: WorldModel, starts: Starts, num_frames: int, horizon: int, seed: int,
+                    device: torch.device) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Per predictor of the model: view log-probs (S, H, C, V, V) and reward log-probs (S, H, K)."""
+    views = torch.as_tensor(starts.views, device=device).float()
+    actions = torch.as_tensor(starts.actions, device=device)
+    c = views.shape[2]
+    context = model.imagine_context(views[:, :num_frames], actions[:, : num_frames - 1])
+    generator = torch.Generator(device=device).manual_seed(seed)
+    out: dict[str, tuple[list, list]] = {name: ([], []) for name in PREDICTORS[:3]}
+    states = dict.fromkeys(out, context)
+    inputs = dict.fromkeys(out, views[:, num_frames - 1])
+    for k in range(horizon):
+        act = actions[:, num_frames - 1 + k]
+        for name in out:
+            step, states[name] = model.imagine_step(inputs[name], act, states[name])
+            log_probs = torch.log_softmax(step.view[:, 0].float(), dim=1)
+            out[name][0].append(log_probs.cpu().numpy())
+            if step.reward is not None:
+                out[name][1].append(torch.log_softmax(step.reward[:, 0].float(), -1).cpu().numpy())
+            if name == "teacher_forced":
+                inputs[name] = views[:, num_frames + k]
+            elif name == "model":
+                inputs[name] = _one_hot(log_probs.argmax(1), c)
+            else:
+                probs = log_probs.exp().movedim(1, -1)
+                cells = (torch.rand(probs.shape[:-1] + (1,), generator=generator, device=device)
+                         > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)
+                inputs[name] = _one_hot(cells, c)
+    return {name: (np.stack(v, 1), np.stack(r, 1) if r else None) for name, (v, r) in out.items()}
+
+
+def _baseline_rollouts(fb: FittedBaselines, starts: Starts, num_frames: int,
+                       horizon: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """The motion oracle fed its own hard predictions, and the copied last view, as log-probs."""
+    codes = views_to_codes(starts.views[:, num_frames - 1])
+    last = codes
+    oracle, copied, oracle_r, copy_r = [], [], [], []
+    for k in range(horizon):
+        act = starts.actions[:, num_frames - 1 + k]
+        pred, revealed, _ = fb.shift(codes, act)
+        oracle.append(fb.shift_cal.log_probs(pred, revealed))
+        copied.append(fb.copy_cal.log_probs(*copy_view(last)))
+        if fb.reward_rule is not None:
+            oracle_r.append(fb.reward_rule.log_probs(codes, act))
+            copy_r.append(fb.reward_rule.log_probs(last, act))
+        codes = pred
+    stack = (lambda x: np.stack(x, 1) if x else None)  # noqa: E731
+    return {"motion_oracle": (np.stack(oracle, 1), stack(oracle_r)),
+            "copy": (np.stack(copied, 1), stack(copy_r))}
+
+
+def _counts(view_lp: np.ndarray, reward_lp: np.ndarray | None, starts: Starts, num_frames: int,
+            reward_values: np.ndarray, items: list[int]) -> M.Counts:
+    """Per start and horizon: ``(S, H)`` sums and ``(S, H, C)`` class counts (see `FIGURES`)."""
+    s, h = view_lp.shape[:2]
+    true = views_to_codes(starts.views[:, num_frames:])  # (S, H, V, V)
+    before = views_to_codes(starts.views[:, num_frames - 1 : -1])
+    flat = M.view_counts(view_lp.reshape(s * h, *view_lp.shape[2:]), true.reshape(s * h, *true.shape[2:]),
+                         before.reshape(s * h, *before.shape[2:]))
+    counts = {k: v.reshape(s, h, *v.shape[1:]) for k, v in flat.items()}
+    for name in ("tp", "fp", "fn"):
+        counts[f"item_{name}"] = counts.pop(name)[..., items]
+    if reward_lp is not None and len(reward_values):
+        true_points = starts.rewards[:, num_frames - 1 : num_frames - 1 + h].astype(np.float64)
+        hit = reward_lp.argmax(-1) == reward_targets(true_points, reward_values)
+        counts["reward_correct"], counts["reward_n"] = hit.astype(np.float64), np.ones((s, h))
+        error = np.cumsum(reward_values[reward_lp.argmax(-1)] - true_points, axis=1)
+        counts["return_error_sum"] = np.abs(error)
+    return counts
+
+
+def horizon_figures(totals: M.Counts) -> M.Figures:
+    """`FIGURES` from summed counts (any leading axes)."""
+    out = {"view_ce": M.ratio(totals["ce_sum"], totals["cells"]),
+           "cell_acc": M.ratio(totals["correct"], totals["cells"]),
+           "changed_acc": M.ratio(totals["changed_correct"], totals["changed"])}
+    tp, fp, fn = totals["item_tp"], totals["item_fp"], totals["item_fn"]
+    out["f1_items"] = M.ratio(2 * tp, 2 * tp + fp + fn).mean(-1)
+    if "reward_correct" in totals:
+        out["reward_acc"] = M.ratio(totals["reward_correct"], totals["reward_n"])
+        out["return_error"] = M.ratio(totals["return_error_sum"], totals["reward_n"])
+    return out
+
+
+def rollout_table(model: WorldModel, config, es: EvalSet, baselines: FittedBaselines,
+                  horizon: int = DEFAULT_HORIZON, num_boot: int = 1000, seed: int = 0,
+                  device: str | torch.device = "cpu",
+                  strip_steps: int = 10) -> tuple[dict, dict[str, np.ndarray]]:
+    """Every predictor's `FIGURES` at each horizon 1..H with game-level intervals, and a strip for
+    the report (one held-out start: real views and the model's imagined ones, ``strip_steps``).
+
+    JSON: ``{"horizon", "starts", "games", "figures", "predictors": {name: {figure: [H x
+    {value, lo, hi}]}}, "model_minus": {baseline: {figure: [H x paired difference]}}}``.
+    """
+    num_frames = int(config.model.num_frames)
+    device = torch.device(device)
+    model.eval()
+    starts = rollout_starts(es, num_frames, horizon)
+    channels = es.store().channel_names
+    items = [i for i, name in enumerate(channels) if name in M.item_names(channels)]
+    values = config.model.reward_values if config.model.reward_head else ()
+    reward_values = np.asarray(values, dtype=np.float64)
+    predictions = {**_model_rollouts(model, starts, num_frames, horizon, seed, device),
+                   **_baseline_rollouts(baselines, starts, num_frames, horizon)}
+    units, unit_of_row = np.unique(es.game_ids, return_inverse=True)
+    unit_index = unit_of_row[starts.rows]
+    per_game = {name: M.sum_by_unit(_counts(*predictions[name], starts, num_frames, reward_values, items),
+                                    unit_index, len(units)) for name in PREDICTORS}
+    weights = M.resample_weights(len(units), num_boot, seed)
+    table = {name: _per_horizon([M.bootstrap_figures(_at(counts, k), horizon_figures, num_boot, seed,
+                                                     weights=weights) for k in range(horizon)])
+             for name, counts in per_game.items()}
+    # Paired differences at each k (the same resampled games): is the model's future truer?
+    minus = {}
+    for name in ("motion_oracle", "copy"):
+        minus[name] = _per_horizon([M.bootstrap_differences(_at(per_game["model"], k), _at(per_game[name], k),
+                                                            horizon_figures, num_boot, seed)
+                                    for k in range(horizon)])
+    steps = min(strip_steps, horizon)
+    strip = {"real": views_to_codes(starts.views[0, num_frames - 1 : num_frames + steps]),
+             "imagined": predictions["model"][0][0, :steps].argmax(1),
+             "channel_names": np.asarray(channels)}
+    return {"horizon": horizon, "starts": int(len(starts.rows)), "games": int(len(units)),
+            "figures": list(FIGURES), "predictors": table, "model_minus": minus}, strip
+
+
+def _at(counts: M.Counts, k: int) -> M.Counts:
+    return {key: value[:, k] for key, value in counts.items()}
+
+
+def _per_horizon(intervals: list[dict[str, M.Interval]]) -> dict[str, list]:
+    """``{figure: [interval dict at k = 1..H]}`` from one ``{figure: Interval}`` per horizon."""
+    columns: dict[str, list] = {}
+    for at_k in intervals:
+        for figure, iv in at_k.items():
+            columns.setdefault(figure, []).append(iv.as_dict())
+    return columns

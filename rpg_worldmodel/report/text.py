@@ -1,0 +1,264 @@
+"""The evaluation's results as text: markdown tables, console summaries and the report's sections.
+
+Every figure is shown as ``value [lo, hi]`` (its 95% game-level bootstrap interval).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from rpg_worldmodel.evaluation.metrics import ITEM_NAMES, RETURN_BLOCK
+from rpg_worldmodel.evaluation.tables import MATCH_TOLERANCE
+
+MAIN_FIGURES = ("view_ce", "cell_acc", "changed_acc", "f1_gem", "f1_bone", "f1_food", "f1_wall", "f1_agent",
+                "action_ce", "action_acc")
+
+
+SCORING_TEXT = {"full": "(every transition once, with up to num_frames steps of history).",
+                "stride": "(every transition once; non-overlapping windows: 1..num_frames steps of history)."}
+
+
+FIGURE_HELP = {
+    "view_ce": "next-view cross-entropy, nats per cell (lower is better)",
+    "cell_acc": "fraction of next-view cells predicted right",
+    "changed_acc": "accuracy on the cells that change between t and t+1",
+    "f1_X": "per-entity F1 of the arg-max prediction (gem, bone, food, wall, agent)",
+    "action_ce": "next-action cross-entropy, nats per step",
+    "action_acc": "next-action accuracy",
+    "total_ce": "view_ce + action_ce (the reference's 'state + action loss')",
+    "reward_ce, reward_acc": "reward-class cross-entropy (nats per step) and accuracy",
+    "reward_recall_X": "share of the steps that gave reward class X predicted as X",
+    "return_mae": "mean absolute error of the return summed over a block of steps (points)",
+}
+
+
+# ---------------------------------------------------------------------------- text
+def fmt_interval(iv: dict | None) -> str:
+    """``0.143 [0.140, 0.146]`` (value [95% interval]); ``-`` when undefined."""
+    if not iv or iv.get("value") is None:
+        return "-"
+    lo, hi = iv.get("lo"), iv.get("hi")
+    if lo is None or hi is None:
+        return f"{iv['value']:.3f}"
+    return f"{iv['value']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def fmt_percent(iv: dict | None) -> str:
+    """A relative figure as ``+54.6% [+45.4%, +65.3%]``; ``-`` when undefined."""
+    if not iv or iv.get("value") is None:
+        return "-"
+    if iv.get("lo") is None:
+        return f"{100 * iv['value']:+.1f}%"
+    return f"{100 * iv['value']:+.1f}% [{100 * iv['lo']:+.1f}%, {100 * iv['hi']:+.1f}%]"
+
+
+def _table(rows: dict[str, dict], figures: Sequence[str], first: str = "predictor") -> list[str]:
+    """Markdown rows of ``rows`` by ``figures``; a row with none of the figures is left out."""
+    lines = [f"| {first} | " + " | ".join(figures) + " |", "|" + " --- |" * (len(figures) + 1)]
+    for name, figs in rows.items():
+        cells = [fmt_interval(figs.get(f)) for f in figures]
+        if any(cell != "-" for cell in cells):
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def format_table(result: dict, figures: Sequence[str] = MAIN_FIGURES) -> str:
+    """A markdown table of one file's predictors (rows) by figures (columns), with intervals."""
+    return "\n".join(_table(result["predictors"], figures))
+
+
+def quality_lines(result: dict) -> list[str]:
+    """One line per quality criterion of a file's result: the paired difference and whether it is met."""
+    def rule(better: str) -> str:
+        return f"within {MATCH_TOLERANCE:g} or better" if better == "match" else f"{better} is better"
+
+    return [f"    {name}: model - baseline {fmt_interval(check['difference'])} "
+            f"({rule(check['better'])}): {'met' if check['met'] else 'NOT met'}"
+            for name, check in result["quality_checks"].items()]
+
+
+def transfer_line(transfer: dict) -> str:
+    """The headline of a transfer table: the relative gap in total cross-entropy."""
+    gap = transfer["relative_gap"].get("total_ce")
+    return f"relative gap in total CE (cross - self) / self: {fmt_percent(gap)}"
+
+
+def evaluation_summary(results: dict) -> str:
+    """What ``python -m rpg_worldmodel.evaluate`` prints: each file's table and each transfer gap."""
+    lines = []
+    for key, result in results["files"].items():
+        lines += [f"\n{key}: {result['selection']} ({result['episodes']} episodes, {result['games']} games, "
+                  f"{result['predictions']} predictions)", format_table(result)]
+    for key, tr in results["transfer"].items():
+        gap = tr["relative_gap"].get("total_ce")
+        lines.append(f"\ntransfer to {key}: relative gap in total CE {fmt_interval(gap)}")
+    return "\n".join(lines)
+
+
+def _held_out_section(results: dict) -> list[str]:
+    """Header, the self file's table beside the baselines, the paired differences, the quality bar."""
+    self_key = results["self"]
+    main = results["files"][self_key]
+    lines = ["# World model evaluation", ""]
+    if not main.get("held_out", True):
+        lines += ["**WARNING: these figures include TRAINING episodes; they are not held out.**", ""]
+    lines += [
+        f"Checkpoint `{results['checkpoint']}` (step {results.get('checkpoint_step')}, trained with "
+        f"input mask `{results.get('train_mask', 'none')}`), evaluated on `{self_key}`: {main['selection']}, "
+        f"{main['episodes']} episodes from {main['games']} games, {main['predictions']} predictions "
+        + SCORING_TEXT[main.get("context", "full")],
+        "",
+        "Each cell: value [95% bootstrap interval], resampling games "
+        f"({results['bootstrap']['replicates']} replicates). Baselines are fitted on the training split "
+        f"only; the majority action is `{results['baselines']['majority_action']}`. Motion oracle: "
+        f"{results['baselines']['motion_oracle']}.",
+        "",
+        "## Held-out table",
+        "",
+        *_table(main["predictors"], MAIN_FIGURES),
+        "",
+        "Model minus baseline (paired bootstrap; negative CE and positive accuracy/F1 favour the model):",
+        "",
+        *_table(main["model_minus"], MAIN_FIGURES, "model minus"),
+        "",
+    ]
+    lines += _reward_section(results, main)
+    if main.get("quality_checks"):
+        lines += ["Quality bar: the paired 95% interval of model minus baseline must lie on the "
+                  f"better side ('match': the model trails by at most {MATCH_TOLERANCE:g}).", "",
+                  "| criterion | model minus baseline | better | met |",
+                  "| --- | --- | --- | --- |"]
+        for name, check in main["quality_checks"].items():
+            met = {True: "yes", False: "**no**", None: "-"}[check["met"]]
+            lines.append(f"| {name} | {fmt_interval(check['difference'])} | {check['better']} | {met} |")
+        lines.append("")
+    if len(main.get("by_policy", {})) > 1:
+        lines += ["### By policy (stream)", ""]
+        for pid, preds in main["by_policy"].items():
+            lines += [f"`{pid}`:", "", *_table(preds, MAIN_FIGURES), ""]
+    return lines
+
+
+def _reward_section(results: dict, main: dict) -> list[str]:
+    """The reward head beside the rule that reads the reward off the view and the action."""
+    predictors = {name: figs for name, figs in main["predictors"].items() if "reward_acc" in figs}
+    if "model" not in predictors:
+        return ["## Rewards", "", "This checkpoint has no reward head (a checkpoint of schema 1, or "
+                "trained with model.reward_head=false): no reward figures.", ""]
+    recalls = sorted({k for figs in predictors.values() for k in figs if k.startswith("reward_recall_")})
+    figures = ["reward_ce", "reward_acc", "return_mae", *recalls]
+    return ["## Rewards", "",
+            "The learner's reward of each scored step, as a class; `return_mae`: mean absolute error "
+            f"(points) of the return summed over blocks of {RETURN_BLOCK} consecutive steps (arg-max "
+            f"predictions). Reward rule: {results['baselines'].get('reward_rule')}.", "",
+            *_table(predictors, figures), ""]
+
+
+def _transfer_section(key: str, tr: dict) -> list[str]:
+    """One cross file: the model on self and cross, the baselines on cross, the relative gaps."""
+    rows = {"self": tr["model"]["self"], "cross": tr["model"]["cross"],
+            **{f"{b} on cross": v for b, v in tr["baselines_cross"].items()}}
+    gaps = tr["relative_gap"]
+    return ["## Cross-agent transfer", "",
+            f"Self `{tr['self']}` vs cross `{key}`; relative gap = {tr['gap_definition']} "
+            "(the reference notebook reported +124% on training data, one number, no interval).", "",
+            *_table(rows, list(tr["model"]["self"]), "model on"),
+            "", "| relative gap | " + " | ".join(gaps) + " |", "|" + " --- |" * (len(gaps) + 1),
+            "| (cross - self) / self | " + " | ".join(fmt_percent(v) for v in gaps.values()) + " |", ""]
+
+
+def _masking_section(mk: dict) -> list[str]:
+    """Train mask x eval mask: view CE with mean item F1, then each mask's paired cost."""
+    steps = mk.get("train_steps", {})
+    lines = ["## Masking probes", "",
+             f"On {mk.get('episodes', '?')} test episodes ({mk.get('context', 'full')} windows). "
+             "Rows: mask used in training (with its training steps); columns: mask applied to the "
+             "input at evaluation (targets are never masked). Cells: next-view CE (nats/cell) and "
+             "mean item F1 in parentheses.", ""]
+    cols = list(next(iter(mk["table"].values())))
+    lines += ["| train \\ eval | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
+    for row, cells in mk["table"].items():
+        rendered = []
+        for c in cols:
+            f1s = [cells[c].get(f"f1_{e}", {}).get("value") for e in ITEM_NAMES]
+            f1s = [f for f in f1s if f is not None]
+            rendered.append(fmt_interval(cells[c].get("view_ce")) + (f" ({np.mean(f1s):.2f})" if f1s else ""))
+        label = f"{row} ({steps[row]} steps)" if row in steps else row
+        lines.append(f"| {label} | " + " | ".join(rendered) + " |")
+    lines.append("")
+    if mk.get("cost"):
+        lines += ["Cost of each mask: increase in view CE over the same model's unmasked input "
+                  "(paired bootstrap). Rows trained for different lengths are compared through this "
+                  "cost: a model that learned to infer what it cannot see pays less for a mask.", "",
+                  "| train \\ eval | " + " | ".join(c for c in cols if c != "none") + " |",
+                  "|" + " --- |" * len(cols)]
+        for row, cells in mk["cost"].items():
+            rendered = [fmt_interval(cells[c].get("view_ce")) for c in cols if c != "none"]
+            lines.append(f"| {row} | " + " | ".join(rendered) + " |")
+        lines.append("")
+    return lines
+
+
+
+ROLLOUT_FIGURES = ("view_ce", "cell_acc", "f1_items", "reward_acc", "return_error")
+
+
+def _beats(diff: dict | None, lower_is_better: bool) -> str | None:
+    """"yes" when the paired interval lies on the better side, "point" when only the point estimate
+    does, "no" otherwise (None when undefined)."""
+    if not diff or diff.get("value") is None:
+        return None
+    sign = -1 if lower_is_better else 1
+    if diff.get("lo") is not None and min(sign * diff["lo"], sign * diff["hi"]) > 0:
+        return "yes"
+    return "point" if sign * diff["value"] > 0 else "no"
+
+
+def rollout_goal(rollout: dict) -> dict[str, dict]:
+    """Whether the model's rollout beats the motion oracle's at every horizon, per figure:
+    ``{figure: {"every_k": bool, "first_miss": k or None, "per_k": [yes|point|no]}}`` (point
+    estimates; "yes" marks a paired interval on the better side)."""
+    out = {}
+    for figure, lower in (("view_ce", True), ("f1_items", False)):
+        diffs = rollout["model_minus"]["motion_oracle"].get(figure, [])
+        per_k = [_beats(d, lower) for d in diffs]
+        misses = [k + 1 for k, v in enumerate(per_k) if v not in ("yes", "point")]
+        out[figure] = {"every_k": not misses, "first_miss": misses[0] if misses else None, "per_k": per_k}
+    return out
+
+
+def rollout_line(rollout: dict) -> str:
+    """One console line: view CE of the model and the motion oracle at a few horizons."""
+    h = rollout["horizon"]
+    ks = sorted({1, min(5, h), h})
+    ce = {name: rollout["predictors"][name]["view_ce"] for name in ("model", "motion_oracle")}
+    parts = ", ".join(f"k={k}: {ce['model'][k - 1]['value']:.3f} vs "
+                      f"{ce['motion_oracle'][k - 1]['value']:.3f}" for k in ks)
+    goal = rollout_goal(rollout)
+    verdict = "; ".join(f"{f}: " + ("beats the oracle at every k" if g["every_k"]
+                                     else f"behind from k={g['first_miss']}") for f, g in goal.items())
+    return f"rollout view CE, model vs motion oracle, {parts} ({verdict})"
+
+
+def _rollout_section(rollout: dict) -> list[str]:
+    h = rollout["horizon"]
+    ks = sorted({1, 2, min(5, h), min(10, h), h})
+    lines = ["## Rollouts: how long the imagined future stays true", "",
+             f"From {rollout['starts']} held-out starts in {rollout['games']} games, every predictor rolls "
+             f"{h} steps forward on the recorded actions, fed its own predictions (`teacher_forced`: the "
+             "model given the real history at each step instead). Rows: predictor at horizon k.", ""]
+    header = "| predictor | k | " + " | ".join(ROLLOUT_FIGURES) + " |"
+    lines += [header, "|" + " --- |" * (len(ROLLOUT_FIGURES) + 2)]
+    for name, figures in rollout["predictors"].items():
+        for k in ks:
+            cells = [fmt_interval(figures[f][k - 1]) if f in figures else "-" for f in ROLLOUT_FIGURES]
+            lines.append(f"| {name} | {k} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for figure, g in rollout_goal(rollout).items():
+        marks = "".join({"yes": "+", "point": "~", "no": "-", None: "?"}[v] for v in g["per_k"])
+        state = "better at every k" if g["every_k"] else f"behind from k = {g['first_miss']}"
+        lines.append(f"- Model vs motion oracle on `{figure}`: {state} (per k: {marks}; + paired interval "
+                     "better, ~ point estimate better, - worse).")
+    return [*lines, ""]
