@@ -1,0 +1,93 @@
+"""Rewards: classes from the file, the rule that reads them off the view, the reward head's figures,
+and checkpoints of schema 1 (no reward head) migrated, not broken."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import TINY_WORLD_MODEL
+
+from rpg_env.trajectories import TrajectoryFile
+from rpg_worldmodel.checkpoint import CHECKPOINT_VERSION, CheckpointError, load_checkpoint, read_meta
+from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+from rpg_worldmodel.data import reward_classes
+from rpg_worldmodel.evaluate import run_evaluation
+from rpg_worldmodel.evaluation.baselines import RewardRule, views_to_codes
+from rpg_worldmodel.report import write_report
+from rpg_worldmodel.train import train
+
+
+def test_reward_classes_come_from_the_files_game():
+    meta = {"channel_names": ["empty", "wall", "gem", "bone", "food", "agent"],
+            "env_kwargs": {"gem_value": 10.0, "food_value": 5.0, "bone_value": -10.0, "wall_penalty": -1.0}}
+    classes = reward_classes(meta)
+    assert classes.values == (-10.0, -1.0, 0.0, 5.0, 10.0)
+    assert classes.names == ("bone", "wall bump", "nothing", "food", "gem")
+    other = reward_classes({**meta, "env_kwargs": {"gem_value": 5.0, "wall_penalty": 0.0}})
+    assert other.values == (-10.0, 0.0, 5.0) and other.names == ("bone", "nothing|wall bump", "gem|food")
+
+
+def test_the_rule_is_the_games_own_rule_for_the_learner(tiny_world_model):
+    _, data = tiny_world_model
+    with TrajectoryFile(data) as tf:
+        meta = dict(tf.meta)
+        rule = RewardRule(meta, reward_classes(meta).values)
+        learner = np.flatnonzero(tf.episodes["agent_id"] == 0)
+        for i in learner[:10]:
+            ep = tf.episode(int(i))
+            codes = views_to_codes(ep["obs"][:-1])
+            np.testing.assert_array_equal(rule.predict(codes, ep["actions"]), rule.classes(ep["rewards"]))
+
+
+@pytest.fixture(scope="module")
+def schema_one(tiny_world_model, tmp_path_factory):
+    """A checkpoint as rpg_worldmodel 0.1 wrote it: learned positions, no reward head, version 1."""
+    _, data = tiny_world_model
+    root = tmp_path_factory.mktemp("schema_one")
+    old_model = ["model.position=learned", "model.reward_head=false", "train.max_steps=4",
+                 "train.checkpoint_every=2"]
+    cfg = load_config(DEFAULT_CONFIG_PATH, [*TINY_WORLD_MODEL, *old_model])
+    cfg.data.path, cfg.out_dir = str(data), str(root / "run")
+    result = train(cfg, stop_at=2)
+    for meta_file in (root / "run" / "checkpoints").rglob("meta.json"):
+        meta = json.loads(meta_file.read_text())
+        meta["version"] = 1
+        for key in ("position", "reward_head", "reward_values"):
+            meta["config"]["model"].pop(key)
+        meta["config"]["train"].pop("reward_loss_weight")
+        meta_file.write_text(json.dumps(meta))
+    return root / "run", result.checkpoint, data
+
+
+def test_a_schema_one_checkpoint_loads_evaluates_and_resumes(schema_one, tmp_path):
+    run, checkpoint, data = schema_one
+    loaded = load_checkpoint(checkpoint)
+    assert loaded.meta["migrated_from"] == 1 and loaded.meta["version"] == CHECKPOINT_VERSION
+    assert loaded.config.model.position == "learned" and not loaded.config.model.reward_head
+    metrics = run_evaluation(checkpoint, [data], out=tmp_path / "eval", num_boot=50)
+    main = metrics["files"][metrics["self"]]
+    assert "reward_acc" not in main["predictors"]["model"]
+    report = write_report(tmp_path / "eval" / "metrics.json").read_text()
+    assert "no reward head" in report
+    from rpg_worldmodel.train import main as train_main
+
+    assert train_main(["--resume", str(run)]) == 0  # continues to max_steps under the old schema
+    assert read_meta(run)["step"] == 4
+
+
+@pytest.mark.parametrize(("version", "match"), [(99, "newer rpg_worldmodel"),
+                                                ("two", "no rpg_worldmodel wrote"),
+                                                (0, "no rpg_worldmodel wrote")])
+def test_unknown_schema_versions_are_refused(tiny_world_model, tmp_path, version, match):
+    run, data = tiny_world_model
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    for meta_file in copy.rglob("meta.json"):
+        meta = json.loads(meta_file.read_text())
+        meta["version"] = version
+        meta_file.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=match):
+        load_checkpoint(copy)
