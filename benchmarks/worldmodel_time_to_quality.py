@@ -1,0 +1,365 @@
+"""Time to held-out quality: world-model configurations trained on the same games, scored on the
+same held-out windows, against training wall-clock and sequences seen.
+
+Data: the pipeline's self file (1,500 games of the shipped DQN expert, learner streams, seed 0),
+split by game as training splits it (1,200 / 150 / 150). Every candidate trains on the same train
+games with its own config; at regular steps it is scored on the same held-out windows: the test
+split, every transition once with full history (as ``rpg_worldmodel.evaluate`` scores it). Figures:
+next-view cross-entropy (nats per cell), cell accuracy, next-action accuracy.
+
+Candidates train *interleaved*: ``--chunk`` steps of one, then of the next, round-robin, each
+chunk timed alone (evaluation is not timed), so load from other processes hits all alike.
+Sorrel's ``ViTOneHot`` trains in its own virtualenv (``--sorrel-python``, see shared/ANCHORS.md)
+on the same train games and is scored on the same windows; it runs after ours (not interleaved)
+and is reported for the record.
+
+    python benchmarks/worldmodel_time_to_quality.py [--candidates reference default ...]
+        [--sorrel-python /work/sorrel-venv/bin/python] [--quick]
+    python benchmarks/worldmodel_time_to_quality.py --candidates "w96=model.width=96 model.num_heads=3"
+
+A candidate is a named config file of ``rpg_worldmodel/configs`` (``reference``, ``default``) or
+``name=key=value ...`` overrides of the default config. Writes
+``benchmarks/results/worldmodel_time_to_quality.json`` and ``.png``, with
+``speedup_vs_reference_config``: the reference's seconds to reach its own final view CE divided
+by the default's seconds to reach the same CE (linear interpolation between scoring points).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CONFIGS = Path(__file__).resolve().parents[1] / "rpg_worldmodel" / "configs"
+DEFAULT_DATA = Path("runs/benchmarks/dqn_1500.h5")
+
+
+# ---------------------------------------------------------------------------- held-out windows
+@dataclass
+class HeldOut:
+    """The scored windows: views (W, T+1, C, V, V) uint8, actions (W, T+1), score (W, T) bool."""
+
+    views: np.ndarray
+    actions: np.ndarray
+    score: np.ndarray
+
+
+def held_out(data: Path, num_frames: int) -> HeldOut:
+    from rpg_worldmodel.config import DataConfig
+    from rpg_worldmodel.data import DataSource, EpisodeStore, plan_windows, training_splits
+
+    test = training_splits(DataSource.open(data), DataConfig())["test"]
+    store = EpisodeStore.load(data, test)
+    plan = plan_windows(store.lengths, num_frames, "full")
+    views, actions, _ = store.gather(plan.rows, plan.starts, num_frames + 1)
+    return HeldOut(views, actions, plan.score)
+
+
+def score(predict, windows: HeldOut, batch: int = 512) -> dict[str, float]:
+    """``predict(views float (B,T,C,V,V), actions (B,T)) -> (view logits (B,T,C,V,V), action
+    logits (B,T,A))`` scored on the windows' scored positions."""
+    ce = cells = correct = acts = act_correct = 0.0
+    with torch.inference_mode():
+        for a in range(0, len(windows.views), batch):
+            v = torch.as_tensor(windows.views[a : a + batch]).float()
+            act = torch.as_tensor(windows.actions[a : a + batch])
+            t = v.shape[1] - 1
+            view_logits, action_logits = predict(v[:, :t], act[:, :t])
+            w, p = np.nonzero(windows.score[a : a + batch])
+            target = v[w, p + 1].argmax(1)
+            log_probs = torch.log_softmax(view_logits[w, p].float(), 1)
+            ce += float(-log_probs.gather(1, target[:, None]).sum())
+            cells += target.numel()
+            correct += float((log_probs.argmax(1) == target).sum())
+            act_correct += float((action_logits[w, p, :4].argmax(-1) == act[w, p + 1]).sum())
+            acts += len(w)
+    return {"view_ce": ce / cells, "cell_acc": correct / cells, "action_acc": act_correct / acts}
+
+
+# ---------------------------------------------------------------------------- our candidates
+@dataclass
+class Candidate:
+    """One configuration in training: the model, optimizer and batch order of `rpg_worldmodel.train`."""
+
+    name: str
+    cfg: object
+    curve: list[dict] = field(default_factory=list)
+    step: int = 0
+    seconds: float = 0.0
+
+    def start(self, data: Path, threads: int) -> None:
+        from rpg_worldmodel.data import (
+            DataSource,
+            EpochBatchSampler,
+            TrajectoryWindows,
+            reward_classes,
+            training_splits,
+        )
+        from rpg_worldmodel.models.world_model import WorldModel
+        from rpg_worldmodel.train import loss_weights, seed_everything
+
+        cfg = self.cfg
+        source = DataSource.open(data)
+        if cfg.model.reward_head and not cfg.model.reward_values:
+            cfg.model.reward_values = reward_classes(source.meta).values
+        seed_everything(cfg.train.seed)
+        train = training_splits(source, cfg.data)["train"]
+        self.train_set = TrajectoryWindows(data, train, cfg.model.num_frames)
+        self.model = WorldModel(cfg.model)
+        self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.train.weight_decay), lr=cfg.train.lr,
+                                           betas=(cfg.train.beta1, cfg.train.beta2))
+        sampler = EpochBatchSampler(len(self.train_set), cfg.train.batch_size, cfg.train.seed, 0,
+                                    cfg.train.max_steps)
+        self.batches = iter(sampler)
+        self.weights = loss_weights(cfg, source.channel_names)
+        self.threads = threads
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.cfg.train.max_steps
+
+    def advance(self, steps: int) -> None:
+        """Train ``steps`` steps (timed: batch, loss, backward, clip, step)."""
+        from rpg_worldmodel.train import lr_at
+
+        t = self.cfg.train
+        self.model.train()
+        tick = time.perf_counter()
+        for _ in range(min(steps, t.max_steps - self.step)):
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr_at(self.step, self.cfg)
+            batch = self.train_set.get_batch(next(self.batches))
+            loss, _ = self.model.loss(batch, self.weights)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if t.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+            self.optimizer.step()
+            self.step += 1
+        self.seconds += time.perf_counter() - tick
+
+    def evaluate(self, windows: HeldOut) -> None:
+        self.model.eval()
+        figures = score(lambda v, a: tuple(self.model(v, a))[:2], windows)
+        self.curve.append({"step": self.step, "sequences": self.step * self.cfg.train.batch_size,
+                           "train_seconds": round(self.seconds, 3), **figures})
+        print(f"  {self.name:>12} step {self.step:>5}  {self.seconds:7.1f} s  "
+              f"view CE {figures['view_ce']:.4f}  action acc {figures['action_acc']:.3f}", flush=True)
+
+
+def make_candidate(spec: str, quick: bool):
+    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+
+    name, _, overrides = spec.partition("=")
+    path = CONFIGS / f"{name}.yaml"
+    if not overrides and path.is_file():
+        cfg = load_config(path)
+    else:
+        cfg = load_config(DEFAULT_CONFIG_PATH, overrides.split())
+    if quick:
+        cfg.train.max_steps = 40
+    return Candidate(name, cfg)
+
+
+def run_ours(candidates: list[Candidate], data: Path, eval_every: int, chunk: int, threads: int) -> None:
+    windows: dict[int, HeldOut] = {}
+    for c in candidates:
+        c.start(data, threads)
+        windows.setdefault(c.cfg.model.num_frames, held_out(data, c.cfg.model.num_frames))
+    while not all(c.done for c in candidates):
+        for c in candidates:
+            if c.done:
+                continue
+            before = c.step
+            c.advance(min(chunk, eval_every - c.step % eval_every))
+            if c.step // eval_every > before // eval_every or c.done:
+                c.evaluate(windows[c.cfg.model.num_frames])
+
+
+# ---------------------------------------------------------------------------- Sorrel (its own venv)
+def sorrel_worker(folder: str, steps: int, eval_every: int, threads: int) -> None:
+    """Runs in Sorrel's virtualenv: trains ViTOneHot on the train views, scores held-out windows."""
+    from sorrel.buffers import TransformerBuffer
+    from sorrel.models.pytorch.transformer import ViTOneHot
+
+    torch.set_num_threads(threads)
+    train = np.load(Path(folder) / "train.npz")
+    test = np.load(Path(folder) / "test.npz")
+    windows = HeldOut(test["views"], test["actions"], test["score"])
+    buffer = TransformerBuffer(capacity=len(train["views"]), obs_shape=(6, 9, 9), n_frames=5)
+    buffer.states[:], buffer.actions[:] = train["views"], train["actions"]
+    buffer.idx, buffer.size = 0, len(train["views"])
+    np.random.seed(0)  # noqa: NPY002 - Sorrel samples from NumPy's global RNG
+    torch.manual_seed(0)
+    model = ViTOneHot(state_size=(6, 9, 9), action_space=4, layer_size=192, patch_size=3, num_frames=5,
+                      batch_size=64, num_layers=2, num_heads=3, memory=buffer, LR=1e-3, device="cpu", seed=0)
+    curve, seconds = [], 0.0
+
+    def predict(v, a):
+        # Per cell and channel ViTOneHot gives (off, on) logits; "exactly one channel on" is the
+        # softmax over channels of the on-minus-off log-odds.
+        states, actions = model(v, a[..., None])  # (B, T, 2, V, V, C)
+        return (states[:, :, 1] - states[:, :, 0]).permute(0, 1, 4, 2, 3), actions
+
+    for step in range(1, steps + 1):
+        model.train()
+        tick = time.perf_counter()
+        model.train_model()
+        seconds += time.perf_counter() - tick
+        if step % eval_every == 0 or step == steps:
+            model.eval()
+            curve.append({"step": step, "sequences": step * 64, "train_seconds": round(seconds, 3),
+                          **score(predict, windows)})
+            print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
+    print(json.dumps({"curve": curve, "parameters": sum(p.numel() for p in model.parameters())}))
+
+
+def run_sorrel(python: str, data: Path, steps: int, eval_every: int, threads: int) -> dict:
+    """Sorrel's curve: its buffer holds the train games' learner views back to back (its sampler
+    draws windows across episode ends too, as in the reference)."""
+    from rpg_worldmodel.config import DataConfig
+    from rpg_worldmodel.data import DataSource, EpisodeStore, training_splits
+
+    splits = training_splits(DataSource.open(data), DataConfig())
+    store = EpisodeStore.load(data, splits["train"])
+    actions = np.concatenate([np.append(store.episode(r)[1], 0) for r in range(len(store))])
+    windows = held_out(data, 5)
+    with tempfile.TemporaryDirectory() as folder:
+        np.savez(Path(folder) / "train.npz", views=store.obs, actions=actions)
+        np.savez(Path(folder) / "test.npz", views=windows.views, actions=windows.actions, score=windows.score)
+        cmd = [python, str(Path(__file__).resolve()), "--sorrel-worker", folder, "--sorrel-steps", str(steps),
+               "--eval-every", str(eval_every), "--threads", str(threads)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
+    if out.returncode:
+        raise RuntimeError(f"Sorrel worker failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------- summary
+def seconds_to_reach(curve: list[dict], target: float) -> float | None:
+    """Training seconds at which the view CE first reaches ``target`` (linear interpolation between
+    scoring points; None if it never does)."""
+    previous = {"train_seconds": 0.0, "view_ce": float("inf")}
+    for point in curve:
+        if point["view_ce"] <= target:
+            if not np.isfinite(previous["view_ce"]):
+                return point["train_seconds"]
+            share = (previous["view_ce"] - target) / (previous["view_ce"] - point["view_ce"])
+            return previous["train_seconds"] + share * (point["train_seconds"] - previous["train_seconds"])
+        previous = point
+    return None
+
+
+def summarise(rows: dict[str, dict]) -> dict:
+    out: dict = {}
+    ref, new = rows.get("reference"), rows.get("default")
+    if ref and new:
+        target = ref["curve"][-1]["view_ce"]
+        t_ref, t_new = seconds_to_reach(ref["curve"], target), seconds_to_reach(new["curve"], target)
+        out["reference_final_view_ce"] = target
+        out["reference_seconds"] = t_ref
+        out["default_seconds_to_reference_ce"] = t_new
+        out["speedup_vs_reference_config"] = None if not t_new else t_ref / t_new
+    sorrel = rows.get("sorrel")
+    if sorrel and new:
+        best = min(p["view_ce"] for p in sorrel["curve"])
+        t_sorrel = next(p["train_seconds"] for p in sorrel["curve"] if p["view_ce"] == best)
+        t_new = seconds_to_reach(new["curve"], best)
+        out["sorrel_best_view_ce"] = best
+        out["speedup_vs_sorrel"] = None if not t_new else t_sorrel / t_new
+    return out
+
+
+def plot(rows: dict[str, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, row in rows.items():
+        x = [p["train_seconds"] for p in row["curve"]]
+        s = [p["sequences"] for p in row["curve"]]
+        y = [p["view_ce"] for p in row["curve"]]
+        axes[0].plot(x, y, "o-", markersize=3, label=name)
+        axes[1].plot(s, y, "o-", markersize=3, label=name)
+    for ax, xlabel in zip(axes, ("training seconds (interleaved)", "training sequences"), strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("held-out next-view CE (nats/cell)")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("time to held-out quality (same train games, same test windows)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def ensure_data(path: Path) -> Path:
+    """The pipeline's self file (1,500 DQN games, seed 0), recorded once and reused."""
+    from rpg_env.experts import pretrained_path
+    from rpg_env.record import record
+
+    if not path.exists():
+        record(str(pretrained_path("dqn")), path, 1500, seed=0, num_envs=64, mode="w", policy_id="dqn",
+               record_co_players=False)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--candidates", nargs="+", default=["reference", "default"],
+                        help="config names or name=key=value ... overrides of the default")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="recorded once if missing")
+    parser.add_argument("--sorrel-python", default=None, help="python of a virtualenv with sorrel==1.6.0")
+    parser.add_argument("--sorrel-steps", type=int, default=2000)
+    parser.add_argument("--eval-every", type=int, default=200, help="steps between scoring points")
+    parser.add_argument("--chunk", type=int, default=50, help="steps per interleaved turn")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="40 steps each, a smoke check (no JSON written)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "worldmodel_time_to_quality.json")
+    parser.add_argument("--sorrel-worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.sorrel_worker:
+        sorrel_worker(args.sorrel_worker, args.sorrel_steps, args.eval_every, args.threads)
+        return
+    from rpg_env.provenance import provenance
+
+    data = ensure_data(args.data)
+    eval_every = 20 if args.quick else args.eval_every
+    candidates = [make_candidate(spec, args.quick) for spec in args.candidates]
+    run_ours(candidates, data, eval_every, args.chunk, args.threads)
+    rows = {c.name: {"config": c.cfg.to_dict(), "parameters": c.model.num_parameters(), "curve": c.curve}
+            for c in candidates}
+    if args.sorrel_python:
+        steps = 40 if args.quick else args.sorrel_steps
+        rows["sorrel"] = run_sorrel(args.sorrel_python, data, steps, eval_every, args.threads)
+    summary = summarise(rows)
+    print(f"\n{'candidate':>12} {'params':>9} {'steps':>6} {'train s':>8} {'view CE':>8} {'cell acc':>8} "
+          f"{'act acc':>7}")
+    for name, row in rows.items():
+        last = row["curve"][-1]
+        print(f"{name:>12} {row['parameters']:>9,} {last['step']:>6} {last['train_seconds']:>8.1f} "
+              f"{last['view_ce']:>8.4f} {last['cell_acc']:>8.4f} {last['action_acc']:>7.3f}")
+    print(json.dumps(summary, indent=1))
+    if not args.quick:
+        record_ = provenance(seed=0, data=str(data), threads=args.threads, chunk=args.chunk,
+                             eval_every=eval_every, rows=rows, summary=summary,
+                             held_out="test split (150 games), every transition once, full history")
+        args.out.write_text(json.dumps(record_, indent=1) + "\n")
+        plot(rows, args.out.with_suffix(".png"))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
