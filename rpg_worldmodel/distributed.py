@@ -143,7 +143,7 @@ class Processes:
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """Elementwise sum of ``values`` over the ranks (a collective; float64 on the device)."""
-        total = values.to(self.device, torch.float64)
+        total = values.to(self.device, torch.float64, copy=True)  # all_reduce works in place
         if self.launched:
             dist.all_reduce(total)
         return total
