@@ -149,9 +149,12 @@ class Processes:
         return total
 
     def mean(self, values: Mapping[str, float]) -> dict[str, float]:
-        """The ranks' mean of each value (a collective)."""
+        """The ranks' mean of each value (a collective); one process's values as they are."""
+        if not self.launched:
+            return dict(values)
         keys = sorted(values)
-        means = self.sum(torch.tensor([float(values[k]) for k in keys])) / self.world_size
+        sums = self.sum(torch.tensor([float(values[k]) for k in keys], dtype=torch.float64))
+        means = sums / self.world_size
         return dict(zip(keys, means.tolist(), strict=True))
 
 
