@@ -1,4 +1,4 @@
-"""World-model training and inference throughput on CPU, beside Sorrel's reference implementation.
+"""World-model training and inference throughput (CPU by default), beside Sorrel's reference implementation.
 
 Reference configuration (seed 000): 6x9x9 one-hot view, 5 frames, patch 3, width 192, 2 layers,
 3 heads, batch 64. Rows, all measured in this run on the same views and actions:
@@ -14,7 +14,8 @@ Reference configuration (seed 000): 6x9x9 one-hot view, 5 frames, patch 3, width
 
 Measurements alternate between the two implementations (``--repeats`` rounds) and report the
 median and the best round, so that load from other processes hits both alike. Threads: torch's
-default for the machine unless ``--threads``.
+default for the machine unless ``--threads``. ``--device cuda`` runs both on the GPU (ours with
+bf16/fp16 autocast, as training does), timing to a synchronised GPU.
 
 Usage::
 
@@ -43,18 +44,26 @@ REFERENCE = dict(
 TARGET_RATIO = 3.0
 
 
-def _time_loop(fn, steps: int, warmup: int) -> float:
-    """Seconds per call of ``fn`` over ``steps`` timed calls after ``warmup`` untimed ones."""
+def _time_loop(fn, steps: int, warmup: int, sync=lambda: None) -> float:
+    """Seconds per call of ``fn`` over ``steps`` timed calls after ``warmup`` untimed ones
+    (``sync`` waits for queued GPU work before the clock is read)."""
     for _ in range(warmup):
         fn()
+    sync()
     start = time.perf_counter()
     for _ in range(steps):
         fn()
+    sync()
     return (time.perf_counter() - start) / steps
 
 
+def _sync(torch, device: str):
+    return (lambda: torch.cuda.synchronize()) if device.startswith("cuda") else (lambda: None)
+
+
 # --------------------------------------------------------------------------- Sorrel (subprocess)
-def sorrel_worker(data_dir: str, steps: int, warmup: int, threads: int, mode: str) -> dict:
+def sorrel_worker(data_dir: str, steps: int, warmup: int, threads: int, mode: str,
+                  device: str = "cpu") -> dict:
     """Runs inside Sorrel's virtualenv: only torch, numpy and sorrel are imported here."""
     import numpy as np
     import torch
@@ -84,17 +93,18 @@ def sorrel_worker(data_dir: str, steps: int, warmup: int, threads: int, mode: st
         num_heads=REFERENCE["num_heads"],
         memory=buffer,
         LR=1e-3,
-        device="cpu",
+        device=device,
         seed=0,
     )
+    sync = _sync(torch, device)
     if mode == "train":
         model.train()
-        seconds = _time_loop(model.train_model, steps, warmup)
+        seconds = _time_loop(model.train_model, steps, warmup, sync)
     else:
         model.eval()
         states, acts, _, _, _ = model.get_batch()
         with torch.no_grad():
-            seconds = _time_loop(lambda: model(states, acts), steps, warmup)
+            seconds = _time_loop(lambda: model(states, acts), steps, warmup, sync)
     return {
         "seconds_per_call": seconds,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -103,7 +113,8 @@ def sorrel_worker(data_dir: str, steps: int, warmup: int, threads: int, mode: st
     }
 
 
-def run_sorrel(python: str, data_dir: str, steps: int, warmup: int, threads: int, mode: str) -> dict:
+def run_sorrel(python: str, data_dir: str, steps: int, warmup: int, threads: int, mode: str,
+               device: str) -> dict:
     cmd = [
         python,
         str(Path(__file__).resolve()),
@@ -119,6 +130,8 @@ def run_sorrel(python: str, data_dir: str, steps: int, warmup: int, threads: int
         str(warmup),
         "--threads",
         str(threads),
+        "--device",
+        device,
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if out.returncode:
@@ -130,7 +143,7 @@ def run_sorrel(python: str, data_dir: str, steps: int, warmup: int, threads: int
 class Ours:
     """The project's training step and forward pass, reusing one model across rounds."""
 
-    def __init__(self, data: Path, threads: int):
+    def __init__(self, data: Path, threads: int, device: str):
         import numpy as np
         import torch
 
@@ -157,14 +170,15 @@ class Ours:
         self.dataset = TrajectoryWindows(data, episodes, self.cfg.model.num_frames)
         self.batches = iter(EpochBatchSampler(len(self.dataset), REFERENCE["batch_size"], 0, 0, 10**9))
         torch.manual_seed(0)
-        self.model = WorldModel(self.cfg.model)
+        self.device = torch.device(device)
+        self.model = WorldModel(self.cfg.model).to(self.device)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=1e-3, weight_decay=0.05, betas=(0.9, 0.95)
         )
-        self.device = torch.device("cpu")
+        self.sync = _sync(torch, device)
         fixed = self.dataset.get_batch(next(self.batches))
-        self.fixed_views = fixed["views"][:, :-1].float()
-        self.fixed_actions = fixed["actions"][:, :-1]
+        self.fixed_views = fixed["views"][:, :-1].float().to(self.device)
+        self.fixed_actions = fixed["actions"][:, :-1].to(self.device)
 
     def train_step(self) -> None:
         batch = self.dataset.get_batch(next(self.batches))
@@ -177,10 +191,11 @@ class Ours:
     def time(self, mode: str, steps: int, warmup: int) -> float:
         if mode == "train":
             self.model.train()
-            return _time_loop(self.train_step, steps, warmup)
+            return _time_loop(self.train_step, steps, warmup, self.sync)
         self.model.eval()
         with self.torch.no_grad():
-            return _time_loop(lambda: self.model(self.fixed_views, self.fixed_actions), steps, warmup)
+            forward = lambda: self.model(self.fixed_views, self.fixed_actions)  # noqa: E731
+            return _time_loop(forward, steps, warmup, self.sync)
 
 
 def _summary(seconds: list[float], per_call: int) -> dict:
@@ -198,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3, quick 1)")
     p.add_argument("--repeats", type=int, default=None, help="alternating rounds (default 3, quick 1)")
     p.add_argument("--threads", type=int, default=0, help="torch threads for both (0: torch's default)")
+    p.add_argument("--device", default="cpu", help="cpu (the reference comparison) or cuda[:N], for both")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--worker", choices=["sorrel"], help=argparse.SUPPRESS)
     p.add_argument("--worker-data", help=argparse.SUPPRESS)
@@ -207,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     repeats = args.repeats or (1 if args.quick else 3)
     if args.worker:
-        print(json.dumps(sorrel_worker(args.worker_data, steps, warmup, args.threads, args.worker_mode)))
+        print(json.dumps(sorrel_worker(args.worker_data, steps, warmup, args.threads, args.worker_mode,
+                                       args.device)))
         return 0
 
     import numpy as np
@@ -227,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             episodes = [tf.episode(i) for i in range(len(tf))]
         np.save(Path(tmp) / "views.npy", np.concatenate([e["obs"][:-1] for e in episodes]).astype(np.float32))
         np.save(Path(tmp) / "actions.npy", np.concatenate([e["actions"] for e in episodes]).astype(np.int64))
-        ours = Ours(data, threads)
+        ours = Ours(data, threads, args.device)
         batch = REFERENCE["batch_size"]
         timings: dict[str, list[float]] = {
             "ours_train": [],
@@ -246,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                     timings[f"ours_{mode}"].append(ours.time(mode, steps, warmup))
                     bar.update(1)
                     if args.sorrel_python:
-                        sorrel_info = run_sorrel(args.sorrel_python, tmp, steps, warmup, threads, mode)
+                        sorrel_info = run_sorrel(args.sorrel_python, tmp, steps, warmup, threads, mode,
+                                                 args.device)
                         timings[f"sorrel_{mode}"].append(sorrel_info["seconds_per_call"])
                         bar.update(1)
 
@@ -269,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "reference_config": REFERENCE,
         "ours_parameters": ours.model.num_parameters(),
         "sorrel_parameters": sorrel_info["parameters"] if sorrel_info else None,
+        "device": args.device,
         "threads": threads,
         "sorrel_threads": sorrel_info["threads"] if sorrel_info else None,
         "steps_per_round": steps,
@@ -281,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "provenance": provenance(seed=0, quick=args.quick),
     }
     print(
-        f"\nWorld-model throughput on CPU, reference config (batch {batch}, "
+        f"\nWorld-model throughput on {args.device}, reference config (batch {batch}, "
         f"{threads} threads, "
         f"{repeats} rounds x {steps} calls; load average {os.getloadavg()[0]:.1f})"
     )

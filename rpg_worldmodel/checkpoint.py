@@ -7,12 +7,13 @@ leaves a half-written checkpoint under the final name)::
     checkpoints/step_00002000/
         model.pt      model state_dict (tensors only)
         training.pt   optimizer / scheduler / grad-scaler state, RNG states (tensors and numbers)
-        meta.json     config, step, split episode ids, data file path + fingerprint, seed, versions
+        meta.json     config, step, split episode ids, data files (paths, fingerprints), seed, versions
     checkpoints/latest.json   {"name": "step_00002000"}
 
 Resuming (`resume_config`, `resume_from`, `restore_training`) checks that the checkpoint fits the
-run (model config, data fingerprint) and restores the optimizer, RNG and grad-scaler states, so a
-resumed run continues with exactly the losses an uninterrupted one would have had.
+run (model config, data fingerprints) and restores the optimizer, RNG and grad-scaler states, so a
+resumed run continues with exactly the losses an uninterrupted one would have had (under torchrun
+too: every rank's random state is saved).
 """
 
 from __future__ import annotations
@@ -35,11 +36,15 @@ from rpg_worldmodel.models.world_model import WorldModel
 
 CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: The checkpoint schema. 2 added rotary positions and the reward head (model.position,
-#: model.reward_head, model.reward_values, train.reward_loss_weight).
-CHECKPOINT_VERSION = 2
-#: How a checkpoint of an older schema is read: the config values it lacked, as its model was.
+#: model.reward_head, model.reward_values, train.reward_loss_weight); 3 records the training
+#: data as a list of files (``data.files``: path, fingerprint, num_episodes each), the split's
+#: episode ids counting over all of them in that order (one file: its own ids).
+CHECKPOINT_VERSION = 3
+#: How a checkpoint of an older schema is read: the config values it lacked, as its model was
+#: (schema 2's one data file becomes a list of one by `migrate`).
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     1: {"model": {"position": "learned", "reward_head": False, "reward_values": []}},
+    2: {},
 }
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
 
@@ -182,7 +187,12 @@ def migrate(meta: dict[str, Any], folder: Path | str = "checkpoint") -> dict[str
     for old in range(version, CHECKPOINT_VERSION):
         for section, values in MIGRATIONS[old].items():
             config[section] = {**values, **dict(config.get(section) or {})}
-    return {**meta, "config": config, "migrated_from": version, "version": CHECKPOINT_VERSION}
+    data = dict(meta.get("data") or {})
+    if "files" not in data and "path" in data:
+        one = {"path": data.pop("path"), "fingerprint": data.pop("fingerprint", None),
+               "num_episodes": data.get("num_episodes")}
+        data["files"] = [one]
+    return {**meta, "config": config, "data": data, "migrated_from": version, "version": CHECKPOINT_VERSION}
 
 
 def _safe_load(file: Path, map_location: str | torch.device) -> Any:
@@ -323,12 +333,10 @@ class Resume:
         return self.folder.parent.parent
 
 
-def resume_from(
-    path: str | os.PathLike, cfg: WorldModelConfig, data_path: str | os.PathLike, fingerprint: str
-) -> Resume:
+def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, Any]) -> Resume:
     """Read the checkpoint a run resumes from; refuse it (`CheckpointError`, both sides named) when
-    its model config differs from ``cfg.model`` or it was trained on other data than
-    ``data_path`` (content ``fingerprint``)."""
+    its model config differs from ``cfg.model`` or it was trained on other data than ``data``
+    (a data record, `rpg_worldmodel.data.data_record`: the same files' contents, in any order)."""
     folder = resolve_checkpoint(path)
     meta = read_meta(folder)
     saved = WorldModelConfig.from_dict(meta["config"], source=str(folder))
@@ -337,23 +345,37 @@ def resume_from(
         raise CheckpointError(
             f"cannot resume {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}"
         )
-    trained = meta["data"]
-    if trained["fingerprint"] != fingerprint:
+    trained = {f["fingerprint"]: f["path"] for f in meta["data"]["files"]}
+    given = {f["fingerprint"]: f["path"] for f in data["files"]}
+    if trained.keys() != given.keys():
+        new = [f"{p} has fingerprint {fp[:12]}" for fp, p in given.items() if fp not in trained]
+        gone = [f"{p} (fingerprint {fp[:12]})" for fp, p in trained.items() if fp not in given]
         raise CheckpointError(
-            f"cannot resume {folder}: it was trained on {trained['path']} (fingerprint "
-            f"{trained['fingerprint'][:12]}), but {data_path} has fingerprint {fingerprint[:12]}; "
-            "pass the same data file"
+            f"cannot resume {folder}: it was trained on {', '.join(gone) or 'fewer files'}, but "
+            f"{'; '.join(new) or 'those files are not given'}; pass the same data files"
         )
     splits = {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
     return Resume(folder, int(meta["step"]), splits, load_training_state(folder))
 
 
-def training_state(device: torch.device, scaler: torch.amp.GradScaler) -> dict[str, Any]:
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """This process's random state (the CPU generator, and its GPU's on CUDA)."""
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def training_state(device: torch.device, scaler: torch.amp.GradScaler,
+                   rank_states: list[dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
     """RNG and grad-scaler state saved beside a checkpoint, so a resumed run draws exactly the
-    dropout and masks an uninterrupted one would have."""
+    dropout and masks an uninterrupted one would have; under torchrun ``rank_states`` holds
+    every rank's `rng_state`, in rank order."""
     state: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    if rank_states is not None:
+        state["rank_rng"] = rank_states
     if scaler.is_enabled():
         state["scaler"] = scaler.state_dict()
     return state
@@ -365,13 +387,21 @@ def restore_training(
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
     device: torch.device,
+    rank: int | None = None,
 ) -> None:
-    """Load the weights, optimizer, RNG and grad-scaler states of ``resume`` into a fresh run."""
+    """Load the weights, optimizer, RNG and grad-scaler states of ``resume`` into a fresh run;
+    rank ``rank`` of a torchrun launch takes that rank's random state when it was saved."""
     state = resume.training
     load_model_weights(model, resume.folder, device)
     optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["torch_rng"])
-    if device.type == "cuda" and "cuda_rng" in state:
-        torch.cuda.set_rng_state_all(list(state["cuda_rng"]))
+    ranks = state.get("rank_rng", [])
+    if rank is not None and rank < len(ranks):
+        torch.set_rng_state(ranks[rank]["torch"])
+        if device.type == "cuda" and "cuda" in ranks[rank]:
+            torch.cuda.set_rng_state(ranks[rank]["cuda"], device)
+    else:
+        torch.set_rng_state(state["torch_rng"])
+        if device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state_all(list(state["cuda_rng"]))
     if "scaler" in state:
         scaler.load_state_dict(state["scaler"])

@@ -32,14 +32,20 @@ DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "configs" / "default.yam
 class DataConfig:
     """Where the trajectories come from and how episodes are split (by game) into train/val/test."""
 
-    path: str = setting("", "HDF5 trajectory file written by rpg_env's recorder")
+    path: str | list[str] = setting(
+        "", "HDF5 trajectory file(s) written by rpg_env's recorder: a path, a glob (shards/*.h5) or a "
+        "list of them, all of one game")
     split_fractions: tuple[float, float, float] = setting(
         (0.8, 0.1, 0.1), "train, val and test shares of the games (split by game, sum 1)")
     split_seed: int = setting(0, "seed of the train/val/test split")
     agent_id: int = setting(0, "train on this agent's streams (0 = the recorded learner); -1 = every stream")
-    num_workers: int = setting(0, "DataLoader workers; 0 is fastest here (episodes are cached in memory)")
+    num_workers: int = setting(
+        0, "DataLoader workers; 0 is fastest with episodes in memory, a few help when streaming")
     max_val_windows: int = setting(
         2048, "validation windows used per evaluation (fixed subset, val split only)")
+    max_memory_mb: int = setting(
+        2048, "MiB of views (uint8) the train and val episodes may take in memory, per process; "
+        "beyond it windows are streamed from the files (0: always stream)")
 
     def validate(self) -> None:
         """Shares that make a split with a training and a validation part; sane loader sizes."""
@@ -61,6 +67,8 @@ class DataConfig:
             raise ConfigError(f"data.num_workers must be >= 0, got {self.num_workers}")
         if self.max_val_windows < 1:
             raise ConfigError(f"data.max_val_windows must be >= 1, got {self.max_val_windows}")
+        if self.max_memory_mb < 0:
+            raise ConfigError(f"data.max_memory_mb must be >= 0 (0: always stream), got {self.max_memory_mb}")
 
 
 @dataclass

@@ -5,9 +5,10 @@
 
 The model runs in eval mode under ``torch.inference_mode`` (no gradient, no optimizer: the
 weights cannot change). Only held-out episodes are scored: on the checkpoint's own training
-file, the test split recorded in the checkpoint; on any other file, all of its episodes (or
-its own test split with ``--split test``). Asking for training episodes is refused unless
-``--allow-training-episodes`` is given, and then every output is labelled as such.
+files (one or several), their part of the test split recorded in the checkpoint; on any other
+file, all of its episodes (or its own test split with ``--split test``). Asking for training
+episodes is refused unless ``--allow-training-episodes`` is given, and then every output is
+labelled as such.
 
 Which predictions are scored: every transition ``t -> t+1`` of an episode exactly once, with
 as much history as the model takes (up to ``num_frames`` steps): all positions of the window
@@ -43,11 +44,12 @@ from rpg_worldmodel.evaluation.episodes import (
     SPLITS,
     EvalSet,
     TrainingEpisodesError,
-    checkpoint_data,
     checkpoint_split,
     is_training_file,
     select_episodes,
     train_mask_of,
+    training_file,
+    training_files,
 )
 from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation, run_evaluation, write_outputs
 from rpg_worldmodel.evaluation.scoring import Batch, Scores, iter_windows, score_eval_set
@@ -66,10 +68,10 @@ from rpg_worldmodel.report import evaluation_summary, fmt_interval, format_table
 __all__ = [
     "CONTEXTS", "MASK_FIGURES", "MOTION_ORACLE_TEXT", "QUALITY_BAR", "SPLITS", "TRANSFER_FIGURES",
     "Batch", "EvalOptions", "EvalSet", "Evaluation", "FittedBaselines", "Scores", "TrainingEpisodesError",
-    "baselines_summary", "checkpoint_data", "checkpoint_split", "evaluate_file", "figure_table",
+    "baselines_summary", "checkpoint_split", "evaluate_file", "figure_table",
     "fit_baselines", "fmt_interval", "format_table", "is_training_file", "iter_windows", "masking_table",
     "quality_checks", "run_evaluation", "score_eval_set", "select_episodes", "train_mask_of",
-    "transfer_table", "window_plan", "write_outputs", "main",
+    "training_file", "training_files", "transfer_table", "window_plan", "write_outputs", "main",
 ]
 
 

@@ -1,30 +1,36 @@
-"""Train the world model on a trajectory file.
+"""Train the world model on trajectory files, in one process or under torchrun.
 
     python -m rpg_worldmodel.train --data greedy.h5 [--config C.yaml] [key=value ...] [--resume RUN_DIR]
+    torchrun --standalone --nproc_per_node N -m rpg_worldmodel.train --data shards/*.h5 [key=value ...]
 
 The run folder (``out_dir``) receives config.yaml, provenance.json, metrics.csv, tb/ (tensorboard),
-checkpoints/ and summary.json. Episodes are split by game (``rpg_env.trajectories.split_episodes``);
-training uses the train split only and the validation loss the val split only; the test split
-is left for ``rpg_worldmodel.evaluate``. The split is written into every checkpoint.
+checkpoints/ and summary.json. ``--data`` takes files and globs (`rpg_worldmodel.data.shards`);
+episodes are split by game across all of them; training uses the train split only and the
+validation loss the val split only; the test split is left for ``rpg_worldmodel.evaluate``. The
+split is written into every checkpoint. Episodes whose views fit ``data.max_memory_mb`` are held
+in memory, larger data is streamed from the files (the same windows either way).
+
+Under torchrun (`rpg_worldmodel.distributed`) every process trains on its slice of each global
+batch (``train.batch_size``) inside DistributedDataParallel, and rank 0 alone writes.
 
 Determinism: the batch order is a pure function of ``(seed, step)`` and the random input
 masks of ``(seed, step)``, and checkpoints carry the optimizer and RNG states, so
 ``--resume`` continues with exactly the losses an uninterrupted run would have had.
 
-Reading order: `setup` (config, device, seeds, data, model, optimizer, resume), then `train`'s
-loop (learning rate, batch, ``model.loss``, backward / clip / step, log, evaluate, save).
+Reading order: `setup` (config, seeds, data, model, optimizer, resume), then `train`'s loop
+(`train_step`: learning rate, batch, loss, backward / clip / step; `after_step`: log, evaluate,
+save).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import csv
 import functools
 import json
 import math
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
@@ -47,12 +54,13 @@ from rpg_worldmodel.checkpoint import (
     restore_training,
     resume_config,
     resume_from,
+    rng_state,
     save_checkpoint,
     training_state,
 )
 from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, ConfigError, WorldModelConfig, load_config, save_config
 from rpg_worldmodel.data import (
-    DataSource,
+    DataFiles,
     EpochBatchSampler,
     TrajectoryWindows,
     apply_input_mask,
@@ -62,30 +70,21 @@ from rpg_worldmodel.data import (
     item_codes,
     reward_classes,
     training_splits,
+    training_windows,
+)
+from rpg_worldmodel.distributed import (
+    Processes,
+    autocast_context,
+    autocast_dtype,
+    balanced_weights,
+    pinned,
+    process_group,
+    rank_seed,
+    to_device,
+    wrap,
 )
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
-
-METRIC_FIELDS = ("step", "split", "loss", "view_ce", "action_ce", "action_acc", "cell_acc", "reward_ce",
-                 "reward_acc", "lr", "samples_per_s", "elapsed_s")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            f"train.device={name!r} but CUDA is not available here; use train.device=cpu or auto"
-        )
-    return device
-
-
-def autocast_context(device: torch.device, enabled: bool):
-    """bf16 autocast on CUDA GPUs that support it, else fp16; never on CPU (fp32 is faster there)."""
-    if not enabled or device.type != "cuda":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.autocast("cuda", dtype=dtype)
+from rpg_worldmodel.runlog import Meter, MetricsLog
 
 
 def lr_at(step: int, cfg: WorldModelConfig) -> float:
@@ -109,10 +108,6 @@ def seed_worker(worker_id: int) -> None:
     seed = torch.initial_seed() % 2**32
     np.random.seed(seed)  # noqa: NPY002 - same, per DataLoader worker
     random.seed(seed)
-
-
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def loss_weights(cfg: WorldModelConfig, channel_names: Sequence[str]) -> LossWeights:
@@ -168,63 +163,7 @@ class TrainResult:
     val: dict[str, float]
     train_samples_per_s: float
     wall_s: float
-
-
-class MetricsLog:
-    """metrics.csv + tensorboard; on resume, rows after the resumed step are dropped (they belong
-    to the interrupted tail that the resumed run recomputes)."""
-
-    def __init__(self, run_dir: Path, start_step: int):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.path = run_dir / "metrics.csv"
-        rows: list[dict[str, str]] = []
-        if start_step > 0 and self.path.exists():
-            with self.path.open(newline="") as f:
-                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= start_step]
-        with self.path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=METRIC_FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
-        self._file = self.path.open("a", newline="")
-        self._csv = csv.DictWriter(self._file, fieldnames=METRIC_FIELDS)
-        self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=start_step + 1 if start_step else None)
-
-    def log(self, step: int, split: str, values: dict[str, float]) -> None:
-        row = {"step": step, "split": split, **{k: values.get(k, "") for k in METRIC_FIELDS[2:]}}
-        self._csv.writerow(row)
-        self._file.flush()
-        for key, value in values.items():
-            if key in METRIC_FIELDS[2:] and value != "":
-                self.tb.add_scalar(f"{split}/{key}", float(value), step)
-
-    def close(self) -> None:
-        self._file.close()
-        self.tb.close()
-
-
-class Meter:
-    """Training statistics averaged over the steps since the last log line, and throughput."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.steps, self.since = 0, time.perf_counter()
-        self.train_time, self.train_samples = 0.0, 0
-
-    def add(self, values: dict[str, torch.Tensor], samples: int, seconds: float) -> None:
-        for key, value in values.items():
-            self.sums[key] = self.sums.get(key, 0.0) + float(value)
-        self.steps += 1
-        self.train_samples += samples
-        self.train_time += seconds
-
-    def flush(self, batch_size: int) -> dict[str, float]:
-        """The window's means and samples/s; starts a new window."""
-        now = time.perf_counter()
-        values = {k: v / self.steps for k, v in self.sums.items()}
-        values["samples_per_s"] = self.steps * batch_size / (now - self.since)
-        self.sums, self.steps, self.since = {}, 0, now
-        return values
+    rank: int = 0  # of the process that returns it (under torchrun every process returns one)
 
 
 @dataclass
@@ -232,10 +171,11 @@ class Run:
     """Everything `setup` prepares for the loop."""
 
     cfg: WorldModelConfig
-    device: torch.device
+    procs: Processes
     run_dir: Path
     start_step: int
-    model: WorldModel
+    model: WorldModel  # what is saved and evaluated
+    engine: nn.Module  # what the step calls: the model's loss, in DistributedDataParallel under torchrun
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     train_set: TrajectoryWindows
@@ -243,69 +183,76 @@ class Run:
     val_idx: np.ndarray  # a fixed, evenly spread subset: cheap and identical at every evaluation
     weights: LossWeights
     meta: dict[str, Any]  # what every checkpoint records besides the weights
+    data_summary: dict[str, Any]  # files, memory estimate, streamed or not (summary.json)
+
+    @property
+    def device(self) -> torch.device:
+        return self.procs.device
 
     @property
     def checkpoint_dir(self) -> Path:
         return self.run_dir / "checkpoints"
 
     def input_mask(self, generator: torch.Generator) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """The training input mask (``train.train_mask``) drawing from ``generator``; None for none."""
-        t = self.cfg.train
+        """The training input mask (``train.train_mask``) drawing from ``generator``; None for none.
+        Under torchrun each rank masks its slice as the whole global batch would be masked."""
+        t, procs = self.cfg.train, self.procs
         if t.train_mask == "none":
             return None
+        rows = (procs.rank * t.batch_size // procs.world_size, t.batch_size) if procs.world_size > 1 else None
         return functools.partial(apply_input_mask, kind=t.train_mask, prob=t.mask_prob, generator=generator,
-                                 channel_names=self.meta["data"]["channel_names"])
+                                 channel_names=self.meta["data"]["channel_names"], rows=rows)
 
 
-def setup(cfg: WorldModelConfig, resume: str | os.PathLike | None = None) -> Run:
-    """Device, seeds, data (split by game), model, optimizer; a resumed run's state restored."""
-    if not cfg.data.path:
-        raise ConfigError("no data file: pass --data FILE (or data.path=FILE)")
+def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[str, np.ndarray], dict]:
+    """The training files (every rank the same: checked), their split and data record; fills in
+    the model's reward classes from the game when the config leaves them empty."""
+    files = DataFiles.open(cfg.data.path)
+    procs.same_everywhere(files.fingerprints, "the training data",
+                          shown=[f"{s.path} ({fp[:12]})" for s, fp in zip(files.sources, files.fingerprints,
+                                                                          strict=True)])
+    if cfg.model.reward_head and not cfg.model.reward_values:
+        # The classes are the game's: resolved from the training files once, then part of the config.
+        cfg.model.reward_values = reward_classes(files.meta).values
+    check_data_matches(cfg.model, files.meta, data_path=files.describe())
+    return files, training_splits(files, cfg.data), data_record(files)
+
+
+def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | None = None) -> Run:
+    """Seeds, data (split by game), model, optimizer; a resumed run's state restored."""
     run_dir = Path(cfg.out_dir)
     if resume is None and (run_dir / "checkpoints" / LATEST_FILE).exists():
         raise ConfigError(
             f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose another "
             f"out_dir (nothing was overwritten)"
         )
-    device = resolve_device(cfg.train.device)
     seed_everything(cfg.train.seed)
-
-    source = DataSource.open(cfg.data.path)
-    if cfg.model.reward_head and not cfg.model.reward_values:
-        # The classes are the game's: resolved from the training file once, then part of the config.
-        cfg.model.reward_values = reward_classes(source.meta).values
-    check_data_matches(cfg.model, source.meta, data_path=cfg.data.path)
-    splits, record = training_splits(source, cfg.data), data_record(source)
+    files, splits, record = open_data(cfg, procs)
     resumed: Resume | None = None
     if resume is not None:
-        resumed = resume_from(resume, cfg, cfg.data.path, record["fingerprint"])
+        resumed = resume_from(resume, cfg, record)
         splits, run_dir = resumed.splits, resumed.run_dir
-    train_set = TrajectoryWindows(source.path, splits["train"], cfg.model.num_frames)
-    val_set = TrajectoryWindows(source.path, splits["val"], cfg.model.num_frames)
-    if len(val_set) == 0:
-        raise ConfigError(
-            f"no validation windows: val episodes are shorter than model.num_frames + 1 = "
-            f"{cfg.model.num_frames + 1} steps"
-        )
+    train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.num_frames)
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
     )
-
+    device = procs.device
     model = WorldModel(cfg.model).to(device)
+    if procs.rank > 0:  # the same dropout masks on every rank's slice would correlate their noise
+        torch.manual_seed(rank_seed(cfg.train.seed, procs.rank))
     optimizer = torch.optim.AdamW(
         model.param_groups(cfg.train.weight_decay),
         lr=cfg.train.lr,
         betas=(cfg.train.beta1, cfg.train.beta2),
         foreach=device.type == "cuda",
     )
-    scaler = torch.amp.GradScaler(
-        "cuda", enabled=device.type == "cuda" and cfg.train.amp and not torch.cuda.is_bf16_supported()
-    )
+    scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(device, cfg.train.amp) == torch.float16)
     if resumed is not None:
-        restore_training(resumed, model, optimizer, scaler, device)
+        restore_training(resumed, model, optimizer, scaler, device, procs.rank if procs.launched else None)
     meta = {"splits": splits, "data": record, "seed": cfg.train.seed, "versions": package_versions()}
-    return Run(cfg, device, run_dir, resumed.step if resumed else 0, model, optimizer, scaler, train_set,
-               val_set, val_idx, loss_weights(cfg, record["channel_names"]), meta)
+    return Run(cfg, procs, run_dir, resumed.step if resumed else 0, model, wrap(model, procs), optimizer,
+               scaler, train_set, val_set, val_idx, loss_weights(cfg, record["channel_names"]), meta,
+               data_summary)
 
 
 def start_run_folder(run: Run, resumed: bool) -> None:
@@ -318,6 +265,7 @@ def start_run_folder(run: Run, resumed: bool) -> None:
         data=run.meta["data"],
         resumed_from=int(run.start_step) if resumed else None,
         device=str(run.device),
+        world_size=run.procs.world_size,
         parameters=run.model.num_parameters(),
     )
     name = "provenance.json" if not resumed else f"provenance_resume_{run.start_step}.json"
@@ -326,10 +274,11 @@ def start_run_folder(run: Run, resumed: bool) -> None:
 
 
 def batches(run: Run, end_step: int) -> DataLoader:
-    """The training batches of steps ``start_step .. end_step - 1`` (see `EpochBatchSampler`)."""
+    """This rank's slices of the training batches of steps ``start_step .. end_step - 1`` (see
+    `EpochBatchSampler`)."""
     t = run.cfg.train
     sampler = EpochBatchSampler(len(run.train_set), t.batch_size, t.seed, run.start_step,
-                                max(0, end_step - run.start_step))
+                                max(0, end_step - run.start_step), run.procs.rank, run.procs.world_size)
     return DataLoader(
         run.train_set,
         batch_sampler=sampler,
@@ -337,93 +286,136 @@ def batches(run: Run, end_step: int) -> DataLoader:
         num_workers=run.cfg.data.num_workers,
         worker_init_fn=seed_worker,
         generator=torch.Generator().manual_seed(t.seed),
-        pin_memory=run.device.type == "cuda",
+        pin_memory=pinned(run.device),
         persistent_workers=False,
     )
 
 
-def save(run: Run, step: int, val: dict[str, float]) -> Path:
+def save(run: Run, step: int, val: dict[str, float]) -> Path | None:
+    """Every rank's random state to rank 0, which writes the checkpoint (a collective under
+    torchrun); the checkpoint's path on rank 0, None elsewhere."""
+    procs = run.procs
+    states = procs.gather(rng_state(run.device)) if procs.launched else None
+    if not procs.master:
+        return None
     return save_checkpoint(run.checkpoint_dir, model=run.model, config=run.cfg, step=step,
-                           optimizer=run.optimizer, training_state=training_state(run.device, run.scaler),
+                           optimizer=run.optimizer,
+                           training_state=training_state(run.device, run.scaler, states),
                            extra={**run.meta, "metrics": val})
+
+
+def train_step(run: Run, batch: dict[str, torch.Tensor], step: int, mask_gen: torch.Generator
+               ) -> dict[str, torch.Tensor]:
+    """One optimisation step on this rank's slice of the batch of ``step``; its loss statistics."""
+    t, optimizer, scaler = run.cfg.train, run.optimizer, run.scaler
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(step, run.cfg)
+    mask_gen.manual_seed(t.seed * 1_000_003 + step)
+    batch = to_device(batch, run.device)
+    with autocast_context(run.device, t.amp):
+        loss, stats = run.engine(batch, balanced_weights(batch["views"], run.weights, run.procs),
+                                 run.input_mask(mask_gen))
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if t.grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), t.grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    return {"loss": loss.detach(), **stats}
+
+
+@dataclass
+class Progress:
+    """The loop's state between steps."""
+
+    step: int
+    end_step: int
+    start_time: float
+    log: MetricsLog | None  # rank 0 only
+    bar: tqdm
+    meter: Meter
+    val: dict[str, float]
+    checkpoint: Path | None = None
+
+
+def after_step(run: Run, p: Progress) -> None:
+    """Log (the ranks' mean, written by rank 0), evaluate and checkpoint when it is time."""
+    t, procs, step = run.cfg.train, run.procs, p.step
+    if step % t.log_every == 0 or step == p.end_step:
+        values = {**procs.mean(p.meter.flush(t.batch_size)), "lr": lr_at(step - 1, run.cfg)}
+        if procs.master:
+            p.log.log(step, "train", {**values, "elapsed_s": time.perf_counter() - p.start_time})
+            p.bar.set_postfix(loss=f"{values['loss']:.3f}", val=f"{p.val.get('loss', float('nan')):.3f}")
+    if (step % t.eval_every == 0 or step == p.end_step) and procs.master:
+        p.val = evaluate_split(run.model, run.val_set, run.val_idx, run.cfg, run.device)
+        p.log.log(step, "val", {**p.val, "elapsed_s": time.perf_counter() - p.start_time})
+    if step % t.checkpoint_every == 0 or step == p.end_step:
+        p.checkpoint = save(run, step, p.val)
+    p.bar.update(1)
 
 
 def train(
     cfg: WorldModelConfig, resume: str | os.PathLike | None = None, stop_at: int | None = None
 ) -> TrainResult:
     """Train (or resume) a run; ``stop_at`` ends early after that step, with a checkpoint (as if
-    interrupted: the schedule still follows ``max_steps``)."""
+    interrupted: the schedule still follows ``max_steps``). Under torchrun every process calls it."""
     start_time = time.perf_counter()
-    with pinned_torch_threads(cfg.train.num_threads or None):
-        run = setup(cfg, resume)
-        start_run_folder(run, resumed=resume is not None)
-        t, model, optimizer, scaler = cfg.train, run.model, run.optimizer, run.scaler
+    procs = Processes.from_env(cfg.train.device)
+    procs.check_batch(cfg.train.batch_size)
+    with pinned_torch_threads(cfg.train.num_threads or None), process_group(procs):
+        run = setup(cfg, procs, resume)
+        if procs.master:
+            start_run_folder(run, resumed=resume is not None)
+        t = cfg.train
         end_step = t.max_steps if stop_at is None else min(stop_at, t.max_steps)
-        log, meter = MetricsLog(run.run_dir, run.start_step), Meter()
+        p = Progress(run.start_step, end_step, start_time,
+                     MetricsLog(run.run_dir, run.start_step) if procs.master else None,
+                     tqdm(total=end_step, initial=run.start_step, desc="train", unit="step",
+                          disable=not (t.progress and procs.master), dynamic_ncols=True), Meter(), {})
         mask_gen = torch.Generator(device=run.device)
-        amp = autocast_context(run.device, t.amp)
-        step, val, last_ckpt = run.start_step, {}, None
-        bar = tqdm(total=end_step, initial=step, desc="train", unit="step", disable=not t.progress,
-                   dynamic_ncols=True)
-        model.train()
+        run.engine.train()
         try:
             for batch in batches(run, end_step):
                 t0 = time.perf_counter()
-                lr = lr_at(step, cfg)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                mask_gen.manual_seed(t.seed * 1_000_003 + step)
-                batch = to_device(batch, run.device)
-                with amp:
-                    loss, stats = model.loss(batch, run.weights, run.input_mask(mask_gen))
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if t.grad_clip > 0:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                step += 1
-                meter.add({"loss": loss.detach(), **stats}, len(batch["views"]), time.perf_counter() - t0)
-                if step % t.log_every == 0 or step == end_step:
-                    values = {**meter.flush(t.batch_size), "lr": lr}
-                    log.log(step, "train", {**values, "elapsed_s": time.perf_counter() - start_time})
-                    bar.set_postfix(loss=f"{values['loss']:.3f}", val=f"{val.get('loss', float('nan')):.3f}")
-                if step % t.eval_every == 0 or step == end_step:
-                    val = evaluate_split(model, run.val_set, run.val_idx, cfg, run.device)
-                    log.log(step, "val", {**val, "elapsed_s": time.perf_counter() - start_time})
-                if step % t.checkpoint_every == 0 or step == end_step:
-                    last_ckpt = save(run, step, val)
-                bar.update(1)
+                stats = train_step(run, batch, p.step, mask_gen)
+                p.step += 1
+                p.meter.add(stats, t.batch_size, time.perf_counter() - t0)
+                after_step(run, p)
         finally:
-            bar.close()
-            log.close()
-        if last_ckpt is None:  # nothing left to train (resumed at the end): still report the state
-            last_ckpt = resolve_checkpoint(run.checkpoint_dir)
-            val = evaluate_split(model, run.val_set, run.val_idx, cfg, run.device)
-    return finish(run, step, last_ckpt, val, meter, time.perf_counter() - start_time)
+            p.bar.close()
+            if p.log is not None:
+                p.log.close()
+        if p.checkpoint is None and procs.master:  # nothing left to train (resumed at the end)
+            p.checkpoint = resolve_checkpoint(run.checkpoint_dir)
+            p.val = evaluate_split(run.model, run.val_set, run.val_idx, cfg, run.device)
+        p.checkpoint, p.val = procs.broadcast((p.checkpoint, p.val))
+    return finish(run, p, time.perf_counter() - start_time)
 
 
-def finish(run: Run, step: int, checkpoint: Path, val: dict[str, float], meter: Meter, wall_s: float
-           ) -> TrainResult:
-    """summary.json and the result."""
+def finish(run: Run, p: Progress, wall_s: float) -> TrainResult:
+    """summary.json (rank 0) and the result."""
+    meter = p.meter
     speed = meter.train_samples / meter.train_time if meter.train_time else 0.0
-    summary = {
-        "step": step,
-        "max_steps": run.cfg.train.max_steps,
-        "checkpoint": str(checkpoint),
-        "val": val,
-        "train_samples_per_s": speed,
-        "wall_s": wall_s,
-        "train_windows": len(run.train_set),
-        "val_windows_used": len(run.val_idx),
-        "episodes": {k: len(v) for k, v in run.meta["splits"].items()},
-        "device": str(run.device),
-        "parameters": run.model.num_parameters(),
-    }
-    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    return TrainResult(run_dir=run.run_dir, checkpoint=checkpoint, step=step, val=val,
-                       train_samples_per_s=speed, wall_s=wall_s)
+    if run.procs.master:
+        summary = {
+            "step": p.step,
+            "max_steps": run.cfg.train.max_steps,
+            "checkpoint": str(p.checkpoint),
+            "val": p.val,
+            "train_samples_per_s": speed,
+            "wall_s": wall_s,
+            "train_windows": len(run.train_set),
+            "val_windows_used": len(run.val_idx),
+            "episodes": {k: len(v) for k, v in run.meta["splits"].items()},
+            "data": run.data_summary,
+            "device": str(run.device),
+            "world_size": run.procs.world_size,
+            "parameters": run.model.num_parameters(),
+        }
+        (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return TrainResult(run_dir=run.run_dir, checkpoint=p.checkpoint, step=p.step, val=p.val,
+                       train_samples_per_s=speed, wall_s=wall_s, rank=run.procs.rank)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -435,7 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(sections: data, model, train; unique keys may drop the section). Every key:\n\n"
         + tc.format_keys(WorldModelConfig),
     )
-    p.add_argument("--data", help="trajectory file (.h5); same as data.path=FILE")
+    p.add_argument("--data", nargs="+", action="extend", metavar="FILE",
+                   help="trajectory files or globs (repeatable; several files of one game are one data "
+                   "set); same as data.path=FILE or data.path=[A, B]")
     p.add_argument("--config", help="YAML config (default: rpg_worldmodel/configs/default.yaml)")
     p.add_argument("--out", help="run folder; same as out_dir=DIR")
     p.add_argument(
@@ -448,8 +442,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")
+
+
+def split_data_args(values: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``--data``'s values as (files, overrides): ``--data`` takes several files (a shell glob
+    expands to many), so it also takes the ``key=value`` overrides after it; those are handed back
+    (a file whose name looks like one is a file when it exists)."""
+    files, overrides = [], []
+    for value in values:
+        (overrides if _OVERRIDE.match(value) and not Path(value).exists() else files).append(value)
+    return files, overrides
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    data, more = split_data_args(args.data or [])
+    args.overrides = [*args.overrides, *more]
     if args.resume:
         if args.config or args.out:
             raise CheckpointError(
@@ -459,11 +468,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = resume_config(args.resume, list(args.overrides))
     else:
         cfg = load_config(args.config or DEFAULT_CONFIG_PATH, list(args.overrides))
-    if args.data:
-        cfg.data.path = args.data
+    if data:
+        cfg.data.path = data[0] if len(data) == 1 else data
     if args.out:
         cfg.out_dir = args.out
     result = train(cfg.validate(), resume=args.resume, stop_at=args.stop_at)
+    if result.rank != 0:
+        return 0
     val = result.val
     print(
         f"step {result.step}: val loss {val.get('loss', float('nan')):.4f}  "

@@ -42,6 +42,11 @@ def inputs(tmp_path_factory):
     cfg.data.path, cfg.out_dir = str(good), str(root / "run")
     checkpoint = Path(train(cfg).checkpoint)
     paths = {"good": good, "run": root / "run", "checkpoint": checkpoint, "missing": root / "missing.h5"}
+    paths["other_game"] = root / "radius3.h5"
+    record("greedy", paths["other_game"], 2, seed=0, num_envs=2, mode="w", progress=False,
+           env_kwargs={"vision_radius": 3})
+    paths["good_copy"] = root / "good_copy.h5"
+    shutil.copy(good, paths["good_copy"])
     paths["empty"] = root / "empty.h5"
     paths["empty"].write_bytes(b"")
     paths["text"] = root / "notes.h5"
@@ -117,6 +122,14 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
         ("train", "unknown key", ["--data", "{good}", "--out", "{tmp}/r", "train.max_stepz=3"],
          "did you mean"),
         ("train", "ignored override", ["--resume", "{run}", "out_dir={tmp}/elsewhere"], "resume"),
+        ("train", "empty glob", ["--data", "{tmp}/shards/*.h5", "--out", "{tmp}/r", *TINY_MODEL],
+         "matches no file"),
+        ("train", "files of two games", ["--data", "{good}", "{other_game}", "--out", "{tmp}/r", *TINY_MODEL],
+         "records another game"),
+        ("train", "same recording twice", ["--data", "{good}", "--data", "{good_copy}", "--out", "{tmp}/r",
+                                           *TINY_MODEL], "same recording"),
+        ("train", "negative memory budget", ["--data", "{good}", "--out", "{tmp}/r", "data.max_memory_mb=-1"],
+         "data.max_memory_mb"),
         ("train", "wrong shape", ["--resume", "{reshaped}"], "shape"),
         ("evaluate", "missing checkpoint", ["--checkpoint", "{tmp}/none", "--data", "{good}"],
          "does not exist"),

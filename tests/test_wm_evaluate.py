@@ -31,7 +31,7 @@ def files(tmp_path_factory):
 
 def _meta(path):
     split = {k: v.tolist() for k, v in split_episodes(TrajectoryFile(path)).items()}
-    return {"splits": split, "data": {"path": str(path)}}
+    return {"splits": split, "data": {"files": [{"path": str(path)}]}}
 
 
 def _tiny_model(num_frames=3, dropout=0.0):
@@ -217,7 +217,7 @@ def test_training_file_is_recognised_by_content(files, trained, tmp_path):
         select_episodes(meta, copy, "all")  # a renamed copy is still the training data
     assert select_episodes(meta, copy).episodes == sorted(meta["splits"]["test"])
     # the training path re-recorded with other games: the recorded split no longer applies
-    moved = dict(meta, data=dict(meta["data"], path=str(copy)))
+    moved = dict(meta, data=dict(meta["data"], files=[dict(meta["data"]["files"][0], path=str(copy))]))
     record("greedy", copy, 3, seed=9, num_envs=3, mode="w", progress=False)
     with pytest.raises(ValueError, match="changed since the checkpoint"):
         select_episodes(moved, copy)

@@ -126,7 +126,8 @@ def test_training_run_end_to_end(files, tmp_path):
         expected = split_episodes(tf)
         games = {k: set(tf.episodes["game_id"][v].tolist()) for k, v in meta["splits"].items()}
         assert all((tf.episodes["agent_id"][meta["splits"][k]] == 0).all() for k in expected)
-        assert meta["data"]["fingerprint"] == tf.digest()
+        assert meta["data"]["files"] == [{"path": str(greedy.resolve()), "fingerprint": tf.digest(),
+                                          "num_episodes": len(tf)}]
     for k in expected:
         assert set(meta["splits"][k]) == {e for e in expected[k].tolist() if e % 2 == 0}
     assert not games["train"] & games["val"] and not games["train"] & games["test"]

@@ -61,9 +61,11 @@ class TrajectoryFile:
         self._file = open_h5(self.path, "r", swmr=True, rdcc_nbytes=self._cache_bytes,
                              rdcc_nslots=10007)
         self.meta: dict[str, Any] = read_meta(self._file, self.path)
-        self._obs = self._file["obs"]
-        self._actions = self._file["actions"]
-        self._rewards = self._file["rewards"]
+        # Looking a dataset up by name costs more than a small read: keep the handles.
+        self._datasets = {name: self._file[name] for name in DATA_DATASETS}
+        self._obs = self._datasets["obs"]
+        self._actions = self._datasets["actions"]
+        self._rewards = self._datasets["rewards"]
 
     # ----------------------------------------------------------------- table
     def _load_table(self) -> None:
@@ -162,7 +164,7 @@ class TrajectoryFile:
         uint8, or a per-step dataset (`STEP_DATASETS`) ``(n,)``."""
         if name not in DATA_DATASETS:
             raise KeyError(f"no dataset {name!r}: choose one of {DATA_DATASETS}")
-        return self._file[name][int(start):int(stop)]
+        return self._datasets[name][int(start):int(stop)]
 
     # ----------------------------------------------------------------- data access
     def episode(self, i: int) -> dict[str, np.ndarray]:

@@ -1,25 +1,32 @@
-"""Data for the world model: trajectory files (`sources`), the one windowing of their episodes
-shared by training and evaluation (`windows`), and input masks (`masks`).
+"""Data for the world model: trajectory files (`sources`), several files of one game as one set of
+episodes (`shards`), where the steps are held, in memory or streamed from disk (`stores`), the one
+windowing of their episodes shared by training and evaluation (`windows`), and input masks (`masks`).
 
 Nothing here imports the environment: the trajectory file is the contract with the game.
 """
 
 from rpg_worldmodel.config import MASK_KINDS
 from rpg_worldmodel.data.masks import CHANNEL_MASKS, MASKED_CHANNELS, apply_input_mask, masked_channels
+from rpg_worldmodel.data.shards import (
+    DataFiles,
+    data_record,
+    expand_paths,
+    game_differences,
+    training_splits,
+    training_windows,
+)
 from rpg_worldmodel.data.sources import (
     DataMismatchError,
     DataSource,
     check_data_matches,
-    data_record,
     file_digest,
     item_codes,
     kind_values,
     reward_classes,
-    training_splits,
 )
+from rpg_worldmodel.data.stores import EpisodeShards, EpisodeStore, StreamedEpisodes, views_nbytes
 from rpg_worldmodel.data.windows import (
     CONTEXTS,
-    EpisodeStore,
     EpochBatchSampler,
     TrajectoryWindows,
     WindowPlan,
@@ -36,21 +43,28 @@ __all__ = [
     "CHANNEL_MASKS",
     "MASKED_CHANNELS",
     "CONTEXTS",
+    "DataFiles",
     "DataMismatchError",
     "DataSource",
+    "EpisodeShards",
     "EpisodeStore",
     "EpochBatchSampler",
+    "StreamedEpisodes",
     "TrajectoryWindows",
     "WindowPlan",
     "apply_input_mask",
     "check_data_matches",
     "collate_batch",
     "data_record",
+    "expand_paths",
     "file_digest",
+    "game_differences",
     "item_codes",
     "masked_channels",
     "plan_windows",
     "training_splits",
+    "training_windows",
     "view_codes",
+    "views_nbytes",
     "window_plan",
 ]

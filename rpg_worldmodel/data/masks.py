@@ -35,6 +35,7 @@ def apply_input_mask(
     prob: float = 0.15,
     generator: torch.Generator | None = None,
     channel_names: Sequence[str] | None = None,
+    rows: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """Hide part of the input views (returns a new tensor; ``views`` itself for ``"none"``).
 
@@ -47,6 +48,9 @@ def apply_input_mask(
 
     ``channel_names`` (the data's, default the game's vocabulary) places the channel masks.
     ``generator`` makes the random mask reproducible (it must live on ``views``' device).
+    ``rows`` ``(first, total)``: ``views`` are rows ``first .. first + B - 1`` of a batch of
+    ``total`` (a process's slice of the global batch); the random mask is drawn for all
+    ``total`` rows and cut, so the slices are masked exactly as the whole batch would be.
     """
     if kind not in MASK_KINDS:
         raise ValueError(f"unknown mask kind {kind!r}; choose one of {list(MASK_KINDS)}")
@@ -58,7 +62,9 @@ def apply_input_mask(
         if not 0.0 <= prob <= 1.0:
             raise ValueError(f"prob must be in [0, 1], got {prob}")
         b, t, _, h, w = views.shape
-        keep = torch.rand((b, t, 1, h, w), generator=generator, device=views.device) >= prob
+        first, total = rows or (0, b)
+        draw = torch.rand((total, t, 1, h, w), generator=generator, device=views.device)
+        keep = draw[first : first + b] >= prob
         return views * keep.to(views.dtype)
     channels = MASKED_CHANNELS if channel_names is None else masked_channels(channel_names)
     if kind not in channels:

@@ -6,9 +6,8 @@ actions (``action_names``), and the world model takes its vocabulary from there,
 channel numbers of its own.
 
 A `DataSource` is one file's metadata and per-episode table, read once and closed; the data
-itself is read by `rpg_worldmodel.data.windows.EpisodeStore`. Everything here takes a source
-(or its metadata) rather than an open file, so that several files can later be stacked into one
-table of games by concatenating their tables and keeping a source index per row.
+itself is read by the stores of `rpg_worldmodel.data.stores`, and several files are put
+together into one table of games by `rpg_worldmodel.data.shards`.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ import numpy as np
 
 from rpg_env.errors import InputError
 from rpg_env.game.constants import vocabulary
-from rpg_env.trajectories import TrajectoryFile, split_episodes
-from rpg_worldmodel.config import ConfigError, DataConfig, ModelConfig
+from rpg_env.trajectories import TrajectoryFile
+from rpg_worldmodel.config import ConfigError, ModelConfig
 
 #: Channels that are not items: the loss weights every other channel's cells by
 #: ``train.item_weight`` (in the reference vocabulary: gem, bone, food and the co-player).
@@ -79,21 +78,6 @@ def file_digest(path: str | Path) -> str:
         with TrajectoryFile(p) as tf:
             _DIGESTS[key] = tf.digest()
     return _DIGESTS[key]
-
-
-def data_record(source: DataSource) -> dict[str, Any]:
-    """What a checkpoint records about its training data (path, fingerprint, vocabulary, size)."""
-    meta = source.meta
-    return {
-        "path": str(source.path.resolve()),
-        "fingerprint": source.fingerprint,
-        "obs_shape": list(meta["obs_shape"]),
-        "channel_names": source.channel_names,
-        "action_names": source.action_names,
-        "env_id": meta["env_id"],
-        "env_kwargs": meta["env_kwargs"],
-        "num_episodes": len(source),
-    }
 
 
 def item_codes(channel_names: Sequence[str]) -> tuple[int, ...]:
@@ -187,25 +171,3 @@ def check_data_matches(
             + ". Record data with the same game settings, or set model.view_size / "
             "model.num_actions to the file's values for a new model."
         )
-
-
-def training_splits(source: DataSource, data_cfg: DataConfig) -> dict[str, np.ndarray]:
-    """Split by game (``data.split_fractions``, ``data.split_seed``), then keep the streams of
-    ``data.agent_id`` (-1: every agent); ``{"train", "val", "test"}`` sorted episode ids."""
-    splits = split_episodes(source.table, data_cfg.split_fractions, data_cfg.split_seed)
-    agents = source.table["agent_id"]
-    if data_cfg.agent_id >= 0:
-        keep = agents == data_cfg.agent_id
-        if not keep.any():
-            raise ConfigError(
-                f"{source.path} has no streams of agent {data_cfg.agent_id} (agent ids present: "
-                f"{sorted(set(agents.tolist()))}); set data.agent_id"
-            )
-        splits = {k: v[keep[v]] for k, v in splits.items()}
-    for name in ("train", "val"):
-        if len(splits[name]) == 0:
-            raise ConfigError(
-                f"the {name} split of {source.path} is empty ({len(source)} streams): record more "
-                f"games or change data.split_fractions"
-            )
-    return splits

@@ -6,7 +6,7 @@ is the one taken in view t) and is scored on ``views[1:]`` (the next view) and `
 (the next action), as in the reference (Sorrel's ``sample_transformer``). A window therefore
 needs ``T + 1`` steps, and an episode of ``L`` steps has ``L - T`` of them (starts ``0 .. L-T-1``).
 
-- `EpisodeStore`: the chosen episodes of a file, decoded once into memory.
+- `rpg_worldmodel.data.stores`: where the steps come from (memory or the files, one or several).
 - `window_plan` / `plan_windows`: which windows to cut and which of their positions to score.
   Training takes every window (``context="full"``); evaluation scores each transition once,
   from the same windows (``full``) or from non-overlapping ones (``stride``).
@@ -15,7 +15,7 @@ needs ``T + 1`` steps, and an episode of ``L`` steps has ``L - T`` of them (star
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,94 +23,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from rpg_env.trajectories import TrajectoryFile, TrajectoryFormatError
+from rpg_env.trajectories import TrajectoryFormatError
+from rpg_worldmodel.data.stores import EpisodeStore, Store
 
 CONTEXTS = ("full", "stride")
-
-
-@dataclass(frozen=True)
-class EpisodeStore:
-    """Episodes of one trajectory file held in memory (uint8 views: a 100-step episode of 6x9x9
-    views is ~50 KB), so a window costs a gather, not an HDF5 decompression.
-
-    Rows ``0 .. E-1`` follow ``episodes`` (the file's episode ids, in the order asked for).
-    ``obs`` ``(sum(L+1), C, V, V)`` uint8, ``actions`` ``(sum(L),)`` int64 and ``rewards``
-    ``(sum(L),)`` float32 (points of each step) are the episodes concatenated; ``obs_offset`` /
-    ``act_offset`` ``(E,)`` are where each row starts in them (rewards align with actions).
-    """
-
-    path: Path
-    meta: dict
-    episodes: np.ndarray  # (E,) file episode ids
-    lengths: np.ndarray  # (E,) steps
-    agent_ids: np.ndarray  # (E,)
-    game_ids: np.ndarray  # (E,)
-    policy_ids: tuple[str, ...]  # (E,)
-    obs: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    obs_offset: np.ndarray
-    act_offset: np.ndarray
-
-    @classmethod
-    def load(cls, path: str | Path, episodes: Sequence[int] | np.ndarray) -> EpisodeStore:
-        """Read ``episodes`` (file ids) of the trajectory file at ``path``."""
-        episodes = np.asarray(episodes, dtype=np.int64).reshape(-1)
-        with TrajectoryFile(path) as tf:
-            meta = dict(tf.meta)
-            if episodes.size and (episodes.min() < 0 or episodes.max() >= len(tf)):
-                raise IndexError(
-                    f"episode ids must be in 0..{len(tf) - 1} for {path}, "
-                    f"got {episodes.min()}..{episodes.max()}"
-                )
-            table = tf.episodes[episodes]
-            read = tf.read_episodes(episodes) if episodes.size else []
-        lengths = table["length"].astype(np.int64)
-        shape = tuple(meta["obs_shape"])
-        obs = [np.asarray(ep["obs"], dtype=np.uint8) for ep in read]
-        actions = [np.asarray(ep["actions"], dtype=np.int64) for ep in read]
-        rewards = [np.asarray(ep["rewards"], dtype=np.float32) for ep in read]
-        return cls(
-            path=Path(path),
-            meta=meta,
-            episodes=episodes,
-            lengths=lengths,
-            agent_ids=table["agent_id"].astype(np.int64),
-            game_ids=table["game_id"].astype(np.int64),
-            policy_ids=tuple(str(p) for p in table["policy_id"]),
-            obs=np.concatenate(obs) if obs else np.zeros((0, *shape), np.uint8),
-            actions=np.concatenate(actions) if actions else np.zeros(0, np.int64),
-            rewards=np.concatenate(rewards) if rewards else np.zeros(0, np.float32),
-            obs_offset=np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64),
-            act_offset=np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64),
-        )
-
-    def __len__(self) -> int:
-        return len(self.episodes)
-
-    @property
-    def channel_names(self) -> list[str]:
-        return [str(c) for c in self.meta["channel_names"]]
-
-    def episode(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Row ``row``'s views ``(L+1, C, V, V)`` and actions ``(L,)`` (views of the store)."""
-        o, a, length = self.obs_offset[row], self.act_offset[row], self.lengths[row]
-        return self.obs[o : o + length + 1], self.actions[a : a + length]
-
-    def episode_rewards(self, row: int) -> np.ndarray:
-        """Row ``row``'s rewards ``(L,)`` float32 (points of each step)."""
-        a, length = self.act_offset[row], self.lengths[row]
-        return self.rewards[a : a + length]
-
-    def gather(self, rows: np.ndarray, starts: np.ndarray, steps: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Windows of ``steps`` steps of rows ``rows`` ``(B,)`` from steps ``starts`` ``(B,)`` on:
-        views ``(B, steps, C, V, V)`` uint8, actions ``(B, steps)`` int64, rewards ``(B, steps)``
-        float32."""
-        offsets = np.arange(steps)
-        views = self.obs[(self.obs_offset[rows] + starts)[:, None] + offsets]
-        steps_at = (self.act_offset[rows] + starts)[:, None] + offsets
-        return views, self.actions[steps_at], self.rewards[steps_at]
 
 
 def window_plan(length: int, num_frames: int, context: str = "full") -> tuple[np.ndarray, np.ndarray]:
@@ -172,22 +88,34 @@ def plan_windows(lengths: np.ndarray, num_frames: int, context: str = "full") ->
 
 
 class TrajectoryWindows(Dataset):
-    """Every ``num_frames + 1``-step window inside the given episodes of a trajectory file.
+    """Every ``num_frames + 1``-step window inside the given episodes of trajectory files.
 
+    ``TrajectoryWindows(path, episodes, num_frames)`` holds the episodes (file ids) of one file
+    in memory; `TrajectoryWindows.of` takes any store (several files, streamed or in memory).
     ``dataset[i]`` -> ``{"views": uint8 (T+1, C, V, V), "actions": int64 (T+1,), "rewards":
-    float32 (T+1,), "agent_id": int64, "episode": int64, "start": int64}``;
-    ``dataset.get_batch(indices)`` returns the same keys stacked along a leading batch axis, as
-    torch tensors (the DataLoader path uses it).
+    float32 (T+1,), "agent_id": int64, "episode": int64, "start": int64}`` (``episode``: the
+    store's id of the window's episode); ``dataset.get_batch(indices)`` returns the same keys
+    stacked along a leading batch axis, as torch tensors (the DataLoader path uses it).
     """
 
     def __init__(self, path: str | Path, episodes: np.ndarray, num_frames: int):
+        self._use(EpisodeStore.load(path, episodes), num_frames)
+
+    @classmethod
+    def of(cls, store: Store, num_frames: int) -> TrajectoryWindows:
+        """The windows of every row of ``store`` (an `EpisodeStore`, `StreamedEpisodes` or
+        `EpisodeShards`): the same windows, in the same order, whichever store it is."""
+        windows = cls.__new__(cls)
+        windows._use(store, num_frames)
+        return windows
+
+    def _use(self, store: Store, num_frames: int) -> None:
         if num_frames < 1:
             raise ValueError(f"num_frames must be >= 1, got {num_frames}")
-        self.path = Path(path)
         self.num_frames = int(num_frames)
-        self.store = EpisodeStore.load(self.path, episodes)
-        self.meta, self.episodes, self.agent_ids = self.store.meta, self.store.episodes, self.store.agent_ids
-        self.plan = plan_windows(self.store.lengths, self.num_frames, "full")
+        self.store = store
+        self.meta, self.episodes, self.agent_ids = store.meta, store.episodes, store.agent_ids
+        self.plan = plan_windows(store.lengths, self.num_frames, "full")
         self.window_episode = self.episodes[self.plan.rows]
         self.window_start = self.plan.starts
 

@@ -1,9 +1,10 @@
 """Which episodes an evaluation scores: held-out ones only, unless asked loudly.
 
-On the checkpoint's own training file (recognised by path or by content fingerprint) the test
-split recorded in the checkpoint is scored; on any other file, all of its episodes (or its own
-test split). Asking for training episodes raises `TrainingEpisodesError` unless explicitly
-allowed, and then the selection is marked as not held out.
+On one of the checkpoint's own training files (recognised by path or by content fingerprint)
+that file's part of the test split recorded in the checkpoint is scored; on any other file, all
+of its episodes (or its own test split). Asking for training episodes raises
+`TrainingEpisodesError` unless explicitly allowed, and then the selection is marked as not held
+out.
 """
 
 from __future__ import annotations
@@ -62,31 +63,63 @@ def checkpoint_split(meta: dict) -> dict[str, list[int]]:
     return {k: [int(i) for i in v] for k, v in split.items()}
 
 
-def checkpoint_data(meta: dict) -> tuple[Path | None, str | None]:
-    """(training data path, content fingerprint) recorded in a checkpoint's ``data`` record."""
-    data = meta.get("data", {})
-    if not isinstance(data, dict):
-        return None, None
-    path = data.get("path")
-    return (Path(path) if path else None), data.get("fingerprint")
+@dataclass(frozen=True)
+class TrainingFile:
+    """One file of a checkpoint's training data (its ``data.files`` entry): the recorded split
+    numbers its episodes ``first .. first + num_episodes - 1`` (None: all of them, one file)."""
+
+    path: Path | None
+    fingerprint: str | None
+    first: int = 0
+    num_episodes: int | None = None
+
+    def part(self, split: dict[str, list[int]]) -> dict[str, list[int]]:
+        """This file's own episode ids in each part of ``split`` (ids over all training files)."""
+        stop = None if self.num_episodes is None else self.first + self.num_episodes
+        return {k: [i - self.first for i in v if i >= self.first and (stop is None or i < stop)]
+                for k, v in split.items()}
+
+
+def training_files(meta: dict) -> list[TrainingFile]:
+    """The files a checkpoint was trained on (``data.files``, in the order that numbers the
+    split's episodes)."""
+    data = meta.get("data")
+    files = data.get("files", []) if isinstance(data, dict) else []
+    found, first = [], 0
+    for entry in files:
+        size = entry.get("num_episodes")
+        path = Path(entry["path"]) if entry.get("path") else None
+        found.append(TrainingFile(path, entry.get("fingerprint"), first, None if size is None else int(size)))
+        first += int(size or 0)
+    return found
+
+
+def training_file(meta: dict, path: str | Path) -> TrainingFile | None:
+    """The training file ``path`` is, or a copy of it (same content); None for another file.
+
+    Raises `InputError` when ``path`` *is* a training path but its content changed since
+    training (re-recorded or appended): the recorded split would then be meaningless.
+    """
+    digest = None
+    for trained in training_files(meta):
+        same_path = trained.path is not None and Path(path).resolve() == trained.path.resolve()
+        if trained.fingerprint is None:  # an older checkpoint without a fingerprint: trust the path
+            if same_path:
+                return trained
+            continue
+        digest = digest or file_digest(path)
+        if same_path and digest != trained.fingerprint:
+            raise InputError(f"{path} changed since the checkpoint was trained on it (content fingerprint "
+                             f"differs), so its recorded train/test split no longer applies; evaluate on "
+                             "the original file or retrain")
+        if digest == trained.fingerprint:
+            return trained
+    return None
 
 
 def is_training_file(meta: dict, path: str | Path) -> bool:
-    """Whether ``path`` is the file the checkpoint was trained on, or a copy of it (same content).
-
-    Raises `InputError` when ``path`` *is* the training path but its content changed since
-    training (re-recorded or appended): the recorded split would then be meaningless.
-    """
-    train_path, train_fp = checkpoint_data(meta)
-    same_path = train_path is not None and Path(path).resolve() == Path(train_path).resolve()
-    if train_fp is None:  # an older checkpoint without a fingerprint: trust the path
-        return same_path
-    same_content = file_digest(path) == train_fp
-    if same_path and not same_content:
-        raise InputError(f"{path} changed since the checkpoint was trained on it (content fingerprint "
-                         f"differs), so its recorded train/test split no longer applies; evaluate on the "
-                         "original file or retrain")
-    return same_content
+    """Whether ``path`` is one of the files the checkpoint was trained on (`training_file`)."""
+    return training_file(meta, path) is not None
 
 
 def select_episodes(meta: dict, path: str | Path, split: str = "auto",
@@ -94,8 +127,8 @@ def select_episodes(meta: dict, path: str | Path, split: str = "auto",
                     agent_id: int | None = None) -> EvalSet:
     """Choose the episodes of ``path`` to score for a checkpoint with metadata ``meta``.
 
-    ``split``: ``auto`` (the recorded test split on the training file, all episodes
-    elsewhere), ``test``, ``val``, ``all`` or ``train``. On the training file, ``train`` and
+    ``split``: ``auto`` (the recorded test split on a training file, all episodes
+    elsewhere), ``test``, ``val``, ``all`` or ``train``. On a training file, ``train`` and
     ``all`` include training episodes and raise `TrainingEpisodesError` unless
     ``allow_training_episodes``; then a loud warning is issued and the set is marked.
     ``agent_id`` (e.g. the config's ``data.agent_id``; None or -1: all) keeps only that agent's
@@ -105,8 +138,9 @@ def select_episodes(meta: dict, path: str | Path, split: str = "auto",
         raise InputError(f"split must be auto, test, val, all or train, got {split!r}")
     path = Path(path)
     table = DataSource.open(path).table
-    if is_training_file(meta, path):
-        recorded = checkpoint_split(meta)
+    own = training_file(meta, path)
+    if own is not None:
+        recorded = own.part(checkpoint_split(meta))
         if split in ("train", "all"):
             return _training_episodes(recorded, path, split, table, allow_training_episodes)
         if split == "val":
@@ -132,7 +166,7 @@ def _training_episodes(recorded: dict[str, list[int]], path: Path, split: str, t
     chosen = sorted(recorded["train"]) if split == "train" else list(range(len(table)))
     if not allow:
         raise TrainingEpisodesError(
-            f"{path} is the checkpoint's training file and split={split!r} includes "
+            f"{path} is a training file of the checkpoint and split={split!r} includes "
             f"{len(set(chosen) & set(recorded['train']))} episodes the model was trained on; "
             "evaluate on split 'test' (the default) or pass --allow-training-episodes to "
             "score them anyway (the results are then marked as not held out)")

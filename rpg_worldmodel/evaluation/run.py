@@ -2,7 +2,8 @@
 and under input masks. `Evaluation` is the only producer of ``metrics.json``.
 
 The first file holding the checkpoint's training data (or else the first file) is "self"; every
-other file gives a transfer table. Baselines are fitted on the checkpoint's training split only.
+other file gives a transfer table. Baselines are fitted on the checkpoint's training split only
+(its part in the first training file found).
 Outputs (`Evaluation.write`): ``metrics.json`` (every figure with its interval, plus provenance,
 plus the caller's own section, e.g. the pipeline's settings and timings) and ``examples.npz``
 (a few held-out views of the self file: last input, predicted, true) for the report.
@@ -25,12 +26,13 @@ from rpg_worldmodel.data import DataSource, check_data_matches
 from rpg_worldmodel.evaluation.baselines import baselines_summary, fit_baselines
 from rpg_worldmodel.evaluation.episodes import (
     EvalSet,
-    checkpoint_data,
     checkpoint_split,
     first_episodes,
     is_training_file,
     select_episodes,
     train_mask_of,
+    training_file,
+    training_files,
 )
 from rpg_worldmodel.evaluation.rollouts import DEFAULT_HORIZON, rollout_table
 from rpg_worldmodel.evaluation.scoring import Scores
@@ -72,11 +74,11 @@ class Evaluation:
         for path in self.data:
             check_data_matches(self.config.model, DataSource.open(path).meta, data_path=path,
                                model_source=f"checkpoint {checkpoint}", trained_on=self.meta.get("data"))
-        self.train_path = self._training_file()
+        self.train_path, train_episodes = self._training_file()
         opts = self.options
         rewards = self.config.model.reward_values if self.config.model.reward_head else ()
-        self.baselines = fit_baselines(self.train_path, checkpoint_split(self.meta)["train"],
-                                       opts.baseline_episodes, opts.seed, rewards)
+        self.baselines = fit_baselines(self.train_path, train_episodes, opts.baseline_episodes, opts.seed,
+                                       rewards)
         self.self_key = next((p for p in self.data if is_training_file(self.meta, p)), self.data[0])
         self.files: dict[str, dict] = {}
         self.scores: dict[str, tuple[EvalSet, Scores]] = {}
@@ -86,16 +88,21 @@ class Evaluation:
         self.rollout_strip: dict[str, np.ndarray] = {}
         self._provenance: dict | None = None
 
-    def _training_file(self) -> Path:
-        train_path, _ = checkpoint_data(self.meta)
-        if train_path is not None and Path(train_path).exists():
-            return train_path
-        candidates = [p for p in self.data if is_training_file(self.meta, p)]
-        if not candidates:
-            raise FileNotFoundError(
-                f"the checkpoint's training file {train_path} is not found and none of --data is it; "
-                "the baselines are fitted on its training split: pass the training file as --data")
-        return Path(candidates[0])
+    def _training_file(self) -> tuple[Path, list[int]]:
+        """The first training file found (at its recorded path, or among ``--data``) and its
+        episodes of the training split."""
+        split = checkpoint_split(self.meta)
+        for trained in training_files(self.meta):
+            train = trained.part(split)["train"]
+            if trained.path is not None and trained.path.exists() and train:
+                return trained.path, train
+            for path in self.data:
+                if train and training_file(self.meta, path) == trained:
+                    return Path(path), train
+        recorded = ", ".join(str(f.path) for f in training_files(self.meta))
+        raise FileNotFoundError(
+            f"the checkpoint's training files ({recorded}) are not found and none of --data is one; "
+            "the baselines are fitted on the training split: pass a training file as --data")
 
     def evaluate_file(self, path: str | Path, num_examples: int = 8) -> dict:
         """The held-out table of one file (also kept for `metrics`)."""
