@@ -25,7 +25,8 @@ from rpg_env.envs.vector import TreasurehuntVectorEnv
 from rpg_env.errors import InputError
 from rpg_env.policies import BatchPolicy, make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
-from rpg_worldmodel.data import DataSource, EpisodeStore, check_data_matches, file_digest
+from rpg_worldmodel.data import DataSource, EpisodeStore, check_data_matches
+from rpg_worldmodel.evaluation.episodes import select_episodes
 from rpg_worldmodel.models.world_model import Imagination, WorldModel
 
 
@@ -91,16 +92,11 @@ class FileContext:
 
     def __init__(self, path: str | Path, loaded: LoadedCheckpoint) -> None:
         path = Path(path)
-        source = DataSource.open(path)
         cfg, meta = loaded.config, loaded.meta
-        check_data_matches(cfg.model, source.meta, data_path=path, model_source=f"checkpoint {loaded.path}",
-                           trained_on=meta.get("data"))
-        if file_digest(path) == (meta.get("data") or {}).get("fingerprint"):
-            episodes = np.asarray(meta["splits"]["test"], dtype=np.int64)
-        else:
-            agent = cfg.data.agent_id
-            agents = source.table["agent_id"]
-            episodes = np.flatnonzero(agents == agent) if agent >= 0 else np.arange(len(source))
+        check_data_matches(cfg.model, DataSource.open(path).meta, data_path=path,
+                           model_source=f"checkpoint {loaded.path}", trained_on=meta.get("data"))
+        # The checkpoint's held-out games of its own training file; every stream of its agent elsewhere.
+        episodes = np.asarray(select_episodes(meta, path, "auto", agent_id=cfg.data.agent_id).episodes)
         self.num_frames = cfg.model.num_frames
         self.store = EpisodeStore.load(path, episodes)
         long_enough = self.store.lengths >= self.num_frames
