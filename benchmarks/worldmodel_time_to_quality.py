@@ -53,15 +53,20 @@ class HeldOut:
     score: np.ndarray
 
 
-def held_out(data: Path, num_frames: int) -> HeldOut:
+def held_out(data: Path, num_frames: int, max_windows: int = 0) -> HeldOut:
+    """The test split's windows (every transition once, full history); ``max_windows`` > 0 keeps
+    that many, evenly spaced (a cheaper estimate, for sweeps)."""
     from rpg_worldmodel.config import DataConfig
-    from rpg_worldmodel.data import DataSource, EpisodeStore, plan_windows, training_splits
+    from rpg_worldmodel.data import DataFiles, EpisodeStore, plan_windows, training_splits
 
-    test = training_splits(DataSource.open(data), DataConfig())["test"]
+    test = training_splits(DataFiles.open(str(data)), DataConfig())["test"]
     store = EpisodeStore.load(data, test)
     plan = plan_windows(store.lengths, num_frames, "full")
-    views, actions, _ = store.gather(plan.rows, plan.starts, num_frames + 1)
-    return HeldOut(views, actions, plan.score)
+    keep = np.arange(len(plan.rows))
+    if 0 < max_windows < len(keep):
+        keep = np.unique(np.linspace(0, len(keep) - 1, max_windows).astype(int))
+    views, actions, _ = store.gather(plan.rows[keep], plan.starts[keep], num_frames + 1)
+    return HeldOut(views, actions, plan.score[keep])
 
 
 def score(predict, windows: HeldOut, batch: int = 512) -> dict[str, float]:
@@ -96,54 +101,34 @@ class Candidate:
     step: int = 0
     seconds: float = 0.0
 
-    def start(self, data: Path, threads: int) -> None:
-        from rpg_worldmodel.data import (
-            DataSource,
-            EpochBatchSampler,
-            TrajectoryWindows,
-            reward_classes,
-            training_splits,
-        )
-        from rpg_worldmodel.models.world_model import WorldModel
-        from rpg_worldmodel.train import loss_weights, seed_everything
+    def start(self, data: Path) -> None:
+        """`rpg_worldmodel.train.setup` on ``data``: seeds, split, model, optimizer, as a run has them."""
+        from rpg_worldmodel.data import EpochBatchSampler
+        from rpg_worldmodel.distributed import Processes
+        from rpg_worldmodel.train import setup
 
-        cfg = self.cfg
-        source = DataSource.open(data)
-        if cfg.model.reward_head and not cfg.model.reward_values:
-            cfg.model.reward_values = reward_classes(source.meta).values
-        seed_everything(cfg.train.seed)
-        train = training_splits(source, cfg.data)["train"]
-        self.train_set = TrajectoryWindows(data, train, cfg.model.num_frames)
-        self.model = WorldModel(cfg.model)
-        self.optimizer = torch.optim.AdamW(self.model.param_groups(cfg.train.weight_decay), lr=cfg.train.lr,
-                                           betas=(cfg.train.beta1, cfg.train.beta2))
-        sampler = EpochBatchSampler(len(self.train_set), cfg.train.batch_size, cfg.train.seed, 0,
-                                    cfg.train.max_steps)
-        self.batches = iter(sampler)
-        self.weights = loss_weights(cfg, source.channel_names)
-        self.threads = threads
+        self.cfg.data.path = str(data)
+        self.cfg.out_dir = tempfile.mkdtemp(prefix=f"ttq_{self.name}_")  # nothing is written there
+        self.run = setup(self.cfg, Processes.from_env("cpu"))
+        self.batches = iter(EpochBatchSampler(len(self.run.train_set), self.cfg.train.batch_size,
+                                              self.cfg.train.seed, 0, self.cfg.train.max_steps))
+        self.mask_gen = torch.Generator()
+        self.model = self.run.model
 
     @property
     def done(self) -> bool:
         return self.step >= self.cfg.train.max_steps
 
     def advance(self, steps: int) -> None:
-        """Train ``steps`` steps (timed: batch, loss, backward, clip, step)."""
-        from rpg_worldmodel.train import lr_at
+        """Train ``steps`` steps of `rpg_worldmodel.train.train_step` (timed: batch, loss, backward,
+        clip, optimizer step)."""
+        from rpg_worldmodel.train import train_step
 
-        t = self.cfg.train
-        self.model.train()
+        self.run.engine.train()
         tick = time.perf_counter()
-        for _ in range(min(steps, t.max_steps - self.step)):
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr_at(self.step, self.cfg)
-            batch = self.train_set.get_batch(next(self.batches))
-            loss, _ = self.model.loss(batch, self.weights)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if t.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
-            self.optimizer.step()
+        for _ in range(min(steps, self.cfg.train.max_steps - self.step)):
+            batch = self.run.train_set.get_batch(next(self.batches))
+            train_step(self.run, batch, self.step, self.mask_gen)
             self.step += 1
         self.seconds += time.perf_counter() - tick
 
@@ -170,11 +155,12 @@ def make_candidate(spec: str, quick: bool):
     return Candidate(name, cfg)
 
 
-def run_ours(candidates: list[Candidate], data: Path, eval_every: int, chunk: int, threads: int) -> None:
+def run_ours(candidates: list[Candidate], data: Path, eval_every: int, chunk: int,
+             eval_windows: int = 0) -> None:
     windows: dict[int, HeldOut] = {}
     for c in candidates:
-        c.start(data, threads)
-        windows.setdefault(c.cfg.model.num_frames, held_out(data, c.cfg.model.num_frames))
+        c.start(data)
+        windows.setdefault(c.cfg.model.num_frames, held_out(data, c.cfg.model.num_frames, eval_windows))
     while not all(c.done for c in candidates):
         for c in candidates:
             if c.done:
@@ -227,9 +213,9 @@ def run_sorrel(python: str, data: Path, steps: int, eval_every: int, threads: in
     """Sorrel's curve: its buffer holds the train games' learner views back to back (its sampler
     draws windows across episode ends too, as in the reference)."""
     from rpg_worldmodel.config import DataConfig
-    from rpg_worldmodel.data import DataSource, EpisodeStore, training_splits
+    from rpg_worldmodel.data import DataFiles, EpisodeStore, training_splits
 
-    splits = training_splits(DataSource.open(data), DataConfig())
+    splits = training_splits(DataFiles.open(str(data)), DataConfig())
     store = EpisodeStore.load(data, splits["train"])
     actions = np.concatenate([np.append(store.episode(r)[1], 0) for r in range(len(store))])
     windows = held_out(data, 5)
@@ -325,6 +311,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=200, help="steps between scoring points")
     parser.add_argument("--chunk", type=int, default=50, help="steps per interleaved turn")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--eval-windows", type=int, default=0,
+                        help="score this many evenly spaced held-out windows (0: all; for cheaper sweeps)")
     parser.add_argument("--quick", action="store_true", help="40 steps each, a smoke check (no JSON written)")
     parser.add_argument("--out", type=Path, default=RESULTS / "worldmodel_time_to_quality.json")
     parser.add_argument("--sorrel-worker", default=None, help=argparse.SUPPRESS)
@@ -338,7 +326,7 @@ def main() -> None:
     data = ensure_data(args.data)
     eval_every = 20 if args.quick else args.eval_every
     candidates = [make_candidate(spec, args.quick) for spec in args.candidates]
-    run_ours(candidates, data, eval_every, args.chunk, args.threads)
+    run_ours(candidates, data, eval_every, args.chunk, args.eval_windows)
     rows = {c.name: {"config": c.cfg.to_dict(), "parameters": c.model.num_parameters(), "curve": c.curve}
             for c in candidates}
     if args.sorrel_python:
@@ -354,7 +342,8 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
     if not args.quick:
         record_ = provenance(seed=0, data=str(data), threads=args.threads, chunk=args.chunk,
-                             eval_every=eval_every, rows=rows, summary=summary,
+                             eval_every=eval_every, eval_windows=args.eval_windows, rows=rows,
+                             summary=summary,
                              held_out="test split (150 games), every transition once, full history")
         args.out.write_text(json.dumps(record_, indent=1) + "\n")
         plot(rows, args.out.with_suffix(".png"))

@@ -8,17 +8,18 @@ leaves a half-written checkpoint under the final name)::
         model.pt      model state_dict (tensors only)
         training.pt   optimizer / scheduler / grad-scaler state, RNG states (tensors and numbers)
         meta.json     config, step, split episode ids, data files (paths, fingerprints), seed, versions
-    checkpoints/latest.json   {"name": "step_00002000"}
+    checkpoints/latest.json   {"name": "step_00002000", "step": 2000}
+    checkpoints/best.json     {"name": "step_00001600", "step": 1600, "val_loss": 0.4521}
 
-Resuming (`resume_config`, `resume_from`, `restore_training`) checks that the checkpoint fits the
-run (model config, data fingerprints) and restores the optimizer, RNG and grad-scaler states, so a
-resumed run continues with exactly the losses an uninterrupted one would have had (under torchrun
-too: every rank's random state is saved).
+A run folder names its best checkpoint (lowest held-out validation loss) and its last one. What
+reads a model (evaluate, the imagined env, play, the pipeline) takes the best by default; resuming
+takes the last. `resolve_checkpoint` says which it took.
+
+Resuming from a checkpoint is `rpg_worldmodel.resume`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import os
@@ -27,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from rpg_env.errors import InputError
-from rpg_worldmodel.config import ConfigError, ModelConfig, WorldModelConfig, apply_override
+from rpg_worldmodel.config import ConfigError, ModelConfig, WorldModelConfig
 from rpg_worldmodel.models.world_model import WorldModel
+from rpg_worldmodel.shipped import PRETRAINED_NAME, pretrained_path
 
 CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: The checkpoint schema. 2 added rotary positions and the reward head (model.position,
@@ -47,6 +48,8 @@ MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     2: {},
 }
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
+BEST_FILE = "best.json"
+STEP_PREFIX = "step_"
 
 
 class CheckpointError(InputError):
@@ -63,6 +66,7 @@ class LoadedCheckpoint:
     config: WorldModelConfig
     meta: dict[str, Any]
     path: Path
+    choice: str = ""  # which checkpoint of a run folder was taken and why (`Choice.describe`)
 
     @property
     def step(self) -> int:
@@ -124,36 +128,130 @@ def save_checkpoint(
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
-    latest_tmp = directory / f".{LATEST_FILE}.tmp"
-    latest_tmp.write_text(json.dumps({"name": name, "step": int(step)}))
-    latest_tmp.replace(directory / LATEST_FILE)
+    _write_pointer(directory / LATEST_FILE, {"name": name, "step": int(step)})
     return final
 
 
-def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A checkpoint folder from: the folder itself, its model.pt/meta.json, a ``checkpoints/``
-    folder (its latest), or a run folder (its ``checkpoints/`` latest)."""
+def _write_pointer(file: Path, record: dict[str, Any]) -> None:
+    """Write a small JSON pointer atomically (a crash leaves the old one or the new one)."""
+    tmp = file.with_name(f".{file.name}.tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(file)
+
+
+def _read_pointer(file: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(file.read_text())
+        record["name"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{file} is corrupt ({exc!r}); pass a step_* folder instead") from None
+    return record
+
+
+def mark_best(checkpoint: Path, val_loss: float) -> None:
+    """Name ``checkpoint`` (a ``step_*`` folder) its run's best, with its validation loss."""
+    meta = json.loads((checkpoint / META_FILE).read_text())
+    _write_pointer(checkpoint.parent / BEST_FILE,
+                   {"name": checkpoint.name, "step": int(meta["step"]), "val_loss": float(val_loss)})
+
+
+def best_val_loss(directory: str | os.PathLike) -> float:
+    """The validation loss of the best checkpoint in ``directory`` (``inf`` before the first)."""
+    file = Path(directory) / BEST_FILE
+    return float(_read_pointer(file).get("val_loss", float("inf"))) if file.is_file() else float("inf")
+
+
+def prune_checkpoints(directory: str | os.PathLike, keep_last: int) -> list[Path]:
+    """Delete all ``step_*`` folders of ``directory`` but the ``keep_last`` newest and the best
+    (``keep_last`` 0: keep all); returns what was deleted. The pointers are written before, so
+    they never name a deleted folder."""
+    directory = Path(directory)
+    if keep_last <= 0:
+        return []
+    steps = sorted(p for p in directory.glob(f"{STEP_PREFIX}*") if (p / META_FILE).is_file())
+    keep = {p.name for p in steps[-keep_last:]}
+    for pointer in (LATEST_FILE, BEST_FILE):
+        if (directory / pointer).is_file():
+            keep.add(_read_pointer(directory / pointer)["name"])
+    gone = [p for p in steps if p.name not in keep]
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The checkpoint folder a path names, and how it was chosen: ``"given"`` (a ``step_*``
+    folder), ``"best"`` (the run's lowest validation loss) or ``"latest"`` (its last; also what
+    ``"best"`` falls back to in a run that recorded no best)."""
+
+    folder: Path
+    how: str
+    step: int
+    val_loss: float | None = None
+    last_step: int | None = None
+
+    def describe(self) -> str:
+        """``"RUN/checkpoints/step_00001600 (the best by validation loss 0.4521, step 1600 of 2000)"``."""
+        if self.how == "pretrained":
+            return f"the shipped world model ({self.folder}, step {self.step})"
+        if self.how == "best":
+            return (f"{self.folder} (the best by validation loss {self.val_loss:.4f}, step {self.step}; "
+                    f"the last is step {self.last_step})")
+        return f"{self.folder} ({'as given' if self.how == 'given' else 'the last'}, step {self.step})"
+
+
+def choose_checkpoint(path: str | os.PathLike, which: str = "best") -> Choice:
+    """The checkpoint folder of ``path``: the folder itself or its model.pt/meta.json; for a run
+    folder or its ``checkpoints/`` folder, its best (``which="best"``; the last when no best is
+    recorded) or its last (``which="latest"``); ``"pretrained"``: the shipped world model."""
+    if which not in ("best", "latest"):
+        raise ValueError(f"which must be 'best' or 'latest', not {which!r}")
+    if str(path) == PRETRAINED_NAME:
+        return Choice(pretrained_path(), "pretrained", _step_of(pretrained_path()))
     p = Path(path)
     if p.is_file() and p.name in (MODEL_FILE, META_FILE, TRAINING_FILE):
         p = p.parent
     if not p.exists():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
     if (p / META_FILE).is_file():
-        return p
+        return Choice(p, "given", _step_of(p))
     for folder in (p, p / "checkpoints"):
-        latest = folder / LATEST_FILE
-        if latest.is_file():
-            try:
-                name = json.loads(latest.read_text())["name"]
-            except (ValueError, KeyError) as exc:
-                raise CheckpointError(f"{latest} is corrupt ({exc}); pass a step_* folder instead") from None
-            if (folder / name / META_FILE).is_file():
-                return folder / name
-            raise CheckpointError(f"{latest} points to {name!r}, which has no {META_FILE}")
+        latest_file, best_file = folder / LATEST_FILE, folder / BEST_FILE
+        if not latest_file.is_file():
+            continue
+        latest = _read_pointer(latest_file)
+        if which == "best" and best_file.is_file():
+            best = _read_pointer(best_file)
+            chosen = _pointed(folder, best_file, best)
+            return Choice(chosen, "best", _step_of(chosen), float(best.get("val_loss", float("nan"))),
+                          int(latest.get("step", -1)))
+        chosen = _pointed(folder, latest_file, latest)
+        return Choice(chosen, "latest", _step_of(chosen))
     raise CheckpointError(
         f"{str(path)!r} is not a checkpoint: expected a folder with {META_FILE} and "
         f"{MODEL_FILE}, or a run folder with checkpoints/{LATEST_FILE}"
     )
+
+
+def _pointed(folder: Path, pointer: Path, record: dict[str, Any]) -> Path:
+    if (folder / record["name"] / META_FILE).is_file():
+        return folder / record["name"]
+    raise CheckpointError(f"{pointer} points to {record['name']!r}, which has no {META_FILE}")
+
+
+def _step_of(folder: Path) -> int:
+    """The step a checkpoint folder holds (its meta.json's; -1 when unreadable, which `read_meta`
+    then reports)."""
+    try:
+        return int(json.loads((folder / META_FILE).read_text()).get("step", -1))
+    except (ValueError, TypeError, AttributeError):
+        return -1
+
+
+def resolve_checkpoint(path: str | os.PathLike, which: str = "best") -> Path:
+    """The checkpoint folder of ``path`` (`choose_checkpoint`)."""
+    return choose_checkpoint(path, which).folder
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -257,13 +355,18 @@ def first_weight_mismatch(saved: dict[str, Any], expected: dict[str, torch.Tenso
 
 
 def load_checkpoint(
-    path: str | os.PathLike, map_location: str | torch.device = "cpu", model_config: ModelConfig | None = None
+    path: str | os.PathLike,
+    map_location: str | torch.device = "cpu",
+    model_config: ModelConfig | None = None,
+    which: str = "best",
 ) -> LoadedCheckpoint:
-    """Rebuild the model from a checkpoint's own config and load its weights (eval mode).
+    """Rebuild the model from a checkpoint's own config and load its weights (eval mode). A run
+    folder gives its best checkpoint (``which="latest"``: its last); ``choice`` says which.
 
     ``model_config``, when given, must equal the saved one (else `CheckpointError` naming both).
     """
-    folder = resolve_checkpoint(path)
+    choice = choose_checkpoint(path, which)
+    folder = choice.folder
     meta = read_meta(folder)
     try:
         config = WorldModelConfig.from_dict(meta["config"], source=str(folder / META_FILE))
@@ -279,129 +382,9 @@ def load_checkpoint(
     model = WorldModel(config.model)
     load_model_weights(model, folder, map_location)
     model.to(map_location).eval()
-    return LoadedCheckpoint(model=model, config=config, meta=meta, path=folder)
+    return LoadedCheckpoint(model=model, config=config, meta=meta, path=folder, choice=choice.describe())
 
 
 def load_training_state(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """The optimizer/scheduler/RNG state saved beside a checkpoint (for exact resume)."""
-    return _safe_load(resolve_checkpoint(path) / TRAINING_FILE, map_location)
-
-
-# ---------------------------------------------------------------------------- resume
-#: Settings a resumed run takes from its checkpoint (its folder, its recorded split): an
-#: override of one of them would be ignored, so it is refused.
-FIXED_ON_RESUME = ("out_dir", "data.split_fractions", "data.split_seed", "data.agent_id")
-
-
-def _setting(cfg: WorldModelConfig, name: str) -> Any:
-    section, _, key = name.rpartition(".")
-    return getattr(getattr(cfg, section) if section else cfg, key)
-
-
-def resume_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> WorldModelConfig:
-    """The config a run resumed from ``path`` continues with: the checkpoint's, plus ``overrides``.
-
-    Overrides of `FIXED_ON_RESUME` settings are refused (`CheckpointError`); model changes are
-    refused by `resume_from`, naming both configs.
-    """
-    folder = resolve_checkpoint(path)
-    saved = WorldModelConfig.from_dict(read_meta(folder)["config"], source=str(folder / META_FILE))
-    cfg = copy.deepcopy(saved)
-    for override in overrides:
-        apply_override(cfg, override)
-    changed = [name for name in FIXED_ON_RESUME if _setting(cfg, name) != _setting(saved, name)]
-    if changed:
-        raise CheckpointError(
-            f"a resumed run keeps the {', '.join(changed)} of {folder}; drop that override (to change "
-            "it, start a new run with --data FILE --out DIR)"
-        )
-    return cfg.validate()
-
-
-@dataclass
-class Resume:
-    """Where a resumed run continues: the checkpoint ``folder`` (``RUN/checkpoints/step_N``), its
-    ``step``, recorded ``splits`` (sorted episode ids) and ``training`` state."""
-
-    folder: Path
-    step: int
-    splits: dict[str, np.ndarray]
-    training: dict[str, Any]
-
-    @property
-    def run_dir(self) -> Path:
-        return self.folder.parent.parent
-
-
-def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, Any]) -> Resume:
-    """Read the checkpoint a run resumes from; refuse it (`CheckpointError`, both sides named) when
-    its model config differs from ``cfg.model`` or it was trained on other data than ``data``
-    (a data record, `rpg_worldmodel.data.data_record`: the same files' contents, in any order)."""
-    folder = resolve_checkpoint(path)
-    meta = read_meta(folder)
-    saved = WorldModelConfig.from_dict(meta["config"], source=str(folder))
-    diffs = config_differences(saved.model, cfg.model)
-    if diffs:
-        raise CheckpointError(
-            f"cannot resume {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}"
-        )
-    trained = {f["fingerprint"]: f["path"] for f in meta["data"]["files"]}
-    given = {f["fingerprint"]: f["path"] for f in data["files"]}
-    if trained.keys() != given.keys():
-        new = [f"{p} has fingerprint {fp[:12]}" for fp, p in given.items() if fp not in trained]
-        gone = [f"{p} (fingerprint {fp[:12]})" for fp, p in trained.items() if fp not in given]
-        raise CheckpointError(
-            f"cannot resume {folder}: it was trained on {', '.join(gone) or 'fewer files'}, but "
-            f"{'; '.join(new) or 'those files are not given'}; pass the same data files"
-        )
-    splits = {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
-    return Resume(folder, int(meta["step"]), splits, load_training_state(folder))
-
-
-def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
-    """This process's random state (the CPU generator, and its GPU's on CUDA)."""
-    state = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def training_state(device: torch.device, scaler: torch.amp.GradScaler,
-                   rank_states: list[dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
-    """RNG and grad-scaler state saved beside a checkpoint, so a resumed run draws exactly the
-    dropout and masks an uninterrupted one would have; under torchrun ``rank_states`` holds
-    every rank's `rng_state`, in rank order."""
-    state: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda_rng"] = torch.cuda.get_rng_state_all()
-    if rank_states is not None:
-        state["rank_rng"] = rank_states
-    if scaler.is_enabled():
-        state["scaler"] = scaler.state_dict()
-    return state
-
-
-def restore_training(
-    resume: Resume,
-    model: WorldModel,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    device: torch.device,
-    rank: int | None = None,
-) -> None:
-    """Load the weights, optimizer, RNG and grad-scaler states of ``resume`` into a fresh run;
-    rank ``rank`` of a torchrun launch takes that rank's random state when it was saved."""
-    state = resume.training
-    load_model_weights(model, resume.folder, device)
-    optimizer.load_state_dict(state["optimizer"])
-    ranks = state.get("rank_rng", [])
-    if rank is not None and rank < len(ranks):
-        torch.set_rng_state(ranks[rank]["torch"])
-        if device.type == "cuda" and "cuda" in ranks[rank]:
-            torch.cuda.set_rng_state(ranks[rank]["cuda"], device)
-    else:
-        torch.set_rng_state(state["torch_rng"])
-        if device.type == "cuda" and "cuda_rng" in state:
-            torch.cuda.set_rng_state_all(list(state["cuda_rng"]))
-    if "scaler" in state:
-        scaler.load_state_dict(state["scaler"])
+    return _safe_load(resolve_checkpoint(path, "latest") / TRAINING_FILE, map_location)

@@ -161,7 +161,8 @@ class TrainConfig:
     num_threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
     log_every: int = setting(50, "steps between training-metric rows")
     eval_every: int = setting(400, "steps between validation evaluations")
-    checkpoint_every: int = setting(400, "steps between checkpoints")
+    checkpoint_every: int = setting(400, "steps between checkpoints (and at every new best validation loss)")
+    keep_last_checkpoints: int = setting(1, "newest step_* folders kept besides the best; 0 keeps all")
     train_mask: str = setting("none", f"input mask during training: one of {', '.join(MASK_KINDS)}")
     mask_prob: float = setting(0.15, "fraction of cells hidden by the random_cells mask")
     progress: bool = setting(True, "show a tqdm progress bar")
@@ -183,6 +184,7 @@ class TrainConfig:
             "reward_loss_weight",
             "warmup_steps",
             "num_threads",
+            "keep_last_checkpoints",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")

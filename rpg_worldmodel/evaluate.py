@@ -18,6 +18,10 @@ checkpoint's training split only. Every figure carries a percentile bootstrap in
 games (the learner's and co-player's episodes of one game form one cluster); model-minus-baseline
 differences use a paired bootstrap.
 
+Where the error lives: every view predictor is also scored per cell category (in view, seen
+before, never seen, spawned, the other agent) and against the floor, the lowest cross-entropy
+the game allows (`rpg_worldmodel.evaluation.cells`; ``--floor``), beside the memory oracle.
+
 Outputs (``--out``): ``metrics.json`` (every figure with its interval, plus provenance) and
 ``examples.npz`` (a few held-out views: last input, predicted, true) for the report.
 
@@ -40,6 +44,7 @@ from rpg_worldmodel.evaluation.baselines import (
     baselines_summary,
     fit_baselines,
 )
+from rpg_worldmodel.evaluation.cells import FLOOR_MODES
 from rpg_worldmodel.evaluation.episodes import (
     SPLITS,
     EvalSet,
@@ -96,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--context", default="full", choices=CONTEXTS,
                         help="full: every prediction with T steps of history (T times the compute); "
                              "stride: non-overlapping windows, history 1..T as in training")
+    parser.add_argument("--floor", default="auto", choices=FLOOR_MODES,
+                        help="how the floor (the lowest next-view CE the game allows) is found: replay the "
+                             "recorded games (exact; refused when a game does not replay bit for bit), an "
+                             "analytic lower bound, or auto (replay when the file can be replayed)")
     parser.add_argument("--rollout-horizon", type=int, default=0, metavar="H",
                         help="also roll the model open-loop H steps from held-out starts on the recorded "
                              "actions and score every step (0: off; the pipeline uses 15)")
@@ -109,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_evaluation(args.checkpoint, args.data, args.out, args.masks, args.masked_checkpoint,
                              args.split, args.allow_training_episodes, args.bootstrap, args.seed,
                              args.batch_size, args.device, context=args.context,
-                             rollout_horizon=args.rollout_horizon)
+                             rollout_horizon=args.rollout_horizon, floor=args.floor)
     print(evaluation_summary(results))
     if args.out:
         print(Path(args.out) / "metrics.json")

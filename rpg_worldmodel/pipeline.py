@@ -1,6 +1,6 @@
 """The whole experiment on built-in defaults, in one command (the README's main job).
 
-    python -m rpg_worldmodel.pipeline [--out DIR] [--seed S] [--quick]
+    python -m rpg_worldmodel.pipeline [--out DIR] [--seed S | --seeds S1 S2 ...] [--quick]
 
 Stages (each a function, so tests and notebooks can run them one by one):
 
@@ -14,9 +14,14 @@ Stages (each a function, so tests and notebooks can run them one by one):
 5. transfer  the same model on the cross expert's games: self-vs-cross table and relative gap.
 6. probes    masking table: models trained with / without a mask x masks at evaluation.
 7. rollouts  the model rolled open-loop 15 steps from held-out starts, scored at every step.
-8. report    plots and ``report.md`` (`rpg_worldmodel.report`); ``metrics.json`` beside it.
+8. seeds     with ``--seeds A B C``: one more model per further training seed (``run_seed_B``...),
+             each scored on the same held-out and cross games; every headline figure per seed,
+             its mean and a seeds-and-games bootstrap interval (`rpg_worldmodel.evaluation.seeds`).
+9. report    plots and ``report.md`` (`rpg_worldmodel.report`); ``metrics.json`` beside it.
 
-The last line printed is the path of the report. Everything is seeded by ``--seed``.
+The last line printed is the path of the report. Everything is seeded by ``--seed`` (with
+``--seeds``, the data and the detailed tables by the first seed). The tables, probes and rollouts
+are of the first seed's model; the seeds stage adds the spread over training seeds.
 ``--quick`` shrinks every stage (tiny data, tiny model, a few steps) for smoke tests.
 """
 
@@ -34,7 +39,8 @@ from rpg_worldmodel.config import WorldModelConfig
 
 DEFAULT_OUT_ROOT = "runs/pipeline"
 #: What a pipeline run writes into its folder (all of it is replaced by --overwrite, nothing else).
-PIPELINE_OUTPUTS = ("data", "run", "run_mask_*", "metrics.json", "examples.npz", "report.md", "*.png")
+PIPELINE_OUTPUTS = ("data", "run", "run_mask_*", "run_seed_*", "metrics.json", "examples.npz", "report.md",
+                    "rollout_strip.npz", "*.png")
 
 
 def default_out() -> str:
@@ -66,6 +72,7 @@ class PipelineSettings:
 
     out: str = ""  # "" -> default_out()
     seed: int = 0
+    extra_seeds: tuple[int, ...] = ()  # further training seeds (one more model each) for the seeds stage
     self_expert: str = "dqn"  # shipped expert name, "greedy"/"random", or a path to an SB3 .zip
     cross_expert: str = "ppo"
     self_games: int = 1500  # games for the self file (split by game); recording is cheap, more data
@@ -186,12 +193,13 @@ def masked_config(cfg: WorldModelConfig, mask: str, fraction: float) -> WorldMod
 
 
 def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path, Path]:
-    """Train ``cfg`` on ``data`` into ``run_dir``; returns ``(final checkpoint, run folder)``.
+    """Train ``cfg`` on ``data`` into ``run_dir``; returns ``(best checkpoint, run folder)``.
 
     Same as ``python -m rpg_worldmodel.train --data DATA --out RUN_DIR [overrides]``.
     """
     import copy
 
+    from rpg_worldmodel.checkpoint import choose_checkpoint
     from rpg_worldmodel.train import train
 
     cfg = copy.deepcopy(cfg)
@@ -200,7 +208,8 @@ def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path,
     result = train(cfg.validate())
     print(f"    {run_dir.name}: step {result.step}, val loss {result.val.get('loss', float('nan')):.4f}, "
           f"{result.train_samples_per_s:.0f} samples/s, {result.wall_s:.0f}s", flush=True)
-    return Path(result.checkpoint), Path(result.run_dir)
+    print(f"    using {choose_checkpoint(result.run_dir, 'best').describe()}", flush=True)
+    return Path(result.best), Path(result.run_dir)
 
 
 def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
@@ -213,7 +222,7 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     cfg = training_config(s.train_overrides, s.seed, s.quick)  # refused before anything is written
     prepare_out(out, overwrite)
     timings: dict[str, float] = {}
-    total, start = 8, time.perf_counter()
+    total, start = 9 if s.extra_seeds else 8, time.perf_counter()
     with Stage(1, total, "experts", timings):
         self_policy, self_label = resolve_expert(s.self_expert)
         cross_policy, cross_label = resolve_expert(s.cross_expert)
@@ -251,15 +260,45 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     with Stage(7, total, f"rollouts ({s.rollout_horizon} steps, open loop)", timings):
         if s.rollout_horizon:
             print("    " + rollout_line(ev.rollout(s.rollout_horizon)))
+    seeds = None
+    if s.extra_seeds:
+        with Stage(8, total, f"seeds ({', '.join(map(str, (s.seed, *s.extra_seeds)))})", timings):
+            seeds = stage_seeds(ev, cfg, self_file, cross_file, out, s)
     section = {"settings": asdict(s), "recorded": recorded, "run_dir": str(run_dir),
                "masked_checkpoint": str(masked) if masked else None, "timings_s": timings}
-    with Stage(8, total, "report", timings):
+    extra = {"pipeline": section, **({"seeds": seeds} if seeds else {})}
+    with Stage(total, total, "report", timings):
         timings["total_before_report"] = round(time.perf_counter() - start, 2)
-        metrics_path = ev.write(out, {"pipeline": section})
+        metrics_path = ev.write(out, extra)
         report = write_report(metrics_path, run_dir, extra_sections=pipeline_section(section))
     timings["total"] = round(time.perf_counter() - start, 2)
-    ev.write(out, {"pipeline": section})
+    ev.write(out, extra)
     return report
+
+
+def stage_seeds(first, cfg: WorldModelConfig, self_file: Path, cross_file: Path, out: Path,
+                s: PipelineSettings) -> dict:
+    """One more model per seed of ``s.extra_seeds``, trained and scored like the first (``first``,
+    an `Evaluation` whose files are scored); the headline figures across all seeds."""
+    import copy
+
+    from rpg_worldmodel.evaluation.run import Evaluation
+    from rpg_worldmodel.evaluation.seeds import across_seeds
+    from rpg_worldmodel.report import seeds_line
+
+    own, cross = [first.scores[str(self_file)][1]], [first.scores[str(cross_file)][1]]
+    runs = [str(out / "run")]
+    for seed in s.extra_seeds:
+        seeded = copy.deepcopy(cfg)
+        seeded.train.seed = seed
+        checkpoint, run_dir = stage_train(self_file, out / f"run_seed_{seed}", seeded)
+        ev = Evaluation(checkpoint, [self_file, cross_file], first.options, baselines=first.baselines)
+        own.append(ev.scores_of(self_file))
+        cross.append(ev.scores_of(cross_file))
+        runs.append(str(run_dir))
+    result = across_seeds((s.seed, *s.extra_seeds), runs, own, cross, s.bootstrap, s.seed)
+    print("    " + seeds_line(result), flush=True)
+    return result
 
 
 def pipeline_section(p: dict) -> list[str]:
@@ -283,6 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"(default: a new {DEFAULT_OUT_ROOT}/YYYYmmdd-HHMMSS)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier pipeline run in --out")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+                        help="train and evaluate one model per seed (data recorded once, with the first) "
+                             "and report every headline figure across them")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
     parser.add_argument("--self-expert", default=None, help="dqn (default), ppo, greedy, random or a .zip")
     parser.add_argument("--cross-expert", default=None, help="ppo (default), dqn, greedy, random or a .zip")
@@ -292,8 +334,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="skip training the masked probe model (the masking table then has one row)")
     parser.add_argument("overrides", nargs="*", help="training config overrides, key=value")
     args = parser.parse_args(argv)
-    s = PipelineSettings.quick_settings(args.out, args.seed) if args.quick else PipelineSettings(
-        out=args.out, seed=args.seed)
+    if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
+        raise InputError(f"--seeds must be distinct, got {args.seeds}")
+    seed = args.seeds[0] if args.seeds else args.seed
+    s = PipelineSettings.quick_settings(args.out, seed) if args.quick else PipelineSettings(out=args.out,
+                                                                                            seed=seed)
+    s.extra_seeds = tuple(args.seeds[1:]) if args.seeds else ()
     for name in ("self_expert", "cross_expert", "self_games", "cross_games"):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))

@@ -30,7 +30,6 @@ import json
 import math
 import os
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,14 +48,13 @@ from rpg_env.provenance import package_versions, pinned_torch_threads, provenanc
 from rpg_worldmodel.checkpoint import (
     LATEST_FILE,
     CheckpointError,
-    Resume,
+    Choice,
+    best_val_loss,
+    choose_checkpoint,
+    mark_best,
+    prune_checkpoints,
     resolve_checkpoint,
-    restore_training,
-    resume_config,
-    resume_from,
-    rng_state,
     save_checkpoint,
-    training_state,
 )
 from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, ConfigError, WorldModelConfig, load_config, save_config
 from rpg_worldmodel.data import (
@@ -69,6 +67,7 @@ from rpg_worldmodel.data import (
     data_record,
     item_codes,
     reward_classes,
+    split_data_args,
     training_splits,
     training_windows,
 )
@@ -84,6 +83,14 @@ from rpg_worldmodel.distributed import (
     wrap,
 )
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
+from rpg_worldmodel.resume import (
+    Resume,
+    restore_training,
+    resume_config,
+    resume_from,
+    rng_state,
+    training_state,
+)
 from rpg_worldmodel.runlog import Meter, MetricsLog
 
 
@@ -158,7 +165,8 @@ def evaluate_split(
 @dataclass
 class TrainResult:
     run_dir: Path
-    checkpoint: Path
+    checkpoint: Path  # the last
+    best: Path  # the lowest validation loss (what evaluate, play and the pipeline take)
     step: int
     val: dict[str, float]
     train_samples_per_s: float
@@ -244,7 +252,7 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         model.param_groups(cfg.train.weight_decay),
         lr=cfg.train.lr,
         betas=(cfg.train.beta1, cfg.train.beta2),
-        foreach=device.type == "cuda",
+        fused=True,  # one kernel for all parameters: ~5x faster steps on CPU, and on CUDA
     )
     scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(device, cfg.train.amp) == torch.float16)
     if resumed is not None:
@@ -336,22 +344,34 @@ class Progress:
     bar: tqdm
     meter: Meter
     val: dict[str, float]
-    checkpoint: Path | None = None
+    checkpoint: Path | None = None  # the last one written
+    best_val: float = float("inf")  # validation loss of the run's best checkpoint so far
 
 
 def after_step(run: Run, p: Progress) -> None:
-    """Log (the ranks' mean, written by rank 0), evaluate and checkpoint when it is time."""
+    """Log (the ranks' mean, written by rank 0), evaluate and checkpoint when it is time: every
+    ``checkpoint_every`` steps, at the end, and whenever the validation loss is the lowest yet
+    (that checkpoint becomes the run's best)."""
     t, procs, step = run.cfg.train, run.procs, p.step
     if step % t.log_every == 0 or step == p.end_step:
         values = {**procs.mean(p.meter.flush(t.batch_size)), "lr": lr_at(step - 1, run.cfg)}
         if procs.master:
             p.log.log(step, "train", {**values, "elapsed_s": time.perf_counter() - p.start_time})
             p.bar.set_postfix(loss=f"{values['loss']:.3f}", val=f"{p.val.get('loss', float('nan')):.3f}")
-    if (step % t.eval_every == 0 or step == p.end_step) and procs.master:
-        p.val = evaluate_split(run.model, run.val_set, run.val_idx, run.cfg, run.device)
-        p.log.log(step, "val", {**p.val, "elapsed_s": time.perf_counter() - p.start_time})
-    if step % t.checkpoint_every == 0 or step == p.end_step:
+    improved = False
+    if step % t.eval_every == 0 or step == p.end_step:
+        if procs.master:
+            p.val = evaluate_split(run.model, run.val_set, run.val_idx, run.cfg, run.device)
+            p.log.log(step, "val", {**p.val, "elapsed_s": time.perf_counter() - p.start_time})
+            improved = p.val["loss"] < p.best_val
+        improved = procs.broadcast(improved)  # the save below is a collective: every rank must agree
+    if improved or step % t.checkpoint_every == 0 or step == p.end_step:
         p.checkpoint = save(run, step, p.val)
+        if procs.master:
+            if improved:
+                p.best_val = p.val["loss"]
+                mark_best(p.checkpoint, p.best_val)
+            prune_checkpoints(run.checkpoint_dir, t.keep_last_checkpoints)
     p.bar.update(1)
 
 
@@ -372,7 +392,8 @@ def train(
         p = Progress(run.start_step, end_step, start_time,
                      MetricsLog(run.run_dir, run.start_step) if procs.master else None,
                      tqdm(total=end_step, initial=run.start_step, desc="train", unit="step",
-                          disable=not (t.progress and procs.master), dynamic_ncols=True), Meter(), {})
+                          disable=not (t.progress and procs.master), dynamic_ncols=True), Meter(), {},
+                     best_val=best_val_loss(run.checkpoint_dir))
         mask_gen = torch.Generator(device=run.device)
         run.engine.train()
         try:
@@ -387,13 +408,14 @@ def train(
             if p.log is not None:
                 p.log.close()
         if p.checkpoint is None and procs.master:  # nothing left to train (resumed at the end)
-            p.checkpoint = resolve_checkpoint(run.checkpoint_dir)
+            p.checkpoint = resolve_checkpoint(run.checkpoint_dir, "latest")
             p.val = evaluate_split(run.model, run.val_set, run.val_idx, cfg, run.device)
-        p.checkpoint, p.val = procs.broadcast((p.checkpoint, p.val))
-    return finish(run, p, time.perf_counter() - start_time)
+        best = choose_checkpoint(run.checkpoint_dir, "best") if procs.master else None
+        p.checkpoint, p.val, best = procs.broadcast((p.checkpoint, p.val, best))
+    return finish(run, p, best, time.perf_counter() - start_time)
 
 
-def finish(run: Run, p: Progress, wall_s: float) -> TrainResult:
+def finish(run: Run, p: Progress, best: Choice, wall_s: float) -> TrainResult:
     """summary.json (rank 0) and the result."""
     meter = p.meter
     speed = meter.train_samples / meter.train_time if meter.train_time else 0.0
@@ -402,6 +424,7 @@ def finish(run: Run, p: Progress, wall_s: float) -> TrainResult:
             "step": p.step,
             "max_steps": run.cfg.train.max_steps,
             "checkpoint": str(p.checkpoint),
+            "best_checkpoint": {"path": str(best.folder), "step": best.step, "val_loss": best.val_loss},
             "val": p.val,
             "train_samples_per_s": speed,
             "wall_s": wall_s,
@@ -414,7 +437,7 @@ def finish(run: Run, p: Progress, wall_s: float) -> TrainResult:
             "parameters": run.model.num_parameters(),
         }
         (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    return TrainResult(run_dir=run.run_dir, checkpoint=p.checkpoint, step=p.step, val=p.val,
+    return TrainResult(run_dir=run.run_dir, checkpoint=p.checkpoint, best=best.folder, step=p.step, val=p.val,
                        train_samples_per_s=speed, wall_s=wall_s, rank=run.procs.rank)
 
 
@@ -432,27 +455,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "set); same as data.path=FILE or data.path=[A, B]")
     p.add_argument("--config", help="YAML config (default: rpg_worldmodel/configs/default.yaml)")
     p.add_argument("--out", help="run folder; same as out_dir=DIR")
-    p.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint (or a step_* folder)"
-    )
-    p.add_argument(
-        "--stop-at", type=int, help="stop after this step with a checkpoint (schedule still max_steps)"
-    )
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    p.add_argument("--stop-at", type=int, help="stop after this step with a checkpoint (schedule: max_steps)")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
-
-
-_OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")
-
-
-def split_data_args(values: Sequence[str]) -> tuple[list[str], list[str]]:
-    """``--data``'s values as (files, overrides): ``--data`` takes several files (a shell glob
-    expands to many), so it also takes the ``key=value`` overrides after it; those are handed back
-    (a file whose name looks like one is a file when it exists)."""
-    files, overrides = [], []
-    for value in values:
-        (overrides if _OVERRIDE.match(value) and not Path(value).exists() else files).append(value)
-    return files, overrides
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rpg_env.errors import InputError
@@ -37,7 +38,8 @@ def _differences(a, b, path=""):
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline") / "quick"
-    proc = subprocess.run([sys.executable, "-m", "rpg_worldmodel.pipeline", "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "rpg_worldmodel.pipeline", "--quick", "--seeds", "0", "1",
+                           "--out", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc
@@ -47,7 +49,8 @@ def test_quick_pipeline_prints_the_report_path_last(quick_run):
     out, proc = quick_run
     last = proc.stdout.strip().splitlines()[-1]
     assert Path(last).resolve() == (out / "report.md").resolve()
-    for stage in ("experts", "record", "train", "evaluate", "transfer", "masking probes", "report"):
+    for stage in ("experts", "record", "train", "evaluate", "transfer", "masking probes", "seeds (0, 1)",
+                  "report"):
         assert f"] {stage}" in proc.stdout, stage
 
 
@@ -63,7 +66,7 @@ def test_quick_pipeline_outputs(quick_run):
                 assert iv["lo"] - 1e-9 <= iv["value"] <= iv["hi"] + 1e-9, (predictor, figure, iv)
     for predictor in ("model", "majority_action"):
         assert main["predictors"][predictor]["action_acc"]["value"] is not None
-    assert set(main["model_minus"]) == {"copy", "motion_oracle", "majority_action", "previous_action",
+    assert set(main["model_minus"]) == {"copy", "motion_oracle", "memory_oracle", "majority_action", "previous_action",
                                         "reward_rule"}
     for predictor in ("model", "reward_rule"):
         figures = main["predictors"][predictor]
@@ -90,10 +93,34 @@ def test_quick_pipeline_outputs(quick_run):
         assert section in report
 
 
+def test_quick_pipeline_reports_every_headline_figure_across_seeds(quick_run):
+    out, proc = quick_run
+    metrics = json.loads((out / "metrics.json").read_text())
+    seeds = metrics["seeds"]
+    assert seeds["seeds"] == [0, 1] and seeds["runs"] == [str(out / "run"), str(out / "run_seed_1")]
+    assert (out / "run_seed_1" / "checkpoints" / "best.json").is_file()
+    main = metrics["files"][metrics["self"]]["predictors"]["model"]
+    for figure in ("view_ce", "action_acc", "f1_items", "reward_acc", "total_ce"):
+        row = seeds["self"][figure]
+        assert len(row["per_seed"]) == 2
+        assert row["per_seed"][0] == pytest.approx(main[figure]["value"])  # seed 0 is the detailed model
+        assert row["value"] == pytest.approx(np.mean(row["per_seed"]))
+        assert row["lo"] <= row["value"] <= row["hi"]
+    assert seeds["self"]["view_ce"]["per_seed"][0] != seeds["self"]["view_ce"]["per_seed"][1]
+    assert {"total_ce", "view_ce"} <= set(seeds["transfer_gap"]) and "view_ce" in seeds["cross"]
+    report = (out / "report.md").read_text()
+    assert "## Across training seeds" in report and "](seeds.png)" in report
+    assert (out / "seeds.png").stat().st_size > 1000
+    assert "across seeds 0, 1: view_ce" in proc.stdout
+    assert "using " in proc.stdout and "best by validation loss" in proc.stdout
+
+
 def test_quick_pipeline_is_deterministic(quick_run, tmp_path):
     out, _ = quick_run
     again = tmp_path / "quick"
-    report = run_pipeline(PipelineSettings.quick_settings(out=str(again)))  # in-process this time
+    settings = PipelineSettings.quick_settings(out=str(again))
+    settings.extra_seeds = (1,)
+    report = run_pipeline(settings)  # in-process this time
     assert report == again / "report.md"
     first = _strip_volatile(json.loads((out / "metrics.json").read_text()))
     second = _strip_volatile(json.loads((again / "metrics.json").read_text()))

@@ -15,16 +15,18 @@ import torch.multiprocessing as mp
 from rpg_env.record import record
 from rpg_worldmodel import distributed as D
 from rpg_worldmodel import train as T
-from rpg_worldmodel.checkpoint import Resume, load_checkpoint, restore_training
+from rpg_worldmodel.checkpoint import load_checkpoint
 from rpg_worldmodel.config import ConfigError, load_config
 from rpg_worldmodel.models.world_model import WorldModel
+from rpg_worldmodel.resume import Resume, restore_training
 
 # Items weigh double and cells are masked at random: the two ways a rank's slice could differ
 # from its share of the global batch (a weighted mean, a mask drawn per batch).
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=3",
         "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=64", "train.num_threads=1",
-        "train.max_steps=6", "train.item_weight=2", "train.train_mask=random_cells"]
+        "train.max_steps=6", "train.item_weight=2", "train.train_mask=random_cells",
+        "train.keep_last_checkpoints=0"]
 
 
 def _torchrun(*args: str) -> None:

@@ -129,6 +129,30 @@ def test_paired_difference_is_tighter_than_either_interval():
         M.bootstrap_differences(base, {k: v[:-1] for k, v in base.items()}, _accuracy_fn, 10)
 
 
+def test_seed_bootstrap_resamples_seeds_and_games():
+    rng = np.random.default_rng(3)
+    games = _clustered_units(rng, 40, 0.6)
+    # One seed: the mean is that seed's figure and the interval is the games-only one.
+    (one, per_seed) = M.bootstrap_over_seeds([games], _accuracy_fn, 400, seed=0)
+    alone = M.bootstrap_figures(games, _accuracy_fn, 400, seed=0)["acc"]
+    assert per_seed["acc"] == [pytest.approx(alone.value)]
+    got = (one["acc"].value, one["acc"].lo, one["acc"].hi)
+    assert got == pytest.approx((alone.value, alone.lo, alone.hi))
+    # Seeds that differ by a constant shift on identical games: the mean is the mean of the seeds,
+    # and the interval widens by the spread between seeds.
+    shifted = [{"correct": np.clip(games["correct"] + d * games["n"], 0, games["n"]), "n": games["n"]}
+               for d in (-0.1, 0.0, 0.1)]
+    three, per_seed = M.bootstrap_over_seeds(shifted, _accuracy_fn, 400, seed=0)
+    assert three["acc"].value == pytest.approx(np.mean(per_seed["acc"]))
+    assert per_seed["acc"][0] < per_seed["acc"][1] < per_seed["acc"][2]
+    assert three["acc"].hi - three["acc"].lo > (alone.hi - alone.lo) * 1.5
+    # Identical seeds give no seed spread: the games-only interval again.
+    same, _ = M.bootstrap_over_seeds([games, games], _accuracy_fn, 400, seed=0)
+    assert (same["acc"].lo, same["acc"].hi) == pytest.approx((alone.lo, alone.hi))
+    with pytest.raises(ValueError, match="same units"):
+        M.bootstrap_over_seeds([games, {k: v[:-1] for k, v in games.items()}], _accuracy_fn, 10)
+
+
 def test_relative_gap_point_value():
     self_units = {"correct": np.array([10.0, 10.0]), "n": np.array([20.0, 20.0])}
     cross_units = {"correct": np.array([15.0, 15.0, 15.0]), "n": np.array([20.0, 20.0, 20.0])}

@@ -14,9 +14,12 @@ from rpg_env.record import record
 from rpg_env.trajectories import TrajectoryFile, split_episodes
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import (
+    BEST_FILE,
     CheckpointError,
+    choose_checkpoint,
     load_checkpoint,
     load_model_weights,
+    mark_best,
     resolve_checkpoint,
 )
 from rpg_worldmodel.config import ConfigError, ModelConfig, load_config
@@ -116,9 +119,8 @@ def test_training_run_end_to_end(files, tmp_path):
         assert (out / name).exists(), name
     assert [int(r["step"]) for r in _rows(out)] == list(range(1, 7))
     assert [int(r["step"]) for r in _rows(out, "val")] == [3, 6]
-    assert (out / "checkpoints" / "step_00000003").is_dir()
     assert load_config(out / "config.yaml").model.width == 24
-    ck = load_checkpoint(out)  # run folder -> latest checkpoint
+    ck = load_checkpoint(out, which="latest")  # run folder -> its last checkpoint
     assert ck.step == 6 and not ck.model.training and ck.config.model.num_frames == 3
     meta = ck.meta
     # The split is by game, recorded, and only the learner's streams (data.agent_id=0) are used.
@@ -127,7 +129,7 @@ def test_training_run_end_to_end(files, tmp_path):
         games = {k: set(tf.episodes["game_id"][v].tolist()) for k, v in meta["splits"].items()}
         assert all((tf.episodes["agent_id"][meta["splits"][k]] == 0).all() for k in expected)
         assert meta["data"]["files"] == [{"path": str(greedy.resolve()), "fingerprint": tf.digest(),
-                                          "num_episodes": len(tf)}]
+                                          "num_episodes": len(tf), "policy_ids": ["greedy", "random"]}]
     for k in expected:
         assert set(meta["splits"][k]) == {e for e in expected[k].tolist() if e % 2 == 0}
     assert not games["train"] & games["val"] and not games["train"] & games["test"]
@@ -152,17 +154,61 @@ def test_resume_gives_exactly_the_uninterrupted_run(files, tmp_path, extra):
     greedy, _ = files
     whole = T.train(_cfg(greedy, tmp_path / "whole", "train.max_steps=7", *extra))
     T.train(_cfg(greedy, tmp_path / "cut", "train.max_steps=7", *extra), stop_at=4)
-    assert resolve_checkpoint(tmp_path / "cut").name == "step_00000004"
+    assert resolve_checkpoint(tmp_path / "cut", "latest").name == "step_00000004"
     # Rows logged after the last checkpoint of an interrupted run are replaced on resume.
     with open(tmp_path / "cut" / "metrics.csv", "a") as f:
         f.write("5,train,99,,,,,,,\n")
     assert command_status(T.main, ["--resume", str(tmp_path / "cut")]) == 0
-    resumed = resolve_checkpoint(tmp_path / "cut")
+    resumed = resolve_checkpoint(tmp_path / "cut", "latest")
     losses = lambda d: [(r["step"], r["loss"], r["view_ce"], r["action_ce"]) for r in _rows(d)]  # noqa: E731
     assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
     a = torch.load(whole.checkpoint / "model.pt", weights_only=True)
     b = torch.load(resumed / "model.pt", weights_only=True)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_run_keeps_its_best_checkpoint_beside_its_last(files, tmp_path):
+    greedy, _ = files
+    out = tmp_path / "run"
+    result = T.train(_cfg(greedy, out, "train.max_steps=9", "train.eval_every=2", "train.checkpoint_every=4",
+                          "train.lr=0.05"))
+    val = {int(r["step"]): float(r["loss"]) for r in _rows(out, "val")}
+    assert sorted(val) == [2, 4, 6, 8, 9]
+    best_step = min(val, key=val.get)
+    best = json.loads((out / "checkpoints" / BEST_FILE).read_text())
+    assert best["step"] == best_step and best["val_loss"] == pytest.approx(val[best_step])
+    assert result.best == out / "checkpoints" / f"step_{best_step:08d}"
+    assert result.checkpoint.name == "step_00000009"
+    # keep_last_checkpoints=1: the last and the best are all that is left.
+    kept = {p.name for p in (out / "checkpoints").glob("step_*")}
+    assert kept == {result.best.name, "step_00000009"}
+    ck = load_checkpoint(out)
+    assert ck.step == best_step and ck.path == result.best
+    assert ck.choice.startswith(str(result.best)) and ("best by validation loss" in ck.choice)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["best_checkpoint"]["step"] == best_step
+    # Resuming takes the last, whatever the best: a finished run has nothing left to train.
+    assert load_checkpoint(out, which="latest").step == 9
+    assert T.train(_cfg(greedy, out, "train.max_steps=9"), resume=out).step == 9
+
+
+def test_best_falls_back_to_the_last_and_a_step_folder_is_taken_as_given(files, tmp_path):
+    greedy, _ = files
+    out = tmp_path / "run"
+    T.train(_cfg(greedy, out, "train.max_steps=6", "train.keep_last_checkpoints=0"))
+    steps = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
+    assert steps == ["step_00000003", "step_00000006"]  # keep_last_checkpoints=0 keeps every one
+    first = out / "checkpoints" / "step_00000003"
+    mark_best(first, 0.123)
+    choice = choose_checkpoint(out)
+    assert (choice.folder, choice.how, choice.step, choice.last_step) == (first, "best", 3, 6)
+    assert "0.1230" in choice.describe() and "the last is step 6" in choice.describe()
+    (out / "checkpoints" / BEST_FILE).unlink()
+    assert choose_checkpoint(out).how == "latest" and choose_checkpoint(out).step == 6
+    assert choose_checkpoint(first).how == "given" and load_checkpoint(first).step == 3
+    (out / "checkpoints" / BEST_FILE).write_text("{")
+    with pytest.raises(CheckpointError, match=r"best.json is corrupt .* pass a step_\* folder"):
+        load_checkpoint(out)
 
 
 def test_checkpoint_and_data_mismatches_name_both_sides(files, tmp_path):

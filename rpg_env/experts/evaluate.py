@@ -86,6 +86,13 @@ def _play(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int, seed: 
     return np.concatenate(returns), description
 
 
+def run_episodes_with(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int, seed: int,
+                      on_step: Callable[[Step], None], env_id: str = rpg_env.ENV_ID) -> np.ndarray:
+    """`run_episodes` with ``on_step`` called after every step (e.g. to ask another policy what it
+    would have done in the same states)."""
+    return _play(policy, env_kwargs, episodes, seed, env_id, on_step=on_step)[0]
+
+
 def run_episodes(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int,
                  seed: int = DEFAULT_SEED, env_id: str = rpg_env.ENV_ID) -> np.ndarray:
     """Per-episode learner returns ``(episodes,)`` of ``policy`` on the fixed evaluation seeds."""

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -80,21 +82,33 @@ def resolve_run_dir(out: str | Path | None, cfg: ExpertConfig) -> Path:
     return run_dir
 
 
-def train(cfg: ExpertConfig, out: str | Path | None = None, command: str | None = None) -> Path:
+#: ``(cfg, n_envs, seed) -> VecEnv`` of frame-stacked, monitored envs (`make_training_env`'s shape).
+EnvFactory = Callable[[ExpertConfig, int, int], VecEnv]
+
+
+def train(cfg: ExpertConfig, out: str | Path | None = None, command: str | None = None,
+          make_env: EnvFactory = make_training_env,
+          final_eval: Callable[[Path], dict[str, dict[str, Any]]] | None = None,
+          extra_provenance: dict[str, Any] | None = None) -> Path:
     """Train per ``cfg``; return the run folder (see module docstring for its contents).
 
+    ``make_env`` builds the training and EvalCallback envs (default: the real game; the world
+    model's ``dream`` passes imagined ones); ``final_eval(model.zip)`` gives ``eval.json``
+    (default: `compare` in the real game); ``extra_provenance`` joins provenance.json.
     Runs with torch on ``cfg.torch_threads`` threads and restores the caller's setting after."""
     run_dir = resolve_run_dir(out, cfg)
     with pinned_torch_threads(cfg.torch_threads):
-        return _train_run(cfg, run_dir, command)
+        return _train_run(cfg, run_dir, command, make_env, final_eval, extra_provenance or {})
 
 
-def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None) -> Path:
+def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None, make_env: EnvFactory,
+               final_eval: Callable[[Path], dict[str, dict[str, Any]]] | None,
+               extra_provenance: dict[str, Any]) -> Path:
     from rpg_env.experts.evaluate import compare, print_table
 
-    venv = make_training_env(cfg, cfg.n_envs, cfg.seed)
+    venv = make_env(cfg, cfg.n_envs, cfg.seed)
     eval_seed = cfg.seed + EVAL_CALLBACK_SEED_OFFSET
-    eval_env = make_training_env(cfg, 1, eval_seed)
+    eval_env = make_env(cfg, 1, eval_seed)
     try:
         # SB3 checks the hyperparameters here, before the run folder exists.
         model = build_model(cfg, venv, tensorboard_log=str(run_dir / "tb"))
@@ -127,13 +141,14 @@ def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None) -> Path:
         total_timesteps=int(model.num_timesteps),
         seeds={"model": cfg.seed, "train_envs": [cfg.seed + i for i in range(cfg.n_envs)],
                "eval_callback_env": eval_seed, "final_eval_first_seed": cfg.eval.seed},
-        torch_threads=cfg.torch_threads,
+        torch_threads=cfg.torch_threads, **extra_provenance,
     )
     if command is not None:
         record["command"] = command
     (run_dir / "provenance.json").write_text(json.dumps(record, indent=2) + "\n")
 
-    results = compare(run_dir / "model.zip", episodes=cfg.eval.final_episodes, seed=cfg.eval.seed)
+    results = (final_eval(run_dir / "model.zip") if final_eval is not None else
+               compare(run_dir / "model.zip", episodes=cfg.eval.final_episodes, seed=cfg.eval.seed))
     # Same schema as `evaluate --json`; the seeds and timing live in provenance.json.
     (run_dir / "eval.json").write_text(json.dumps(results, indent=2) + "\n")
     print_table(results, title=f"{run_dir / 'model.zip'} ({cfg.eval.final_episodes} episodes, "

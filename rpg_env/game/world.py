@@ -205,6 +205,11 @@ class WorldBatch:
         map_cells = ((rows + pad) * pw + (cols + pad)).reshape(-1)
         self._spawn_cells = (self._row_base[:, None] + map_cells).reshape(-1)
         self._trials_per_turn = self._spawn_cells.size
+        #: Set True to keep, after every ``step``, the flat indices (into ``cells.reshape(-1)``)
+        #: of the cells where an item spawned that turn in ``spawned`` (replay and analysis;
+        #: off in play, where nothing needs it).
+        self.log_spawns = False
+        self.spawned = np.zeros(0, dtype=np.int64)
         self.discard_buffered_draws()
 
     def _window_view(self) -> np.ndarray:
@@ -261,6 +266,14 @@ class WorldBatch:
         side = self.params.view_size
         return self._windows[self._pos.T - self._window_corner].reshape(
             self.num_worlds, self.params.num_agents, side * side)
+
+    def views_of(self, values: np.ndarray) -> np.ndarray:
+        """``(N, A, V * V)`` of any per-cell array ``values`` (shaped like ``cells``, e.g. a mask
+        of them) in each agent's egocentric window, row-major, as `views` crops ``cells``."""
+        values = np.asarray(values)
+        if values.shape != self.cells.shape:
+            raise ValueError(f"values must be shaped like cells {self.cells.shape}, got {values.shape}")
+        return values.reshape(-1)[self._pos.T[:, :, None] + self._view_offsets]
 
     def world_views(self, world: int) -> np.ndarray:
         """``(A, V * V)`` int8 cell codes of the agents' windows in one world."""
@@ -368,6 +381,8 @@ class WorldBatch:
         order, so the same generator state gives the same spawns.
         """
         p = self.params.spawn_prob
+        if self.log_spawns:
+            self.spawned = np.zeros(0, dtype=np.int64)
         if p <= 0.0 or not len(self._item_codes):
             return
         flat = self._flat
@@ -377,6 +392,8 @@ class WorldBatch:
                 cells = cells.reshape(self.num_worlds, -1)[active].reshape(-1)
             cells = cells[flat[cells] == self._empty]
             flat[cells] = self._item_codes[rng.integers(0, len(self._item_codes), size=cells.size)]
+            if self.log_spawns:
+                self.spawned = cells
             return
         if self._buffer_turn >= len(self._turn_ends):
             self._draw_hits(rng)
@@ -392,6 +409,8 @@ class WorldBatch:
             hit &= active.take(cells // self.row_size)
         # Rewriting the non-hits with their own codes is cheaper than compressing twice.
         flat[cells] = np.where(hit, self._hit_kind[first:last], current)
+        if self.log_spawns:
+            self.spawned = cells[hit]
 
     def _draw_hits(self, rng: np.random.Generator) -> None:
         """Draw hits until at least the next turn is fully known; rebase to that turn."""

@@ -1,7 +1,10 @@
-"""`make_policy`: a policy from a name, an SB3 model or its ``.zip``, or any callable."""
+"""`make_policy`: a policy from a name, an SB3 model or its ``.zip``, an entry point
+``"package.module:factory"``, or any callable."""
 
 from __future__ import annotations
 
+import importlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +13,15 @@ from rpg_env.policies.sb3 import SB3Policy
 from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 
 POLICY_NAMES = ("random", "greedy")
+#: ``package.module:attribute``, as setuptools writes entry points.
+ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def make_policy(spec: Any) -> BatchPolicy:
     """Build a policy from ``"random"``, ``"greedy"``, a path to an SB3 ``.zip``, an SB3 model,
-    a `BatchPolicy`, or any callable ``obs -> action``."""
+    a `BatchPolicy`, an entry point ``"package.module:factory"`` (called with no arguments; it
+    returns a `BatchPolicy`, e.g. ``"rpg_worldmodel.policy:pretrained"``), or any callable
+    ``obs -> action``."""
     if isinstance(spec, BatchPolicy):
         return spec
     if isinstance(spec, str) and spec == "random":
@@ -23,16 +30,31 @@ def make_policy(spec: Any) -> BatchPolicy:
         return GreedyPolicy()
     if isinstance(spec, (str, Path)) and str(spec).endswith(".zip"):
         return SB3Policy.load(spec)
+    if isinstance(spec, str) and ENTRY_POINT.match(spec):
+        return _from_entry_point(spec)
     if _is_sb3_model(spec):
         return SB3Policy(spec)
     if callable(spec):
         return CallablePolicy(spec)
     raise ValueError(
         f"unknown policy {spec!r}: use 'random', 'greedy', a path to a Stable-Baselines3 .zip, "
-        f"an SB3 model, a BatchPolicy, or a callable obs -> action"
+        f"an entry point 'package.module:factory', an SB3 model, a BatchPolicy, or a callable obs -> action"
     )
 
 
 def _is_sb3_model(obj: Any) -> bool:
     return any(cls.__module__.startswith("stable_baselines3") and cls.__name__ == "BaseAlgorithm"
                for cls in type(obj).__mro__)
+
+
+def _from_entry_point(spec: str) -> BatchPolicy:
+    module_name, _, attribute = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"policy entry point {spec!r} cannot be loaded: {err}") from None
+    policy = factory()
+    if not isinstance(policy, BatchPolicy):
+        raise ValueError(f"policy entry point {spec!r} returned {type(policy).__name__}, not a BatchPolicy")
+    return policy
+

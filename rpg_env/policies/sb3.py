@@ -224,6 +224,19 @@ class SB3Policy(BatchPolicy):
         """Forget the frame stacks (the next `act` starts every row afresh)."""
         self._stack = None
 
+    def greedy_on_frames(self, frames: np.ndarray) -> np.ndarray:
+        """The greedy action ``(B,)`` on explicit frame stacks ``(B, k, C, V, V)``, oldest first,
+        frames before an episode's start all zeros: what `act` does with its own stacks (same
+        layout, `StackedObservations` channels-first), for callers that build stacks themselves,
+        e.g. with a predicted newest frame. Stateless: `act`'s stacks are untouched."""
+        frames = np.asarray(frames)
+        if frames.ndim != 5 or frames.shape[1] != self.frame_stack:
+            raise ValueError(f"frames must be (B, {self.frame_stack}, C, V, V), got {frames.shape}")
+        self.check_view_shape(frames.shape[2:])
+        stacked = frames.reshape(len(frames), -1, *frames.shape[3:]).astype(np.uint8)
+        actions, _ = self.model.predict(stacked, deterministic=True)
+        return np.asarray(actions, dtype=np.int64).reshape(len(frames))
+
     def _sample(self, stacked: np.ndarray) -> np.ndarray:
         import torch
 

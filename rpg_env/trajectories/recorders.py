@@ -122,7 +122,9 @@ class _RecorderCore:
         self._num_agents: int | None = (1 if not self.record_co_players
                                         else None if declared is None else int(declared))
         self._check_co_id()  # fails before the file is touched when the agents are known
-        info = {"policy_id": policy_id, "recorder": type(self).__name__, **dict(run_info or {})}
+        # The co-players' policy is part of how the games went (a replay needs it), recorded or not.
+        info = {"policy_id": policy_id, "co_policy_id": description.co_policy_id,
+                "recorder": type(self).__name__, **dict(run_info or {})}
         self.writer = TrajectoryWriter(path, _file_meta(description, env), mode=mode, run_info=info,
                                        **writer_kwargs)
         self.path = self.writer.path

@@ -12,6 +12,7 @@ from rpg_worldmodel.data.shards import (
     data_record,
     expand_paths,
     game_differences,
+    split_data_args,
     training_splits,
     training_windows,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "collate_batch",
     "data_record",
     "expand_paths",
+    "split_data_args",
     "file_digest",
     "game_differences",
     "item_codes",

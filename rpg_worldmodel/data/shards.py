@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,10 +177,12 @@ def training_splits(files: DataFiles, data_cfg: DataConfig) -> dict[str, np.ndar
 
 def data_record(files: DataFiles) -> dict[str, Any]:
     """What a checkpoint records about its training data: every file (``files``: path,
-    fingerprint, episodes, in the order that numbers the episodes), the vocabulary and size."""
+    fingerprint, episodes, the policy ids that played them, in the order that numbers the
+    episodes), the vocabulary and size."""
     meta = files.meta
     return {
-        "files": [{"path": str(s.path.resolve()), "fingerprint": fp, "num_episodes": len(s)}
+        "files": [{"path": str(s.path.resolve()), "fingerprint": fp, "num_episodes": len(s),
+                   "policy_ids": sorted({str(p) for p in s.table["policy_id"]})}
                   for s, fp in zip(files.sources, files.fingerprints, strict=True)],
         "obs_shape": list(meta["obs_shape"]),
         "channel_names": files.sources[0].channel_names,
@@ -207,3 +210,16 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
     summary = {"files": len(files.sources), "views_mib": nbytes / MIB,
                "max_memory_mb": data_cfg.max_memory_mb, "streamed": stream}
     return train_set, val_set, summary
+
+
+_OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")
+
+
+def split_data_args(values: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``--data``'s values as (files, overrides): ``--data`` takes several files (a shell glob
+    expands to many), so it also takes the ``key=value`` overrides after it; those are handed back
+    (a file whose name looks like one is a file when it exists)."""
+    files, overrides = [], []
+    for value in values:
+        (overrides if _OVERRIDE.match(value) and not Path(value).exists() else files).append(value)
+    return files, overrides

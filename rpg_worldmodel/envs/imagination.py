@@ -113,6 +113,22 @@ class FileContext:
         return Start(views, actions[:, :-1], starts + self.num_frames - 1)
 
 
+class GivenContext:
+    """Context someone else played: `sample` returns the `Start` last handed to `give` (e.g. the
+    real game's own opening, so that a dream and the real game continue from the same state)."""
+
+    def __init__(self) -> None:
+        self.start: Start | None = None
+
+    def give(self, start: Start) -> None:
+        self.start = start
+
+    def sample(self, k: int, rng: np.random.Generator) -> Start:
+        if self.start is None or len(self.start.views) != k:
+            raise InputError(f"no real context of {k} world(s) was given before the reset")
+        return self.start
+
+
 def sample_cells(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One class per cell from ``probs`` ``(..., K)`` (inverse CDF with uniforms from ``generator``)."""
     uniform = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=probs.device)

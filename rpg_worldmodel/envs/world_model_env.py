@@ -48,11 +48,12 @@ def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_fr
 
 
 def _metadata(base: dict[str, Any], loaded: LoadedCheckpoint) -> dict[str, Any]:
-    """The env protocol's keys (`rpg_env.envs.protocol`): the imagined game's names and rules."""
+    """The env protocol's keys (`rpg_env.envs.protocol`): the imagined game's names and rules; and
+    ``checkpoint``: which checkpoint imagines it (for a run folder, its best)."""
     data = loaded.meta["data"]
     return {**base, "channel_names": tuple(data["channel_names"]),
             "action_names": tuple(data["action_names"]), "max_turns": int(data["env_kwargs"]["max_turns"]),
-            "rules": dict(data["env_kwargs"]), "co_policy_id": None}
+            "rules": dict(data["env_kwargs"]), "co_policy_id": None, "checkpoint": loaded.choice}
 
 
 def _spaces(loaded: LoadedCheckpoint) -> tuple[spaces.MultiBinary, spaces.Discrete]:
@@ -118,16 +119,19 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
 class TreasurehuntImaginedVectorEnv(VectorEnv):
     """``num_envs`` imagined worlds, one batched forward pass per step (see the module docstring).
 
-    Autoreset is Gymnasium's next-step mode, as ``Treasurehunt-v0``'s vector env: the step after
-    a world's episode ends restarts it from fresh context, ignores its action, and returns its
-    first observation with reward 0. Infos are arrays over worlds with ``_key`` masks.
+    Autoreset (``autoreset_mode``), as ``Treasurehunt-v0``'s vector env: ``NEXT_STEP`` (the
+    default) restarts a world from fresh context in the step after its episode ended, ignoring its
+    action and returning its first observation with reward 0; ``SAME_STEP`` restarts it within the
+    ending step and hands the last observation over in ``info["final_obs"]`` (what SB3 expects,
+    `rpg_env.experts.sb3_vec`). Infos are arrays over worlds with ``_key`` masks.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, num_envs: int = 1, *, checkpoint: str | Path, burn_in_policy: Any = "greedy",
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
-                 temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None) -> None:
+                 temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise InputError(f"num_envs must be a positive int, got {num_envs!r}")
         if render_mode not in (None, "rgb_array"):
@@ -136,6 +140,8 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
         self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, co_policy,
                                       sample, temperature, device)
         self.metadata = _metadata(type(self).metadata, loaded)
+        self.autoreset_mode = _autoreset_mode(autoreset_mode)
+        self.metadata["autoreset_mode"] = self.autoreset_mode
         self.single_observation_space, self.single_action_space = _spaces(loaded)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -165,8 +171,18 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
             self.worlds.reset(np.flatnonzero(resetting), self.np_random)
             rewards = np.where(resetting, 0.0, rewards).astype(np.float32)
             truncated = truncated & ~resetting
-        self._needs_reset = truncated.copy()
         terminated = np.zeros(self.num_envs, dtype=bool)
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and truncated.any():
+            ended = np.flatnonzero(truncated)
+            last, infos = self.worlds.observations(), self._infos()
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in ended:
+                final_obs[i] = last[i]
+            self.worlds.reset(ended, self.np_random)
+            infos = {**self._infos(), "final_obs": final_obs, "_final_obs": truncated.copy(),
+                     "final_info": infos, "_final_info": truncated.copy()}
+            return self.worlds.observations(), rewards.astype(np.float32), terminated, truncated, infos
+        self._needs_reset = truncated.copy()
         return self.worlds.observations(), rewards.astype(np.float32), terminated, truncated, self._infos()
 
     def render(self) -> tuple[np.ndarray, ...] | None:
@@ -179,6 +195,16 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
         w, everywhere = self.worlds, np.ones(self.num_envs, dtype=bool)
         return {"turn": w.turns.copy(), "_turn": everywhere, "episode_return": w.returns.copy(),
                 "_episode_return": everywhere, "entropy": w.entropy.copy(), "_entropy": everywhere}
+
+
+def _autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
+    """``AutoresetMode.NEXT_STEP``/``SAME_STEP`` from the enum or its name (``"same_step"``)."""
+    names = {m.name.replace("_", "").lower(): m for m in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)}
+    key = mode.name if isinstance(mode, AutoresetMode) else str(mode)
+    parsed = names.get(key.replace("_", "").replace("-", "").lower())
+    if parsed is None:
+        raise InputError(f"autoreset_mode must be 'next_step' or 'same_step', got {mode!r}")
+    return parsed
 
 
 def _check_actions(actions: np.ndarray, shape: tuple[int, ...], n: int) -> np.ndarray:

@@ -1,22 +1,13 @@
-"""Baselines scored on the same windows as the model: copy, motion oracle, majority action.
+"""Baselines scored on the same windows as the model: copy, the motion and memory oracles, the
+majority and previous action, the reward rule.
 
 `fit_baselines` fits them on the checkpoint's training split only (never on evaluated episodes).
-
-Views are handled as integer cell codes ``(N, V, V)`` (the arg-max of the one-hot planes;
-class order is the file's ``channel_names``). A baseline makes a hard prediction of the next
-view; `CalibratedCells` turns it into calibrated probabilities (fitted on the *training*
-split only) so its cross-entropy is finite and fair.
-
-The motion oracle (`shift_view`) knows the action the agent took and the movement rule (the
-game's one movement table, `rpg_env.game.constants`, looked up by the file's action names),
-applied to what the agent saw at t: the view scrolls one cell opposite to the move, the agent
-stays in the centre, the cell it left becomes empty; if the target cell at t holds a wall or
-another agent, the move is predicted blocked and the view stays as it is. It does *not* know
-the outcome (where the agent really ended up), the co-player's move, or the items that spawn.
-Rows scrolled into view are unknown to it; their probabilities come from the training split,
-conditioned on the class of their inward neighbour (a wall beyond a wall is likely).
-For the co-player (agent 1, which moves after the learner) the blocking rule is an
-approximation: the learner may leave or enter its target cell first.
+The view baselines make a hard prediction of the next view (`rpg_worldmodel.evaluation.oracles`:
+what each knows); `CalibratedCells` turns it into calibrated probabilities (fitted on the
+*training* split only) so its cross-entropy is finite and fair: rows scrolled into view that
+the motion oracle cannot know get ``P(class | class of their inward neighbour)`` (a wall beyond
+a wall is likely). For the co-player (agent 1, which moves after the learner) the blocking rule
+is an approximation: the learner may leave or enter its target cell first.
 """
 
 from __future__ import annotations
@@ -29,108 +20,54 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rpg_env.errors import InputError
-from rpg_env.game.constants import vocabulary
 from rpg_worldmodel.data import EpisodeStore, kind_values
+from rpg_worldmodel.evaluation.oracles import (
+    NUM_REGIONS,
+    action_deltas,
+    copy_view,
+    memory_predictions,
+    shift_view,
+    views_to_codes,
+)
 
-
-def views_to_codes(views: np.ndarray) -> np.ndarray:
-    """``(..., C, V, V)`` one-hot planes -> ``(..., V, V)`` int64 class codes (arg-max)."""
-    return np.asarray(views).argmax(axis=-3).astype(np.int64)
-
-
-def action_deltas(action_names: Sequence[str]) -> np.ndarray:
-    """``(A, 2)`` (row, col) moves of the file's action names, from the game's movement table."""
-    try:
-        return vocabulary().deltas_for(list(action_names))
-    except ValueError as exc:
-        raise InputError(f"the motion oracle cannot be used on this file: {exc}") from None
-
-
-def shift_view(
-    codes: np.ndarray,
-    actions: np.ndarray,
-    deltas: np.ndarray,
-    *,
-    empty: int,
-    agent: int,
-    blocking: Sequence[int],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The motion oracle's next view.
-
-    Args:
-        codes: ``(N, V, V)`` int class codes of the view at t (odd ``V``, agent at the centre).
-        actions: ``(N,)`` int action taken at t.
-        deltas: ``(A, 2)`` displacement of each action (see `action_deltas`).
-        empty, agent: the class codes of an empty cell and of an agent.
-        blocking: class codes a move cannot enter (the agent stays; e.g. wall and agent).
-
-    Returns:
-        pred ``(N, V, V)`` int64 predicted codes, revealed ``(N, V, V)`` bool (cells scrolled
-        into view: their value in ``pred`` is a placeholder, copied from the inward neighbour),
-        blocked ``(N,)`` bool (moves predicted blocked).
-    """
-    codes = np.asarray(codes).astype(np.int64)
-    actions = np.asarray(actions).astype(np.int64)
-    n, side, side2 = codes.shape
-    if side != side2 or side % 2 == 0 or side < 3:
-        raise ValueError(f"views must be square with an odd side >= 3, got {side} x {side2}")
-    if actions.shape != (n,):
-        raise ValueError(f"actions must be ({n},), got {actions.shape}")
-    if actions.size and (actions.min() < 0 or actions.max() >= len(deltas)):
-        raise ValueError(f"actions must be in 0..{len(deltas) - 1}")
-    r = side // 2
-    d = deltas[actions]  # (N, 2)
-    target = codes[np.arange(n), r + d[:, 0], r + d[:, 1]]
-    blocked = np.isin(target, np.asarray(blocking, dtype=np.int64))
-    moved = ~blocked
-    # new[i, j] = old[i + dr, j + dc]; indices out of range are newly revealed cells.
-    rows = np.arange(side)[None, :, None] + d[:, 0, None, None] * moved[:, None, None]
-    cols = np.arange(side)[None, None, :] + d[:, 1, None, None] * moved[:, None, None]
-    revealed = (rows < 0) | (rows >= side) | (cols < 0) | (cols >= side)
-    pred = codes[np.arange(n)[:, None, None], np.clip(rows, 0, side - 1), np.clip(cols, 0, side - 1)]
-    idx = np.flatnonzero(moved)
-    pred[idx, r, r] = agent
-    pred[idx, r - d[idx, 0], r - d[idx, 1]] = empty
-    return pred, revealed, blocked
-
-
-def copy_view(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The copy-last-view baseline: ``(pred, revealed)`` with nothing revealed."""
-    codes = np.asarray(codes).astype(np.int64)
-    return codes.copy(), np.zeros(codes.shape, dtype=bool)
+__all__ = ["ActionFrequencies", "CalibratedCells", "FittedBaselines", "RewardRule", "action_deltas",
+           "baselines_summary", "copy_view", "fit_baselines", "shift_view", "views_to_codes"]
 
 
 class CalibratedCells:
-    """Calibrated cell probabilities for a hard view predictor, fitted on training windows.
-
-    Known cells: ``P(true | predicted class)``. Revealed cells: ``P(true | class of the
-    predicted inward neighbour)`` (``pred`` holds the neighbour's class there, as
-    `shift_view` leaves it). Both tables use add-``alpha`` (Dirichlet) smoothing, so every
+    """Calibrated cell probabilities for a hard view predictor, fitted on training windows:
+    ``P(true class | region, predicted class)`` with add-``alpha`` (Dirichlet) smoothing, so every
     probability is positive and the cross-entropy finite.
+
+    Regions split the cells by what the predictor knows of them: for copy and the motion oracle,
+    known (0) and revealed (1; ``pred`` holds the inward neighbour's class there, as `shift_view`
+    leaves it, so the table reads ``P(true | class of the neighbour)``); for the memory oracle its
+    `rpg_worldmodel.evaluation.oracles.NUM_REGIONS` regions.
     """
 
-    def __init__(self, num_classes: int, alpha: float = 0.5) -> None:
+    def __init__(self, num_classes: int, alpha: float = 0.5, num_regions: int = 2) -> None:
         if alpha <= 0:
             raise ValueError(f"alpha must be > 0 so every probability is positive, got {alpha}")
         self.num_classes = num_classes
         self.alpha = alpha
-        self.counts = np.zeros((2, num_classes, num_classes), dtype=np.float64)
+        self.counts = np.zeros((num_regions, num_classes, num_classes), dtype=np.float64)
 
-    def update(self, pred: np.ndarray, revealed: np.ndarray, target: np.ndarray) -> None:
-        """Add training windows: ``pred``, ``revealed``, ``target`` all ``(N, V, V)``."""
-        region = np.asarray(revealed, dtype=np.int64).reshape(-1)
+    def update(self, pred: np.ndarray, region: np.ndarray, target: np.ndarray) -> None:
+        """Add training windows: ``pred``, ``region`` (bool revealed or int region), ``target``,
+        all ``(N, V, V)``."""
+        region = np.asarray(region, dtype=np.int64).reshape(-1)
         np.add.at(self.counts, (region, np.asarray(pred).reshape(-1), np.asarray(target).reshape(-1)), 1.0)
 
     @property
     def table(self) -> np.ndarray:
-        """``(2, C, C)`` row-normalized probabilities ``[region, conditioning class, true class]``."""
+        """``(R, C, C)`` row-normalized probabilities ``[region, conditioning class, true class]``."""
         smoothed = self.counts + self.alpha
         return smoothed / smoothed.sum(-1, keepdims=True)
 
-    def log_probs(self, pred: np.ndarray, revealed: np.ndarray) -> np.ndarray:
+    def log_probs(self, pred: np.ndarray, region: np.ndarray) -> np.ndarray:
         """``(N, C, V, V)`` float32 log-probabilities of every cell's class."""
         log_table = np.log(self.table).astype(np.float32)
-        out = log_table[np.asarray(revealed, dtype=np.int64), np.asarray(pred, dtype=np.int64)]
+        out = log_table[np.asarray(region, dtype=np.int64), np.asarray(pred, dtype=np.int64)]
         return np.moveaxis(out, -1, 1)
 
 
@@ -170,6 +107,10 @@ MOTION_ORACLE_TEXT = (
     "the last view shifted by the taken action (blocked when the target cell at t is a wall or an "
     "agent; the agent stays centred, the cell it left becomes empty); cells scrolled into view and "
     "all cell probabilities calibrated on the training split")
+MEMORY_ORACLE_TEXT = (
+    "the motion oracle plus every cell seen earlier in the episode (placed in world coordinates from "
+    "the agent's moves): a cell scrolling back into view is predicted as last seen; probabilities "
+    "calibrated on the training split per region (in view, never seen, seen 1-5 / 6-20 / 21+ steps ago)")
 REWARD_RULE_TEXT = (
     "the points of the kind in the cell the action enters at t (empty or an agent: 0; a wall: its "
     "penalty); P(true class | rule class) calibrated on the training split")
@@ -227,6 +168,7 @@ class FittedBaselines:
     action_names: list[str]
     copy_cal: CalibratedCells
     shift_cal: CalibratedCells
+    memory_cal: CalibratedCells
     majority: ActionFrequencies
     previous: ActionFrequencies
     train_episodes_used: int
@@ -241,6 +183,13 @@ class FittedBaselines:
         c = self.codes
         return shift_view(codes, actions, action_deltas(self.action_names), empty=c["empty"],
                           agent=c["agent"], blocking=[c["wall"], c["agent"]])
+
+    def remember(self, codes: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`memory_predictions` of one episode (``codes`` ``(L + 1, V, V)``, ``actions`` ``(L,)``)
+        with the file's vocabulary: ``(pred, region)``, both ``(L, V, V)``."""
+        c = self.codes
+        return memory_predictions(codes, actions, action_deltas(self.action_names), empty=c["empty"],
+                                  agent=c["agent"], blocking=[c["wall"], c["agent"]])
 
 
 def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_episodes: int = 400,
@@ -262,7 +211,9 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
         raise InputError(f"{train_path}: channel_names {channel_names} lack {sorted(missing)}; "
                          "the baselines need them")
     fb = FittedBaselines(channel_names, action_names, CalibratedCells(len(channel_names)),
-                         CalibratedCells(len(channel_names)), ActionFrequencies(len(action_names), 0),
+                         CalibratedCells(len(channel_names)),
+                         CalibratedCells(len(channel_names), num_regions=NUM_REGIONS),
+                         ActionFrequencies(len(action_names), 0),
                          ActionFrequencies(len(action_names), 1), len(chosen),
                          RewardRule(store.meta, reward_values) if len(reward_values) else None)
     for row in tqdm(range(len(store)), desc="fit baselines (train split)", unit="episode", leave=False):
@@ -275,6 +226,7 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
         fb.copy_cal.update(*copy_view(now), nxt)
         pred, revealed, _ = fb.shift(now, actions)
         fb.shift_cal.update(pred, revealed, nxt)
+        fb.memory_cal.update(*fb.remember(codes, actions), nxt)
         if length > 1:
             fb.majority.update(actions[:-1], actions[1:])
             fb.previous.update(actions[:-1], actions[1:])
@@ -289,5 +241,6 @@ def baselines_summary(fb: FittedBaselines, fitted_on: str | Path) -> dict:
             "majority_action": fb.action_names[fb.majority.majority],
             "copy": "the last view, with probabilities calibrated on the training split",
             "motion_oracle": MOTION_ORACLE_TEXT,
+            "memory_oracle": MEMORY_ORACLE_TEXT,
             "previous_action": "P(a_t+1 | a_t) from the training split",
             "reward_rule": REWARD_RULE_TEXT if fb.reward_rule is not None else None}

@@ -38,6 +38,10 @@ def item_names(channel_names: Sequence[str]) -> tuple[str, ...]:
     """The items among the channels (``f1_items`` averages their F1): all but `NOT_ITEMS`."""
     return tuple(n for n in channel_names if n not in NOT_ITEMS)
 
+#: Where a predicted cell lies (`rpg_worldmodel.evaluation.cells` defines each).
+CELL_CATEGORIES: tuple[str, ...] = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen",
+                                    "spawned", "other_agent")
+
 Counts = dict[str, np.ndarray]
 Figures = dict[str, np.ndarray]
 
@@ -108,6 +112,33 @@ def action_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
     }
 
 
+def category_counts(log_probs: np.ndarray, target: np.ndarray, category: np.ndarray, floor: np.ndarray
+                    ) -> Counts:
+    """Per-row counts of a view predictor by cell category, and of the floor.
+
+    Args:
+        log_probs, target: as for `view_counts`.
+        category: ``(N, V, V)`` int index into `CELL_CATEGORIES` of every cell.
+        floor: ``(N, V, V)`` the floor's cross-entropy of every cell (nats).
+
+    Returns ``(N,)`` ``floor_ce_sum`` and ``(N, K)`` ``cat_cells``, ``cat_ce_sum``, ``cat_correct``
+    and ``cat_floor_sum`` (K categories).
+    """
+    target = np.asarray(target).astype(np.int64)
+    n, k = target.shape[0], len(CELL_CATEGORIES)
+    nll = -np.take_along_axis(np.asarray(log_probs), target[:, None], axis=1)[:, 0].reshape(n, -1)
+    hit = (np.asarray(log_probs).argmax(axis=1) == target).reshape(n, -1)
+    floor = np.asarray(floor, dtype=np.float64).reshape(n, -1)
+    onehot = np.asarray(category, dtype=np.int64).reshape(n, -1, 1) == np.arange(k)  # (N, cells, K)
+    return {
+        "floor_ce_sum": floor.sum(1),
+        "cat_cells": onehot.sum(1).astype(np.float64),
+        "cat_ce_sum": np.einsum("nc,nck->nk", nll.astype(np.float64), onehot),
+        "cat_correct": np.einsum("nc,nck->nk", hit.astype(np.float64), onehot),
+        "cat_floor_sum": np.einsum("nc,nck->nk", floor, onehot),
+    }
+
+
 def reward_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
     """Per-row counts of a reward predictor: ``log_probs`` ``(N, K)`` over reward classes,
     ``target`` ``(N,)`` the true class. ``(N,)`` ``reward_ce_sum`` (nats), ``reward_n``,
@@ -161,7 +192,10 @@ def figures_from_counts(totals: Counts, channel_names: Sequence[str],
 
     View figures (when the view counts are present): ``view_ce`` (nats/cell), ``cell_acc``,
     ``changed_acc``, and ``precision_X``, ``recall_X``, ``f1_X`` for every channel but empty
-    (`entity_names`), plus ``f1_items`` (mean F1 over the items, `item_names`).
+    (`entity_names`), plus ``f1_items`` (mean F1 over the items, `item_names`). With category
+    counts (`category_counts`): ``floor_view_ce``, ``excess_view_ce`` (view CE minus the floor),
+    and per category X of `CELL_CATEGORIES` ``share_X`` (of the cells), ``ce_X``, ``acc_X`` and
+    ``excess_X``.
     Action figures: ``action_ce`` (nats/step), ``action_acc``. Reward figures: ``reward_ce``
     (nats/step), ``reward_acc``, ``reward_recall_X`` per class X of ``reward_names``, and
     ``return_mae`` (points, mean absolute error of the return summed over a block of steps).
@@ -184,8 +218,18 @@ def figures_from_counts(totals: Counts, channel_names: Sequence[str],
                 item_f1.append(out[f"f1_{name}"])
         if item_f1:
             out["f1_items"] = np.mean(np.stack(item_f1), axis=0)
+    if "floor_ce_sum" in totals:
+        out["floor_view_ce"] = ratio(totals["floor_ce_sum"], totals["cells"])
+        out["excess_view_ce"] = out["view_ce"] - out["floor_view_ce"]
+        for k, name in enumerate(CELL_CATEGORIES):
+            cells = totals["cat_cells"][..., k]
+            out[f"share_{name}"] = ratio(cells, totals["cells"])
+            out[f"ce_{name}"] = ratio(totals["cat_ce_sum"][..., k], cells)
+            out[f"acc_{name}"] = ratio(totals["cat_correct"][..., k], cells)
+            out[f"excess_{name}"] = out[f"ce_{name}"] - ratio(totals["cat_floor_sum"][..., k], cells)
     if "action_ce_sum" in totals:
         out["action_ce"] = ratio(totals["action_ce_sum"], totals["action_n"])
+    if "action_correct" in totals:  # hard predictors (the expert through an oracle) have no CE
         out["action_acc"] = ratio(totals["action_correct"], totals["action_n"])
     if "reward_ce_sum" in totals:
         out["reward_ce"] = ratio(totals["reward_ce_sum"], totals["reward_n"])
@@ -226,7 +270,9 @@ def _resampled_totals(unit_counts: Counts, weights: np.ndarray) -> Counts:
     return {k: np.tensordot(weights, v, axes=(1, 0)) for k, v in unit_counts.items()}
 
 
-def _interval(point: np.ndarray, replicates: np.ndarray, level: float) -> Interval:
+def bootstrap_interval(point: np.ndarray | float, replicates: np.ndarray, level: float = 0.95
+                       ) -> Interval:
+    """``point`` with the percentile interval of its ``replicates`` (non-finite ones dropped)."""
     alpha = (1.0 - level) / 2.0
     finite = replicates[np.isfinite(replicates)]
     if finite.size == 0:
@@ -248,7 +294,7 @@ def bootstrap_figures(
     weights = resample_weights(num_units, num_boot, seed) if weights is None else weights
     point = figures_fn({k: v.sum(0) for k, v in unit_counts.items()})
     reps = figures_fn(_resampled_totals(unit_counts, weights))
-    return {name: _interval(point[name], reps[name], level) for name in point}
+    return {name: bootstrap_interval(point[name], reps[name], level) for name in point}
 
 
 def bootstrap_differences(
@@ -273,7 +319,7 @@ def bootstrap_differences(
     ra = figures_fn(_resampled_totals(counts_a, weights))
     rb = figures_fn(_resampled_totals(counts_b, weights))
     shared = [name for name in pa if name in pb]
-    return {name: _interval(pa[name] - pb[name], ra[name] - rb[name], level) for name in shared}
+    return {name: bootstrap_interval(pa[name] - pb[name], ra[name] - rb[name], level) for name in shared}
 
 
 def bootstrap_relative_gap(
@@ -298,9 +344,43 @@ def bootstrap_relative_gap(
     out = {}
     for name in names:
         if name in ps and name in pc:
-            out[name] = _interval(ratio(pc[name] - ps[name], ps[name]),
-                                  ratio(rc[name] - rs[name], rs[name]), level)
+            out[name] = bootstrap_interval(ratio(pc[name] - ps[name], ps[name]),
+                                           ratio(rc[name] - rs[name], rs[name]), level)
     return out
+
+
+def bootstrap_over_seeds(
+    seed_counts: Sequence[Counts],
+    figures_fn: Callable[[Counts], Figures],
+    num_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[dict[str, Interval], dict[str, list[float]]]:
+    """Figures of several training seeds scored on the same units (games): the mean over seeds
+    with a two-level stratified bootstrap interval (as rliable's, with games as the tasks' runs):
+    each replicate draws seeds with replacement and one resample of the games shared by every
+    drawn seed, and averages the drawn seeds' figures. Returns the intervals and each seed's own
+    point estimates (in the order given)."""
+    num_seeds = len(seed_counts)
+    if num_seeds < 1:
+        raise ValueError("give the counts of at least one seed")
+    num_units = len(next(iter(seed_counts[0].values())))
+    if any(len(next(iter(c.values()))) != num_units for c in seed_counts):
+        raise ValueError("every seed must be scored on the same units (games)")
+    weights = resample_weights(num_units, num_boot, seed)
+    picks = np.random.default_rng(seed + 1).integers(0, num_seeds, size=(num_boot, num_seeds))
+    points = [figures_fn({k: v.sum(0) for k, v in c.items()}) for c in seed_counts]
+    reps = [figures_fn(_resampled_totals(c, weights)) for c in seed_counts]
+    rows = np.arange(num_boot)[:, None]
+    out: dict[str, Interval] = {}
+    per_seed: dict[str, list[float]] = {}
+    shared = [name for name in points[0] if all(name in p for p in points)]  # e.g. a floor scored once
+    for name in shared:
+        values = np.array([float(p[name]) for p in points])
+        stacked = np.stack([np.asarray(r[name], dtype=np.float64) for r in reps], axis=1)  # (B, S)
+        out[name] = bootstrap_interval(values.mean(), stacked[rows, picks].mean(1), level)
+        per_seed[name] = values.tolist()
+    return out, per_seed
 
 
 def intervals_to_json(intervals: Mapping[str, Interval]) -> dict[str, dict[str, float | None]]:

@@ -23,7 +23,7 @@ from rpg_env.errors import InputError
 from rpg_env.provenance import provenance
 from rpg_worldmodel.checkpoint import load_checkpoint
 from rpg_worldmodel.data import DataSource, check_data_matches
-from rpg_worldmodel.evaluation.baselines import baselines_summary, fit_baselines
+from rpg_worldmodel.evaluation.baselines import FittedBaselines, baselines_summary, fit_baselines
 from rpg_worldmodel.evaluation.episodes import (
     EvalSet,
     checkpoint_split,
@@ -35,8 +35,9 @@ from rpg_worldmodel.evaluation.episodes import (
     training_files,
 )
 from rpg_worldmodel.evaluation.rollouts import DEFAULT_HORIZON, rollout_table
-from rpg_worldmodel.evaluation.scoring import Scores
+from rpg_worldmodel.evaluation.scoring import Scores, score_eval_set
 from rpg_worldmodel.evaluation.tables import evaluate_file, masking_table, transfer_table
+from rpg_worldmodel.evaluation.theory_of_mind import shipped_expert
 
 
 @dataclass
@@ -53,6 +54,8 @@ class EvalOptions:
     context: str = "full"  # full | stride (see `rpg_worldmodel.data.window_plan`)
     mask_context: str | None = None  # windows of the masking table; None: ``context``
     mask_episodes: int | None = None  # first episodes of the self set in the masking table; None: all
+    floor: str = "auto"  # auto | replay | bound (see `rpg_worldmodel.evaluation.cells.annotate`)
+    theory_of_mind: bool = True  # the expert-through-oracle ceiling, for files a shipped expert played
 
 
 class Evaluation:
@@ -64,21 +67,23 @@ class Evaluation:
     """
 
     def __init__(self, checkpoint: str | Path, data: Sequence[str | Path],
-                 options: EvalOptions | None = None):
+                 options: EvalOptions | None = None, baselines: FittedBaselines | None = None):
         if not data:
             raise InputError("give at least one trajectory file (--data F)")
         self.checkpoint, self.data = checkpoint, [str(p) for p in data]
         self.options = options or EvalOptions()
         ck = load_checkpoint(checkpoint)
         self.model, self.config, self.meta = ck.model, ck.config, ck.meta
+        self.checkpoint_used, self.checkpoint_choice = ck.path, ck.choice
         for path in self.data:
             check_data_matches(self.config.model, DataSource.open(path).meta, data_path=path,
                                model_source=f"checkpoint {checkpoint}", trained_on=self.meta.get("data"))
         self.train_path, train_episodes = self._training_file()
         opts = self.options
         rewards = self.config.model.reward_values if self.config.model.reward_head else ()
-        self.baselines = fit_baselines(self.train_path, train_episodes, opts.baseline_episodes, opts.seed,
-                                       rewards)
+        # Another seed's model of the same data reuses that model's baselines (the same training split).
+        self.baselines = baselines or fit_baselines(self.train_path, train_episodes, opts.baseline_episodes,
+                                                    opts.seed, rewards)
         self.self_key = next((p for p in self.data if is_training_file(self.meta, p)), self.data[0])
         self.files: dict[str, dict] = {}
         self.scores: dict[str, tuple[EvalSet, Scores]] = {}
@@ -109,11 +114,21 @@ class Evaluation:
         opts, key = self.options, str(path)
         es = select_episodes(self.meta, path, opts.split, opts.allow_training_episodes, split_seed=opts.seed,
                              agent_id=getattr(self.config.data, "agent_id", None))
+        expert = shipped_expert(sorted(set(es.policy_ids))) if opts.theory_of_mind else None
         result, scores = evaluate_file(self.model, self.config, es, self.baselines, opts.num_boot, opts.seed,
                                        opts.batch_size, opts.device, num_examples=num_examples,
-                                       context=opts.context)
+                                       context=opts.context, floor=opts.floor, expert=expert)
         self.files[key], self.scores[key] = result, (es, scores)
         return result
+
+    def scores_of(self, path: str | Path) -> Scores:
+        """The model's per-game counts on ``path``'s held-out selection, without the baselines and
+        tables (what the seeds stage needs of a further seed's model)."""
+        opts = self.options
+        es = select_episodes(self.meta, path, opts.split, opts.allow_training_episodes, split_seed=opts.seed,
+                             agent_id=getattr(self.config.data, "agent_id", None))
+        return score_eval_set(self.model, self.config, es, None, batch_size=opts.batch_size,
+                              device=opts.device, desc=f"score {Path(path).name}", context=opts.context)
 
     def transfer(self) -> dict[str, dict]:
         """Self-vs-cross tables of every evaluated file but the self file."""
@@ -157,6 +172,8 @@ class Evaluation:
         opts = self.options
         results: dict = {
             "checkpoint": str(self.checkpoint),
+            "checkpoint_used": str(self.checkpoint_used),
+            "checkpoint_choice": self.checkpoint_choice,
             "checkpoint_step": self.meta.get("step"),
             "train_mask": train_mask_of(self.config),
             "baselines": baselines_summary(self.baselines, self.train_path),
@@ -200,6 +217,7 @@ def run_evaluation(
     baseline_episodes: int = 400,
     context: str = "full",
     rollout_horizon: int = 0,
+    floor: str = "auto",
 ) -> dict:
     """Evaluate ``checkpoint`` on each file of ``data`` (see `Evaluation`); with ``masks``, add the
     masking table; with ``rollout_horizon`` > 0, the rollout table. Returns the metrics
@@ -208,7 +226,7 @@ def run_evaluation(
         raise InputError("--masked-checkpoint is only used by the masking table: add --masks "
                          "(e.g. --masks none random_cells gem) or drop it")
     ev = Evaluation(checkpoint, data, EvalOptions(split, allow_training_episodes, num_boot, seed, batch_size,
-                                                  device, baseline_episodes, context))
+                                                  device, baseline_episodes, context, floor=floor))
     for path in ev.data:
         ev.evaluate_file(path)
     ev.transfer()

@@ -21,6 +21,7 @@ from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.data import apply_input_mask, plan_windows, reward_classes
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines, copy_view, views_to_codes
+from rpg_worldmodel.evaluation.cells import CellAnnotations, annotate
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.metrics import RETURN_BLOCK
 from rpg_worldmodel.models.world_model import WorldModel
@@ -72,6 +73,10 @@ class Scores:
     num_predictions: int
     examples: dict[str, np.ndarray] = field(default_factory=dict)
     reward_names: tuple[str, ...] = ()  # the reward classes, when the model predicts rewards
+    floor_method: str | None = None  # how the floor was found, when the cells were annotated
+    #: With ``keep_model_views``: the scored predictions' episode rows and steps t ``(N,)`` and the
+    #: model's most likely view at t+1 ``(N, V, V)`` int8.
+    model_views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def figures_fn(self) -> Callable[[M.Counts], M.Figures]:
         """Counts -> figures with this set's channel names, plus ``total_ce`` (view + action CE)."""
@@ -134,16 +139,18 @@ def reward_targets(rewards: np.ndarray, reward_values: np.ndarray) -> np.ndarray
 
 def _prediction_counts(
     batch: Batch, view_lp: np.ndarray, action_lp: np.ndarray, reward_lp: np.ndarray | None,
-    baselines: FittedBaselines | None, reward_values: np.ndarray,
+    baselines: FittedBaselines | None, reward_values: np.ndarray, cells: CellAnnotations | None = None,
 ) -> tuple[dict[str, M.Counts], np.ndarray, np.ndarray, dict[str, _Returns]]:
-    """Per-prediction counts of the model and the baselines on a batch's scored positions, the
-    (last input, true next) codes ``(N, V, V)`` of those predictions, and the points each reward
-    predictor gave them (for the return error)."""
+    """Per-prediction counts of the model and the baselines on a batch's scored positions (by cell
+    category and against the floor, given ``cells``), the (last input, true next) codes
+    ``(N, V, V)`` of those predictions, and the points each reward predictor gave them (for the
+    return error)."""
     w, p = np.nonzero(batch.score)
     codes = views_to_codes(batch.views)  # (B, T+1, V, V)
     prev, target = codes[w, p], codes[w, p + 1]
     act_prev, act_target = batch.actions[w, p], batch.actions[w, p + 1]
-    parts = {"model": M.merge_counts(M.view_counts(view_lp[w, p], target, prev),
+    views = {"model": view_lp[w, p]}
+    parts = {"model": M.merge_counts(M.view_counts(views["model"], target, prev),
                                      M.action_counts(action_lp[w, p], act_target))}
     returns: dict[str, _Returns] = {}
     if reward_lp is not None:
@@ -159,12 +166,21 @@ def _prediction_counts(
             rule_points = reward_values[rule_lp.argmax(1)]
             returns["reward_rule"] = _Returns(batch.rows[w], steps, rule_points, true_points)
     if baselines is not None:
-        pred, revealed = copy_view(prev)
-        parts["copy"] = M.view_counts(baselines.copy_cal.log_probs(pred, revealed), target, prev)
+        views["copy"] = baselines.copy_cal.log_probs(*copy_view(prev))
         pred, revealed, _ = baselines.shift(prev, act_prev)
-        parts["motion_oracle"] = M.view_counts(baselines.shift_cal.log_probs(pred, revealed), target, prev)
+        views["motion_oracle"] = baselines.shift_cal.log_probs(pred, revealed)
+        if cells is not None:
+            here = cells.gather(batch.rows[w], batch.starts[w] + p)
+            views["memory_oracle"] = baselines.memory_cal.log_probs(here.memory_pred, here.memory_region)
+        for name in ("copy", "motion_oracle", "memory_oracle"):
+            if name in views:
+                parts[name] = M.view_counts(views[name], target, prev)
         parts["majority_action"] = M.action_counts(baselines.majority.log_probs(act_prev), act_target)
         parts["previous_action"] = M.action_counts(baselines.previous.log_probs(act_prev), act_target)
+        if cells is not None:
+            for name, lp in views.items():
+                parts[name] = M.merge_counts(parts[name], M.category_counts(lp, target, here.category,
+                                                                             here.floor))
     return parts, prev, target, returns
 
 
@@ -224,8 +240,15 @@ def score_eval_set(
     num_examples: int = 0,
     desc: str | None = None,
     context: str = "full",
+    floor: str | None = None,
+    keep_model_views: bool = False,
 ) -> Scores:
     """Score the model (and, if given, the baselines) on every transition of ``es``.
+
+    With baselines and a ``floor`` mode (`rpg_worldmodel.evaluation.cells.FLOOR_MODES`), every
+    view predictor is also scored per cell category and against the floor, and the memory oracle
+    joins the baselines. ``keep_model_views`` keeps the model's most likely next views
+    (`Scores.model_views`).
 
     The model is put in eval mode and run under ``torch.inference_mode``. ``mask_kind``
     hides part of the model's *input* (`rpg_worldmodel.data.apply_input_mask`, seeded with
@@ -240,9 +263,11 @@ def score_eval_set(
     channel_names = es.store().channel_names
     mask = _Masking(mask_kind, mask_prob, generator, channel_names)
     reward_values = np.asarray(config.model.reward_values, dtype=np.float64)
+    cells = annotate(es, baselines, floor) if baselines is not None and floor is not None else None
     rows_counts: dict[str, list[M.Counts]] = {}
     returns: dict[str, list[_Returns]] = {}
     row_eps: list[np.ndarray] = []
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     examples = _Examples(num_examples, num_frames)
     num_windows = 0
     with torch.inference_mode():
@@ -251,12 +276,15 @@ def score_eval_set(
             view_lp, action_lp, reward_lp = _model_log_probs(model, batch, num_frames, mask, use_agent_ids,
                                                              device)
             parts, prev, target, batch_returns = _prediction_counts(batch, view_lp, action_lp, reward_lp,
-                                                                    baselines, reward_values)
+                                                                    baselines, reward_values, cells)
             for name, c in parts.items():
                 rows_counts.setdefault(name, []).append(c)
             for name, r in batch_returns.items():
                 returns.setdefault(name, []).append(r)
             row_eps.append(batch.rows[np.nonzero(batch.score)[0]])
+            if keep_model_views:
+                w, p = np.nonzero(batch.score)
+                kept.append((batch.rows[w], batch.starts[w] + p, view_lp[w, p].argmax(1).astype(np.int8)))
             examples.add(batch, view_lp, prev, target)
     if not row_eps:
         raise InputError(f"no episode of {es.path} is longer than num_frames={num_frames} steps, so "
@@ -266,6 +294,9 @@ def score_eval_set(
                        examples.arrays())
     if len(reward_values) and config.model.reward_head:
         scores.reward_names = reward_classes(es.store().meta).names_for(reward_values)
+    scores.floor_method = cells.floor_method if cells is not None else None
+    if keep_model_views:
+        scores.model_views = tuple(np.concatenate(part) for part in zip(*kept, strict=True))
     return scores
 
 

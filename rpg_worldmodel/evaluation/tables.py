@@ -9,12 +9,14 @@ people is `rpg_worldmodel.report`'s job.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.scoring import Scores, score_eval_set
+from rpg_worldmodel.evaluation.theory_of_mind import theory_of_mind_counts, theory_of_mind_table
 from rpg_worldmodel.models.world_model import WorldModel
 
 #: Figures shown in the transfer table; ``total_ce`` is the reference's "state + action loss".
@@ -63,10 +65,15 @@ def quality_checks(file_result: dict) -> dict:
 
 def evaluate_file(model: WorldModel, config: WorldModelConfig, es: EvalSet, baselines: FittedBaselines,
                   num_boot: int = 1000, seed: int = 0, batch_size: int = 256, device: str = "cpu",
-                  num_examples: int = 8, context: str = "full") -> tuple[dict, Scores]:
-    """The full held-out table of one file: predictors, paired differences, per-policy tables."""
+                  num_examples: int = 8, context: str = "full", floor: str | None = "auto",
+                  expert: tuple[str, Path] | None = None) -> tuple[dict, Scores]:
+    """The full held-out table of one file: predictors (with the figures per cell category and
+    against the floor, unless ``floor`` is None), paired differences, per-policy tables, and with
+    ``expert`` (``(name, model.zip)`` of the expert that played the file) the theory-of-mind
+    ceiling (`rpg_worldmodel.evaluation.theory_of_mind`)."""
     scores = score_eval_set(model, config, es, baselines, batch_size=batch_size, device=device,
-                            num_examples=num_examples, desc=f"evaluate {es.path.name}", context=context)
+                            num_examples=num_examples, desc=f"evaluate {es.path.name}", context=context,
+                            floor=floor, keep_model_views=expert is not None)
     result = {
         "file": str(es.path),
         "selection": es.label,
@@ -76,11 +83,18 @@ def evaluate_file(model: WorldModel, config: WorldModelConfig, es: EvalSet, base
         "windows": scores.num_windows,
         "predictions": scores.num_predictions,
         "context": context,
+        "floor_method": scores.floor_method,
         **figure_table(scores, num_boot=num_boot, seed=seed),
         "by_policy": {pid: figure_table(scores, c, num_boot, seed)["predictors"]
                       for pid, c in scores.by_policy.items()},
     }
     result["quality_checks"] = quality_checks(result)
+    if expert is not None:
+        rows, steps, codes = scores.model_views
+        references = theory_of_mind_counts(es, scores.unit_ids, rows, steps, codes, baselines, expert[1])
+        result["theory_of_mind"] = theory_of_mind_table(scores.counts["model"], references, expert[0],
+                                                        num_boot, seed)
+        scores.model_views = None  # no longer needed; the views are large
     return result, scores
 
 

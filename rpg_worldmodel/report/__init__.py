@@ -33,13 +33,15 @@ from rpg_worldmodel.report.text import (
     quality_lines,
     rollout_goal,
     rollout_line,
+    seeds_line,
     transfer_line,
 )
 
 __all__ = ["CELL_COLOURS", "FIGURE_HELP", "MAIN_FIGURES", "PREDICTOR_COLOURS", "evaluation_summary",
            "fmt_interval", "fmt_percent", "format_table", "main", "plot_entity_f1", "plot_learning_curves",
            "plot_masking", "plot_transfer", "plot_view_strip", "quality_lines", "read_metrics",
-           "read_metrics_csv", "rollout_goal", "rollout_line", "transfer_line", "write_report"]
+           "read_metrics_csv", "rollout_goal", "rollout_line", "seeds_line", "transfer_line",
+           "write_report"]
 
 
 def main(argv=None):

@@ -8,19 +8,23 @@ from pathlib import Path
 
 from rpg_env.errors import InputError
 from rpg_worldmodel.report.plots import (
+    plot_cells,
     plot_entity_f1,
     plot_learning_curves,
     plot_masking,
     plot_rollout,
     plot_rollout_strip,
+    plot_seeds,
     plot_transfer,
     plot_view_strip,
 )
 from rpg_worldmodel.report.text import (
     FIGURE_HELP,
+    _cells_section,
     _held_out_section,
     _masking_section,
     _rollout_section,
+    _seeds_section,
     _transfer_section,
 )
 
@@ -32,6 +36,9 @@ def _plots(results: dict, out: Path, run_dir: str | Path | None) -> list[tuple[s
         plots.append(("Learning curves", plot_learning_curves(Path(run_dir) / "metrics.csv",
                                                               out / "learning_curves.png")))
     plots.append(("Per-entity F1", plot_entity_f1(results["files"][results["self"]], out / "entity_f1.png")))
+    cells = plot_cells(results["files"][results["self"]], out / "cells.png")
+    if cells is not None:
+        plots.append(("Where the error lives", cells))
     if (out / "examples.npz").exists():
         plots.append(("Held-out views", plot_view_strip(out / "examples.npz", out / "view_strip.png")))
     for key, tr in results.get("transfer", {}).items():
@@ -44,6 +51,8 @@ def _plots(results: dict, out: Path, run_dir: str | Path | None) -> list[tuple[s
         if (out / "rollout_strip.npz").exists():
             strip = plot_rollout_strip(out / "rollout_strip.npz", out / "rollout_strip.png")
             plots.append(("Imagined vs real", strip))
+    if "seeds" in results:
+        plots.append(("Across training seeds", plot_seeds(results["seeds"], out / "seeds.png")))
     return plots
 
 
@@ -73,12 +82,15 @@ def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
     out = metrics_path.parent
     results = read_metrics(metrics_path)
     lines = _held_out_section(results)
+    lines += _cells_section(results)
     for key, tr in results.get("transfer", {}).items():
         lines += _transfer_section(key, tr)
     if "masking" in results:
         lines += _masking_section(results["masking"])
     if "rollout" in results:
         lines += _rollout_section(results["rollout"])
+    if "seeds" in results:
+        lines += _seeds_section(results["seeds"])
     lines += ["## Plots", ""]
     for title, path in _plots(results, out, run_dir):
         if path is not None:

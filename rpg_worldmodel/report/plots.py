@@ -18,7 +18,7 @@ CELL_COLOURS = {"empty": "#ece8dc", "wall": "#545460", "gem": "#28a0e6", "bone":
 
 PREDICTOR_COLOURS = {"model": "#4c72b0", "copy": "#999999", "motion_oracle": "#dd8452",
                      "majority_action": "#999999", "previous_action": "#dd8452", "model_sampled": "#8172b3",
-                     "teacher_forced": "#55a868", "reward_rule": "#dd8452"}
+                     "teacher_forced": "#55a868", "reward_rule": "#dd8452", "memory_oracle": "#55a868"}
 
 
 def _pyplot():
@@ -250,3 +250,64 @@ def plot_rollout_strip(strip_npz: str | Path, out: str | Path) -> Path | None:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return Path(out)
+
+
+def plot_seeds(seeds: dict, out: str | Path, figures: Sequence[str] = ("view_ce", "action_acc", "f1_items",
+                                                                       "reward_acc")) -> Path:
+    """Each headline figure of the held-out games across training seeds: one dot per seed, the
+    mean with its seeds-and-games bootstrap interval."""
+    plt = _pyplot()
+    shown = [f for f in figures if f in seeds["self"]]
+    fig, axes = plt.subplots(1, len(shown), figsize=(2.6 * len(shown), 2.8), squeeze=False)
+    for ax, name in zip(axes[0], shown, strict=True):
+        row = seeds["self"][name]
+        ax.scatter(np.zeros(len(row["per_seed"])) - 0.15, row["per_seed"], color=PREDICTOR_COLOURS["model"],
+                   alpha=0.6, label="one seed")
+        ax.errorbar([0.15], [row["value"]], yerr=_err([row])[1], fmt="o", color="black", capsize=4,
+                    label="mean, 95% interval")
+        ax.set_xlim(-0.6, 0.6)
+        ax.set_xticks([])
+        ax.set_title(name, fontsize=9)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"held-out figures across training seeds {', '.join(map(str, seeds['seeds']))}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return Path(out)
+
+
+def plot_cells(file_result: dict, out: str | Path,
+               predictors: Sequence[str] = ("model", "memory_oracle", "motion_oracle")) -> Path | None:
+    """Excess view cross-entropy over the floor per cell category (bars, 95% intervals), and each
+    category's share of the cells; None when the evaluation has no categories."""
+    from rpg_worldmodel.evaluation.metrics import CELL_CATEGORIES
+
+    preds = file_result["predictors"]
+    if "share_in_view" not in preds.get("model", {}):
+        return None
+    plt = _pyplot()
+    shown = [n for n in predictors if n in preds]
+    cats = [c for c in CELL_CATEGORIES if preds["model"][f"share_{c}"]["value"]]
+    fig, (ax, share_ax) = plt.subplots(1, 2, figsize=(11, 3.4), gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / len(shown)
+    x = np.arange(len(cats))
+    for i, name in enumerate(shown):
+        ivs = [preds[name].get(f"excess_{c}") for c in cats]
+        values, err = _err(ivs)
+        ax.bar(x + (i - (len(shown) - 1) / 2) * width, values, width, yerr=err, capsize=2,
+               color=PREDICTOR_COLOURS.get(name, "#777777"), label=name)
+    ax.set_xticks(x, cats, rotation=20, fontsize=8)
+    ax.set_ylabel("view CE minus the floor (nats/cell)")
+    ax.set_yscale("symlog", linthresh=0.01)
+    ax.legend(fontsize=8)
+    shares = [preds["model"][f"share_{c}"]["value"] for c in cats]
+    share_ax.barh(cats, shares, color="#999999")
+    share_ax.set_xlabel("share of cells")
+    share_ax.invert_yaxis()
+    share_ax.tick_params(labelsize=8)
+    fig.suptitle("where the error lives (held-out games)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return Path(out)
+

@@ -6,6 +6,7 @@ Every figure is shown as ``value [lo, hi]`` (its 95% game-level bootstrap interv
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -86,8 +87,9 @@ def transfer_line(transfer: dict) -> str:
 
 
 def evaluation_summary(results: dict) -> str:
-    """What ``python -m rpg_worldmodel.evaluate`` prints: each file's table and each transfer gap."""
-    lines = []
+    """What ``python -m rpg_worldmodel.evaluate`` prints: which checkpoint, each file's table and
+    each transfer gap."""
+    lines = [f"checkpoint: {results.get('checkpoint_choice') or results['checkpoint']}"]
     for key, result in results["files"].items():
         lines += [f"\n{key}: {result['selection']} ({result['episodes']} episodes, {result['games']} games, "
                   f"{result['predictions']} predictions)", format_table(result)]
@@ -105,7 +107,8 @@ def _held_out_section(results: dict) -> list[str]:
     if not main.get("held_out", True):
         lines += ["**WARNING: these figures include TRAINING episodes; they are not held out.**", ""]
     lines += [
-        f"Checkpoint `{results['checkpoint']}` (step {results.get('checkpoint_step')}, trained with "
+        f"Checkpoint `{results.get('checkpoint_choice') or results['checkpoint']}` (step "
+        f"{results.get('checkpoint_step')}, trained with "
         f"input mask `{results.get('train_mask', 'none')}`), evaluated on `{self_key}`: {main['selection']}, "
         f"{main['episodes']} episodes from {main['games']} games, {main['predictions']} predictions "
         + SCORING_TEXT[main.get("context", "full")],
@@ -262,3 +265,87 @@ def _rollout_section(rollout: dict) -> list[str]:
         lines.append(f"- Model vs motion oracle on `{figure}`: {state} (per k: {marks}; + paired interval "
                      "better, ~ point estimate better, - worse).")
     return [*lines, ""]
+
+
+SEED_LINE_FIGURES = ("view_ce", "action_acc", "reward_acc")
+
+
+def seeds_line(seeds: dict) -> str:
+    """One console line: a few headline figures across training seeds (mean [interval])."""
+    figures = seeds["self"]
+    parts = [f"{name} {fmt_interval(figures[name])} (per seed "
+             + ", ".join(f"{v:.3f}" for v in figures[name]["per_seed"]) + ")"
+             for name in SEED_LINE_FIGURES if name in figures]
+    return f"across seeds {', '.join(map(str, seeds['seeds']))}: " + "; ".join(parts)
+
+
+def _seeds_section(seeds: dict) -> list[str]:
+    names = [f"seed {s}" for s in seeds["seeds"]]
+    lines = ["## Across training seeds", "",
+             f"One model per training seed ({', '.join(map(str, seeds['seeds']))}), all trained on the same "
+             "games and scored on the same held-out games; the tables above are of the first. Mean: the "
+             "mean over seeds, with a 95% interval from a bootstrap that resamples seeds and games "
+             f"(stratified, {seeds['bootstrap']['replicates']} replicates).", ""]
+    parts = [("held-out (self)", seeds["self"], fmt_interval)]
+    if "cross" in seeds:
+        parts += [("cross expert", seeds["cross"], fmt_interval),
+                  ("transfer gap (cross - self) / self", seeds["transfer_gap"], fmt_percent)]
+    for title, figures, fmt in parts:
+        lines += [f"**{title}**", "", "| figure | " + " | ".join(names) + " | mean [95% interval] |",
+                  "|" + " --- |" * (len(names) + 2)]
+        for name, row in figures.items():
+            per_seed = [fmt({"value": v}) for v in row["per_seed"]]
+            lines.append(f"| {name} | " + " | ".join(per_seed) + f" | {fmt(row)} |")
+        lines.append("")
+    return lines
+
+
+CELL_PREDICTORS = ("model", "memory_oracle", "motion_oracle", "copy")
+
+
+def _cells_section(results: dict) -> list[str]:
+    """"Where the error lives": the floor, the view CE per cell category of every view predictor,
+    and the theory-of-mind ceiling of the next action."""
+    from rpg_worldmodel.evaluation.metrics import CELL_CATEGORIES
+
+    main = results["files"][results["self"]]
+    preds = main["predictors"]
+    lines = ["## Where the error lives", ""]
+    if "excess_view_ce" in preds.get("model", {}):
+        floor = preds["model"]["floor_view_ce"]["value"]
+        shown = [n for n in CELL_PREDICTORS if n in preds]
+        lines += [
+            f"The floor, the lowest next-view cross-entropy any predictor could reach knowing the whole map "
+            f"and both agents' actions (only spawns are random), is {floor:.4f} nats/cell here "
+            f"({main.get('floor_method')}). Excess over the floor: "
+            + ", ".join(f"{n} {fmt_interval(preds[n].get('excess_view_ce'))}" for n in shown)
+            + ".", "",
+            "View cross-entropy (nats/cell) per category of cell; the floor's in the last column.", "",
+            "| category | share of cells | " + " | ".join(shown) + " | floor | model excess |",
+            "|" + " --- |" * (len(shown) + 4)]
+        for cat in CELL_CATEGORIES:
+            share = preds["model"].get(f"share_{cat}", {}).get("value")
+            if not share:
+                continue
+            ce = preds["model"][f"ce_{cat}"]["value"]
+            excess = preds["model"][f"excess_{cat}"]
+            cells = [fmt_interval(preds[n].get(f"ce_{cat}")) for n in shown]
+            lines.append(f"| {cat} | {100 * share:.1f}% | " + " | ".join(cells)
+                         + f" | {ce - excess['value']:.4f} | {fmt_interval(excess)} |")
+        lines.append("")
+    for key, result in results["files"].items():
+        tom = result.get("theory_of_mind")
+        if not tom:
+            continue
+        acc = tom["action_acc"]
+        lines += [f"**Theory-of-mind ceiling** on `{Path(key).name}` (expert `{tom['expert']}`): next-action "
+                  "accuracy of the expert's own network given its real frames up to t and the view at t+1 "
+                  "from the recording, the motion oracle or the model, beside the model's action head.", "",
+                  "| predictor | action accuracy | model head minus it |", "| --- | --- | --- |",
+                  f"| model action head | {fmt_interval(acc['model_action_head'])} | |"]
+        for name, iv in acc.items():
+            if name != "model_action_head":
+                lines.append(f"| {name} | {fmt_interval(iv)} | {fmt_interval(tom['model_minus'][name])} |")
+        lines.append("")
+    return lines if len(lines) > 2 else []
+

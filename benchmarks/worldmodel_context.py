@@ -1,0 +1,175 @@
+"""How much longer context buys: the default world model trained with ``num_frames`` in
+{5, 10, 20, 50} on the pipeline's data, each scored on the same held-out games per cell category
+(in view, seen 1-5 / 6-20 / 21+ steps ago, never seen, spawned, the other agent), against the
+floor, the motion oracle and the memory oracle, with its next-action accuracy and training time.
+
+Every model trains the same number of steps on the same train games; the batch shrinks as the
+context grows (``batch_size = 320 // num_frames``, at least 4) so that every step scores about
+the same number of predictions (320) at about the same cost. Evaluation is the pipeline's
+(`rpg_worldmodel.evaluation.run.Evaluation`: every held-out transition once, with full history,
+the floor from a replay of the recorded games).
+
+Goals (issue 14): on cells seen 6-20 steps ago the 20-frame model closes at least half of the
+gap between the motion oracle and the memory oracle; overall excess over the floor falls by at
+least 25% from the 5-frame model's.
+
+    python benchmarks/worldmodel_context.py [--frames 5 10 20 50] [--steps 2000] [--quick]
+
+Writes ``benchmarks/results/worldmodel_context.json`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_DATA = Path("runs/benchmarks/dqn_1500.h5")
+CATEGORIES = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen", "spawned", "other_agent")
+PREDICTORS = ("model", "memory_oracle", "motion_oracle")
+
+
+def ensure_data(path: Path, games: int) -> Path:
+    """The pipeline's self file (the shipped DQN expert, seed 0), recorded once and reused."""
+    from rpg_env.experts import pretrained_path
+    from rpg_env.record import record
+
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record(str(pretrained_path("dqn")), path, games, seed=0, num_envs=64, mode="w", policy_id="dqn",
+               record_co_players=False)
+    return path
+
+
+def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool) -> dict:
+    """Train the default config with ``frames`` of context; its held-out figures and seconds."""
+    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+    from rpg_worldmodel.train import train
+
+    batch = max(4, 320 // frames)
+    overrides = [f"model.num_frames={frames}", f"train.batch_size={batch}", f"train.max_steps={steps}",
+                 f"train.eval_every={max(steps // 4, 1)}", f"train.checkpoint_every={max(steps // 4, 1)}",
+                 f"train.warmup_steps={min(100, steps // 4)}", "train.progress=false"]
+    if quick:
+        overrides += ["model.width=32", "model.num_heads=2", "model.num_layers=1", "data.max_val_windows=64"]
+    cfg = load_config(DEFAULT_CONFIG_PATH, overrides)
+    cfg.data.path, cfg.out_dir = str(data), str(root / f"T{frames}")
+    started = time.perf_counter()
+    result = train(cfg)
+    train_seconds = time.perf_counter() - started
+    ev = Evaluation(result.best, [data], EvalOptions(num_boot=200 if quick else 1000, theory_of_mind=False))
+    started = time.perf_counter()
+    table = ev.evaluate_file(data, num_examples=0)
+    preds = table["predictors"]
+    row = {"num_frames": frames, "batch_size": batch, "steps": steps,
+           "train_seconds": round(train_seconds, 1), "eval_seconds": round(time.perf_counter() - started, 1),
+           "floor_method": table["floor_method"], "parameters": ev.model.num_parameters()}
+    for name in PREDICTORS:
+        row[name] = {k: preds[name][k] for k in ("view_ce", "excess_view_ce", "floor_view_ce")
+                     if k in preds[name]}
+        row[name].update({f"ce_{c}": preds[name][f"ce_{c}"] for c in CATEGORIES})
+        row[name].update({f"excess_{c}": preds[name][f"excess_{c}"] for c in CATEGORIES})
+    row["model"]["action_acc"] = preds["model"]["action_acc"]
+    row["share"] = {c: preds["model"][f"share_{c}"]["value"] for c in CATEGORIES}
+    return row
+
+
+def summarise(rows: list[dict]) -> dict:
+    """The two goals: the gap closed on cells seen 6-20 steps ago by the 20-frame model, and the
+    fall of the overall excess over the floor, both relative to the 5-frame model."""
+    by_t = {r["num_frames"]: r for r in rows}
+    out = {}
+    for t, r in by_t.items():
+        motion = r["motion_oracle"]["ce_seen_6_20"]["value"]
+        memory = r["memory_oracle"]["ce_seen_6_20"]["value"]
+        model = r["model"]["ce_seen_6_20"]["value"]
+        gap = motion - memory
+        out[f"T{t}_gap_closed_seen_6_20"] = round((motion - model) / gap, 4) if gap else None
+    if 5 in by_t:
+        base = by_t[5]["model"]["excess_view_ce"]["value"]
+        for t, r in by_t.items():
+            out[f"T{t}_excess_fall_vs_T5"] = round(1 - r["model"]["excess_view_ce"]["value"] / base, 4)
+    return out
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    x = np.arange(len(CATEGORIES))
+    width = 0.8 / (len(rows) + 2)
+    for i, r in enumerate(rows):
+        axes[0].bar(x + i * width, [r["model"][f"excess_{c}"]["value"] for c in CATEGORIES], width,
+                    label=f"model T={r['num_frames']}")
+    for j, name in enumerate(("memory_oracle", "motion_oracle")):
+        axes[0].bar(x + (len(rows) + j) * width, [rows[0][name][f"excess_{c}"]["value"] for c in CATEGORIES],
+                    width, label=name, hatch="//", alpha=0.6)
+    axes[0].set_xticks(x + 0.4, CATEGORIES, rotation=20, fontsize=8)
+    axes[0].set_yscale("symlog", linthresh=0.01)
+    axes[0].set_ylabel("view CE minus the floor (nats/cell)")
+    axes[0].legend(fontsize=7)
+    frames = [r["num_frames"] for r in rows]
+    excess = [r["model"]["excess_view_ce"]["value"] for r in rows]
+    seen = [r["model"]["excess_seen_6_20"]["value"] for r in rows]
+    axes[1].plot(frames, excess, "o-", label="model, all cells")
+    axes[1].plot(frames, seen, "s-", label="model, seen 6-20 ago")
+    axes[1].axhline(rows[0]["memory_oracle"]["excess_seen_6_20"]["value"], ls="--", color="green",
+                    label="memory oracle, seen 6-20 ago")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("num_frames")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    import torch
+
+    from rpg_env.provenance import provenance
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, nargs="+", default=[5, 10, 20, 50])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--games", type=int, default=1500)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="tiny models, 20 steps, 60 games (no JSON)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "worldmodel_context.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    steps = 20 if args.quick else args.steps
+    data = ensure_data(Path(tempfile.mkdtemp()) / "dqn.h5" if args.quick else args.data,
+                       60 if args.quick else args.games)
+    rows = []
+    with tempfile.TemporaryDirectory() as root:
+        for frames in args.frames:
+            rows.append(train_and_score(data, frames, steps, Path(root), args.quick))
+            r = rows[-1]
+            m, mem, mot = (r[n] for n in PREDICTORS)
+            print(f"T={frames:>3}  train {r['train_seconds']:6.1f}s  view CE {m['view_ce']['value']:.4f}  "
+                  f"excess {m['excess_view_ce']['value']:.4f}  "
+                  f"seen 6-20: model {m['ce_seen_6_20']['value']:.3f} "
+                  f"memory {mem['ce_seen_6_20']['value']:.3f} motion {mot['ce_seen_6_20']['value']:.3f}  "
+                  f"action acc {m['action_acc']['value']:.3f}", flush=True)
+    summary = summarise(rows)
+    print(json.dumps(summary, indent=1))
+    if not args.quick:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(provenance(seed=0, data=str(data), threads=args.threads, rows=rows,
+                                                  summary=summary), indent=1) + "\n")
+        plot(rows, args.out.with_suffix(".png"))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Train an agent entirely inside the world model, then evaluate it in the real game.
+
+    python -m rpg_worldmodel.dream --algo ppo [--checkpoint pretrained] [--out DIR] [key=value ...]
+
+The agent is an SB3 DQN or PPO built, trained and saved by `rpg_env.experts.train` (its typed
+config, features extractor, callbacks and run-folder layout), on ``TreasurehuntImagined-v0``
+instead of the real game: every training step and every EvalCallback evaluation happens in
+imagination (worlds start from ``num_frames - 1`` real turns played by a greedy burn-in, as
+IRIS and DIAMOND start theirs from real context; the agent never acts in the real game while it
+learns). Then it is evaluated **in the real game** with the experts' evaluator, on the same seeds
+as greedy, random and the shipped DQN expert (95% intervals), and in imagination on as many
+episodes, so the run folder says how much of what it believed it earned was real.
+
+Run folder: what ``python -m rpg_env.experts train`` writes (``model.zip`` with its expert
+record, ``config.yaml``, ``provenance.json``, ``eval.json``, ``best/``, ``checkpoints/``, ``tb/``)
+plus ``dream.json``: the world model used, the imagined and real returns and their gap. The
+agent is an expert like any other: ``rpg_env.experts watch``, ``co_policy=`` and
+``record --policy`` take its ``model.zip``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.errors import InputError
+from rpg_worldmodel import IMAGINED_ENV_ID
+from rpg_worldmodel.shipped import PRETRAINED_NAME
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+#: The shipped expert the dream agent is compared with in the real game (the world model's data).
+DREAM_EXPERT = "dqn"
+
+
+@dataclass
+class World:
+    """The imagined game the agent trains in (`TreasurehuntImagined-v0`'s arguments)."""
+
+    checkpoint: str = PRETRAINED_NAME
+    sample: bool = True  # sample next views and rewards (True) or take the arg-max
+    temperature: float = 1.0
+    burn_in_policy: str = "greedy"
+    device: str = "cpu"
+
+
+def default_config_path(algo: str) -> Path:
+    """The shipped dream config of ``algo``: ``rpg_worldmodel/configs/dream_<algo>.yaml``."""
+    return CONFIG_DIR / f"dream_{algo}.yaml"
+
+
+def imagined_envs(world: World):
+    """An `rpg_env.experts.train.EnvFactory` of imagined worlds: ``n_envs`` worlds in one batched
+    `TreasurehuntImagined-v0` (SAME_STEP autoreset), monitored and frame-stacked as the experts'
+    real envs are."""
+    from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor
+
+    from rpg_env.experts.sb3_vec import SB3VectorEnv
+
+    def make(cfg, n_envs: int, seed: int):
+        venv = gym.make_vec(IMAGINED_ENV_ID, num_envs=n_envs, checkpoint=world.checkpoint,
+                            burn_in_policy=world.burn_in_policy, co_policy=cfg.env.get("co_policy", "random"),
+                            sample=world.sample, temperature=world.temperature, device=world.device,
+                            autoreset_mode="same_step")
+        env = SB3VectorEnv(venv)
+        env.seed(seed)
+        return VecFrameStack(VecMonitor(env), n_stack=cfg.frame_stack, channels_order="first")
+
+    return make
+
+
+def imagined_returns(model_zip: Path, world: World, episodes: int, seed: int) -> np.ndarray:
+    """Returns ``(episodes,)`` of the agent in imagination (greedy actions), from fresh contexts."""
+    from rpg_env.policies import SB3Policy
+    from rpg_env.rollout import rollout
+
+    policy = SB3Policy.load(model_zip)
+    venv = gym.make_vec(IMAGINED_ENV_ID, num_envs=episodes, checkpoint=world.checkpoint,
+                        burn_in_policy=world.burn_in_policy, sample=world.sample,
+                        temperature=world.temperature, device=world.device)
+    try:
+        return rollout(venv, policy, seed=seed, policy_rng=np.random.default_rng(seed)).returns
+    finally:
+        venv.close()
+
+
+def real_and_imagined(model_zip: Path, cfg, world: World) -> dict[str, dict[str, Any]]:
+    """``eval.json``: the agent, greedy, random and the shipped DQN expert in the real game on the
+    same seeds (`rpg_env.experts.evaluate`), and the agent in imagination (``"imagined"``)."""
+    from rpg_env.experts import pretrained_path
+    from rpg_env.experts.evaluate import compare, run_episodes, summarize
+    from rpg_env.policies import SB3Policy
+
+    episodes, seed = cfg.eval.final_episodes, cfg.eval.seed
+    results = compare(model_zip, episodes=episodes, seed=seed)
+    expert = SB3Policy.load(pretrained_path(DREAM_EXPERT))
+    expert_env = dict(expert.model.rpg_expert["env"])
+    results[DREAM_EXPERT] = summarize(run_episodes(expert, expert_env, episodes, seed))
+    results["imagined"] = summarize(imagined_returns(model_zip, world, episodes, seed))
+    return results
+
+
+def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, Any]:
+    """``dream.json``: the world model, and the imagination-to-reality gap. Imagined episodes are
+    ``max_turns - (num_frames - 1)`` turns long (the burn-in is real), real ones ``max_turns``: the
+    gap compares points per turn, scaled to a full episode."""
+    from rpg_worldmodel.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(world.checkpoint)
+    turns = int(loaded.meta["data"]["env_kwargs"]["max_turns"])
+    imagined_turns = turns - (loaded.config.model.num_frames - 1)
+    imagined, real = results["imagined"]["mean"], results["model"]["mean"]
+    greedy = results["greedy"]["mean"]
+    return {"world_model": loaded.choice, "world": asdict(world), "imagined_turns": imagined_turns,
+            "real_turns": turns, "imagined_return": imagined, "real_return": real,
+            "gap_per_episode": round(imagined * turns / imagined_turns - real, 4),
+            "real_vs_greedy": round(real / greedy, 4) if greedy else None}
+
+
+def dream(cfg, world: World, out: str | Path | None = None, command: str | None = None) -> Path:
+    """Train ``cfg`` (an `rpg_env.experts.config.ExpertConfig`) in ``world``; the run folder."""
+    from rpg_env.experts.train import train
+    from rpg_worldmodel.checkpoint import choose_checkpoint
+
+    choice = choose_checkpoint(world.checkpoint)  # a missing checkpoint fails before anything is made
+    results: dict[str, dict[str, Any]] = {}
+
+    def final_eval(model_zip: Path) -> dict[str, dict[str, Any]]:
+        results.update(real_and_imagined(model_zip, cfg, world))
+        return results
+
+    run_dir = train(cfg, out, command=command, make_env=imagined_envs(world), final_eval=final_eval,
+                    extra_provenance={"trained_in": IMAGINED_ENV_ID, "world_model": choice.describe()})
+    record = dream_record(results, world)
+    (run_dir / "dream.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"imagined return {record['imagined_return']:.1f} over {record['imagined_turns']} turns, "
+          f"real return {record['real_return']:.1f} over {record['real_turns']} "
+          f"({record['real_vs_greedy']:.0%} of greedy); imagination minus reality per episode "
+          f"{record['gap_per_episode']:+.1f}")
+    return run_dir
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rpg_env.experts.config import ALGOS, ExpertConfig
+    from rpg_env.typed_config import format_keys
+
+    parser = ArgumentParser(prog="python -m rpg_worldmodel.dream", description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="config keys (as python -m rpg_env.experts train):\n\n"
+                                   + format_keys(ExpertConfig))
+    parser.add_argument("--algo", choices=ALGOS, default="ppo")
+    parser.add_argument("--checkpoint", default=PRETRAINED_NAME,
+                        help="world model: a run folder, a checkpoint, or 'pretrained' (the shipped one)")
+    parser.add_argument("--config", default=None, help="YAML config (default: configs/dream_<algo>.yaml)")
+    parser.add_argument("--out", default=None, help="run folder (default: runs/dream/<algo>-<time>-s<seed>)")
+    parser.add_argument("--argmax", action="store_true", help="imagine the most likely views, not samples")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="config overrides, e.g. timesteps=100000")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rpg_env.experts.config import load_config
+
+    args = build_parser().parse_args(argv)
+    if not args.temperature > 0:
+        raise InputError(f"--temperature must be > 0, got {args.temperature}")
+    cfg = load_config(args.algo, args.config or default_config_path(args.algo), args.overrides)
+    world = World(args.checkpoint, sample=not args.argmax, temperature=args.temperature)
+    out = args.out or str(Path("runs") / "dream" / f"{cfg.algo}-{_stamp()}-s{cfg.seed}")
+    command = "python -m rpg_worldmodel.dream " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
+    print(f"run folder: {dream(cfg, world, out, command)}")
+    return 0
+
+
+def _stamp() -> str:
+    import time
+
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+
+if __name__ == "__main__":
+    run_command(main)

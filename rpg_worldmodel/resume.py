@@ -1,0 +1,146 @@
+"""Resuming a run from its last checkpoint: `resume_config`, `resume_from` and `restore_training`
+check that the checkpoint fits the run (model config, data fingerprints) and restore the optimizer,
+RNG and grad-scaler states, so a resumed run continues with exactly the losses an uninterrupted one
+would have had (under torchrun too: every rank's random state is saved, `training_state`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rpg_worldmodel.checkpoint import (
+    META_FILE,
+    CheckpointError,
+    config_differences,
+    load_model_weights,
+    load_training_state,
+    read_meta,
+    resolve_checkpoint,
+)
+from rpg_worldmodel.config import WorldModelConfig, apply_override
+from rpg_worldmodel.models.world_model import WorldModel
+
+#: Settings a resumed run takes from its checkpoint (its folder, its recorded split): an
+#: override of one of them would be ignored, so it is refused.
+FIXED_ON_RESUME = ("out_dir", "data.split_fractions", "data.split_seed", "data.agent_id")
+
+
+def _setting(cfg: WorldModelConfig, name: str) -> Any:
+    section, _, key = name.rpartition(".")
+    return getattr(getattr(cfg, section) if section else cfg, key)
+
+
+def resume_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> WorldModelConfig:
+    """The config a run resumed from ``path`` continues with: the checkpoint's, plus ``overrides``.
+
+    Overrides of `FIXED_ON_RESUME` settings are refused (`CheckpointError`); model changes are
+    refused by `resume_from`, naming both configs.
+    """
+    folder = resolve_checkpoint(path, "latest")
+    saved = WorldModelConfig.from_dict(read_meta(folder)["config"], source=str(folder / META_FILE))
+    cfg = copy.deepcopy(saved)
+    for override in overrides:
+        apply_override(cfg, override)
+    changed = [name for name in FIXED_ON_RESUME if _setting(cfg, name) != _setting(saved, name)]
+    if changed:
+        raise CheckpointError(
+            f"a resumed run keeps the {', '.join(changed)} of {folder}; drop that override (to change "
+            "it, start a new run with --data FILE --out DIR)"
+        )
+    return cfg.validate()
+
+
+@dataclass
+class Resume:
+    """Where a resumed run continues: the checkpoint ``folder`` (``RUN/checkpoints/step_N``), its
+    ``step``, recorded ``splits`` (sorted episode ids) and ``training`` state."""
+
+    folder: Path
+    step: int
+    splits: dict[str, np.ndarray]
+    training: dict[str, Any]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.parent.parent
+
+
+def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, Any]) -> Resume:
+    """Read the checkpoint a run resumes from; refuse it (`CheckpointError`, both sides named) when
+    its model config differs from ``cfg.model`` or it was trained on other data than ``data``
+    (a data record, `rpg_worldmodel.data.data_record`: the same files' contents, in any order)."""
+    folder = resolve_checkpoint(path, "latest")
+    meta = read_meta(folder)
+    saved = WorldModelConfig.from_dict(meta["config"], source=str(folder))
+    diffs = config_differences(saved.model, cfg.model)
+    if diffs:
+        raise CheckpointError(
+            f"cannot resume {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}"
+        )
+    trained = {f["fingerprint"]: f["path"] for f in meta["data"]["files"]}
+    given = {f["fingerprint"]: f["path"] for f in data["files"]}
+    if trained.keys() != given.keys():
+        new = [f"{p} has fingerprint {fp[:12]}" for fp, p in given.items() if fp not in trained]
+        gone = [f"{p} (fingerprint {fp[:12]})" for fp, p in trained.items() if fp not in given]
+        raise CheckpointError(
+            f"cannot resume {folder}: it was trained on {', '.join(gone) or 'fewer files'}, but "
+            f"{'; '.join(new) or 'those files are not given'}; pass the same data files"
+        )
+    splits = {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
+    return Resume(folder, int(meta["step"]), splits, load_training_state(folder))
+
+
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """This process's random state (the CPU generator, and its GPU's on CUDA)."""
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def training_state(device: torch.device, scaler: torch.amp.GradScaler,
+                   rank_states: list[dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
+    """RNG and grad-scaler state saved beside a checkpoint, so a resumed run draws exactly the
+    dropout and masks an uninterrupted one would have; under torchrun ``rank_states`` holds
+    every rank's `rng_state`, in rank order."""
+    state: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    if rank_states is not None:
+        state["rank_rng"] = rank_states
+    if scaler.is_enabled():
+        state["scaler"] = scaler.state_dict()
+    return state
+
+
+def restore_training(
+    resume: Resume,
+    model: WorldModel,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    device: torch.device,
+    rank: int | None = None,
+) -> None:
+    """Load the weights, optimizer, RNG and grad-scaler states of ``resume`` into a fresh run;
+    rank ``rank`` of a torchrun launch takes that rank's random state when it was saved."""
+    state = resume.training
+    load_model_weights(model, resume.folder, device)
+    optimizer.load_state_dict(state["optimizer"])
+    ranks = state.get("rank_rng", [])
+    if rank is not None and rank < len(ranks):
+        torch.set_rng_state(ranks[rank]["torch"])
+        if device.type == "cuda" and "cuda" in ranks[rank]:
+            torch.cuda.set_rng_state(ranks[rank]["cuda"], device)
+    else:
+        torch.set_rng_state(state["torch_rng"])
+        if device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state_all(list(state["cuda_rng"]))
+    if "scaler" in state:
+        scaler.load_state_dict(state["scaler"])

@@ -1,0 +1,118 @@
+"""Rebuild what ships with the package (`rpg_worldmodel.shipped`): the world model and the dream agent.
+
+    python -m rpg_worldmodel.ship worldmodel [--pipeline OUT]   # from a pipeline run (default: run one)
+    python -m rpg_worldmodel.ship dream RUN_DIR                 # a `rpg_worldmodel.dream` run folder
+
+The world model is the best checkpoint of a default ``python -m rpg_worldmodel.pipeline`` run (the
+shipped DQN expert's games, the default config with its reward head), stored with fp16 weights
+(loading stays ``weights_only``; the model computes in fp32), beside ``provenance.json`` (the
+command, seed, data fingerprints, code revision) and ``eval.json`` (its held-out figures beside
+the motion oracle and the reward rule, from the pipeline's metrics.json). The dream agent is a
+dream run's ``model.zip`` with its ``config.yaml``, ``provenance.json``, ``eval.json`` and
+``dream.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.errors import InputError
+from rpg_env.provenance import provenance
+from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, choose_checkpoint
+from rpg_worldmodel.shipped import PRETRAINED_DIR, SHIPPED
+
+#: Held-out figures copied into the shipped eval.json (per predictor, with intervals).
+EVAL_FIGURES = ("view_ce", "cell_acc", "f1_items", "action_acc", "reward_acc", "return_mae", "excess_view_ce")
+MAX_BYTES = 8 * 2**20
+
+
+def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["worldmodel"][0]) -> Path:
+    """Export the best checkpoint of the pipeline run in ``pipeline_out`` to ``dest``."""
+    metrics_path = pipeline_out / "metrics.json"
+    if not metrics_path.is_file():
+        raise InputError(f"{pipeline_out} holds no pipeline run (no metrics.json); run "
+                         "`python -m rpg_worldmodel.pipeline --out DIR` first or drop --pipeline")
+    metrics = json.loads(metrics_path.read_text())
+    choice = choose_checkpoint(pipeline_out / "run", "best")
+    folder = dest / SHIPPED["worldmodel"][1]
+    if dest.exists():
+        shutil.rmtree(dest)
+    folder.mkdir(parents=True)
+    state = torch.load(choice.folder / MODEL_FILE, weights_only=True)
+    torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, folder / MODEL_FILE)
+    meta = json.loads((choice.folder / META_FILE).read_text())
+    meta["shipped"] = {"from": choice.describe(), "weights": "float16"}
+    (folder / META_FILE).write_text(json.dumps(meta, indent=1))
+    main = metrics["files"][metrics["self"]]
+    held_out = {name: {fig: figs[fig] for fig in EVAL_FIGURES if fig in figs}
+                for name, figs in main["predictors"].items()}
+    evaluation = {"selection": main["selection"], "games": main["games"], "predictions": main["predictions"],
+                  "floor_method": main.get("floor_method"), "predictors": held_out,
+                  "quality_checks": main["quality_checks"], "rollout_view_ce": _rollout_summary(metrics)}
+    (dest / "eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
+    pipeline = metrics.get("pipeline", {})
+    (dest / "provenance.json").write_text(json.dumps(provenance(
+        seed=meta.get("seed"), checkpoint_step=meta["step"], data=meta["data"]["files"],
+        trained_by=metrics.get("provenance", {}).get("command"), pipeline_settings=pipeline.get("settings"),
+        pipeline_git_revision=metrics.get("provenance", {}).get("git_revision")), indent=1) + "\n")
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    if size > MAX_BYTES:
+        raise InputError(f"the shipped world model takes {size / 2**20:.1f} MB, over the "
+                         f"{MAX_BYTES // 2**20} MB budget; ship a smaller model")
+    return folder
+
+
+def _rollout_summary(metrics: dict) -> dict | None:
+    rollout = metrics.get("rollout")
+    if not rollout:
+        return None
+    return {name: [iv["value"] for iv in figs["view_ce"]] for name, figs in rollout["predictors"].items()}
+
+
+def ship_dream(run_dir: Path, dest: Path = PRETRAINED_DIR / SHIPPED["dream"][0]) -> Path:
+    """Copy a dream run's agent and its records into ``dest``."""
+    names = ("model.zip", "config.yaml", "provenance.json", "eval.json", "dream.json")
+    missing = [n for n in names if not (run_dir / n).is_file()]
+    if missing:
+        raise InputError(f"{run_dir} is not a finished dream run (missing {', '.join(missing)})")
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in names:
+        shutil.copy2(run_dir / name, dest / name)
+    return dest / "model.zip"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="python -m rpg_worldmodel.ship", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    wm = sub.add_parser("worldmodel", help="ship the best checkpoint of a pipeline run")
+    wm.add_argument("--pipeline", default=None, help="a finished pipeline run folder (default: run one now)")
+    dream = sub.add_parser("dream", help="ship a dream run's agent")
+    dream.add_argument("run", help="the run folder of python -m rpg_worldmodel.dream")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.what == "dream":
+        print(ship_dream(Path(args.run)))
+        return 0
+    out = Path(args.pipeline) if args.pipeline else None
+    if out is None:
+        from rpg_worldmodel.pipeline import PipelineSettings, run_pipeline
+
+        out = run_pipeline(PipelineSettings()).parent
+    print(ship_worldmodel(out))
+    return 0
+
+
+if __name__ == "__main__":
+    run_command(main)

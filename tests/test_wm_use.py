@@ -1,0 +1,167 @@
+"""Using the imagination: play and watch inside the world model (headless), the predictor as a
+policy, training an agent in imagination, and shipping the results."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pygame
+import pytest
+
+import rpg_env
+from rpg_env.cli import command_status
+from rpg_env.errors import InputError
+from rpg_env.policies import make_policy
+from rpg_env.render import PygameWindow
+from rpg_worldmodel import play as P
+from rpg_worldmodel.checkpoint import load_checkpoint
+from rpg_worldmodel.policy import WorldModelPolicy
+
+
+def press(*keys: int) -> None:
+    for key in keys:
+        pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=key, mod=0, unicode=""))
+
+
+@pytest.fixture
+def window():
+    window = PygameWindow(fps=0, help_text=P.KEYS_HELP, close_on_quit=False)
+    pygame.event.clear()
+    yield window
+    window.close()
+
+
+def test_keys_drive_the_dream_beside_the_real_game(tiny_world_model, window):
+    run, _ = tiny_world_model
+    worlds = P.build_worlds(str(run), side_by_side=True)
+    real, dream = worlds.real, worlds.dream
+    press(pygame.K_RIGHT, pygame.K_d, pygame.K_SPACE, pygame.K_UP)
+    summary = P.play_by_keys(worlds, seed=3, max_frames=2, window=window)
+    assert summary.steps == 3
+    # Both worlds opened on the same real turns and took the same moves since.
+    turns = dream.env.unwrapped.worlds.num_frames - 1
+    assert real.unwrapped.world.turn[0] == dream.env.unwrapped.worlds.turns[0] == turns + 3
+    assert not dream.env.unwrapped.worlds.sample  # Space toggled sampling off
+    frames = [real.render(), dream.render()]
+    assert frames[0].shape == frames[1].shape
+    wrong = P.differences(real, dream)
+    marked = np.all(frames[1] == P.MISMATCH_RGB, axis=-1)
+    assert marked.any() == wrong.any()  # disagreeing cells are outlined, and only those
+    press(pygame.K_r)  # R: a fresh real opening for both
+    P.play_by_keys(worlds, seed=None, max_frames=1, window=window)
+    assert np.array_equal(real.view, dream.view)  # the dream starts from the real state
+
+
+def test_an_agent_plays_in_both_worlds_and_the_screens_are_recorded(tiny_world_model, tmp_path, capsys):
+    run, _ = tiny_world_model
+    out = tmp_path / "dream.gif"
+    result = P.main(["--checkpoint", str(run), "--side-by-side", "--agent", "greedy", "--out", str(out),
+                     "--steps", "12"])
+    assert result["frames"] == 12 and out.stat().st_size > 10_000
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(out)
+    assert "Space sampled/arg-max" in P.build_parser().format_help()
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--steps", "0", "--agent", "greedy", "--out", "x.gif"], "--steps must be >= 1"),
+    (["--out", "x.gif"], "add --agent"),
+    (["--agent", "greedy", "--out", "x.png"], "must end in"),
+    (["--agent", "alphago"], "--agent must be one of"),
+    (["--checkpoint", "nowhere"], "does not exist"),
+])
+def test_play_refuses_bad_arguments(argv, match, capsys, tiny_world_model):
+    assert command_status(P.main, argv) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_the_action_head_is_a_policy_of_the_real_game(tiny_world_model):
+    run, data = tiny_world_model
+    policy = WorldModelPolicy.load(run)
+    env = gym.make_vec(rpg_env.ENV_ID, num_envs=4)
+    obs, _ = env.reset(seed=0)
+    policy.seed(np.random.default_rng(0))
+    first = policy.act(obs, np.ones(4, bool))
+    assert first.shape == (4,) and first.dtype == np.int64
+    second = policy.act(env.step(first)[0], np.zeros(4, bool))
+    # With history, the head's arg-max: the same as running the model on that history.
+    loaded = load_checkpoint(run)
+    import torch
+
+    views = torch.as_tensor(obs[:, None]).float()
+    expected = loaded.model(views, torch.as_tensor(first)[:, None]).action[:, -1].argmax(-1).numpy()
+    assert np.array_equal(second, expected)
+    env.close()
+    with pytest.raises(InputError, match="reads views"):
+        policy.act(np.zeros((2, 6, 7, 7), np.uint8))
+    # Anything that takes a policy spec takes it by entry point.
+    assert isinstance(make_policy("rpg_worldmodel.policy:pretrained"), WorldModelPolicy)
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        make_policy("rpg_worldmodel.policy:nothing_here")
+
+
+def test_the_shipped_world_model_beats_the_motion_oracle_on_fresh_games(tmp_path):
+    from rpg_env.experts import pretrained_path
+    from rpg_env.record import record
+    from rpg_worldmodel import pretrained_path as shipped
+    from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+
+    folder = shipped()
+    assert sum(p.stat().st_size for p in folder.parent.rglob("*") if p.is_file()) <= 8 * 2**20
+    for name in ("eval.json", "provenance.json"):
+        assert (folder.parent / name).is_file()
+    loaded = load_checkpoint("pretrained")
+    assert loaded.path == folder and "shipped world model" in loaded.choice
+    assert loaded.config.model.reward_head
+    fresh = tmp_path / "fresh.h5"
+    record(str(pretrained_path("dqn")), fresh, 40, seed=123, num_envs=40, mode="w", progress=False,
+           policy_id="dqn", record_co_players=False)
+    ev = Evaluation("pretrained", [fresh], EvalOptions(num_boot=200))
+    result = ev.evaluate_file(fresh, num_examples=0)
+    diff = result["model_minus"]
+    assert diff["motion_oracle"]["view_ce"]["hi"] < 0  # better than the motion oracle, interval and all
+    assert diff["reward_rule"]["reward_acc"]["value"] >= -0.01  # matches the reward rule
+
+
+def test_imitate_reports_the_head_beside_the_expert_it_learned_from(tmp_path, capsys):
+    from rpg_worldmodel import imitate
+
+    out = tmp_path / "imitate.json"
+    assert imitate.main(["--episodes", "4", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert {"model", "greedy", "random", "expert"} <= set(results)
+    assert results["expert"]["policy"] == "dqn" and 0.0 <= results["expert"]["action_agreement"] <= 1.0
+    assert results["expert"]["action_agreement"] > 0.5  # it learned that expert, not another
+    assert "agreement with the dqn expert" in capsys.readouterr().out
+    with pytest.raises(InputError, match="--episodes must be >= 2"):
+        imitate.main(["--episodes", "1"])
+
+
+def test_an_agent_trains_in_imagination_and_is_judged_in_the_real_game(tiny_world_model, tmp_path):
+    from rpg_env.experts.config import load_config
+    from rpg_worldmodel import dream as D
+
+    run, _ = tiny_world_model
+    cfg = load_config("ppo", D.default_config_path("ppo"), [
+        "timesteps=256", "n_envs=4", "hyperparams.n_steps=32", "hyperparams.batch_size=64",
+        "eval.freq=128", "eval.episodes=2", "eval.final_episodes=3", "progress_bar=false",
+        "checkpoint_freq=1000"])
+    out = D.dream(cfg, D.World(str(run)), tmp_path / "dream")
+    for name in ("model.zip", "config.yaml", "provenance.json", "eval.json", "dream.json"):
+        assert (out / name).is_file(), name
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert {"model", "greedy", "random", "dqn", "imagined"} <= set(evaluation)
+    record = json.loads((out / "dream.json").read_text())
+    assert record["real_return"] == evaluation["model"]["mean"]
+    burn_in = load_checkpoint(run).config.model.num_frames - 1
+    assert record["imagined_turns"] == record["real_turns"] - burn_in
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["trained_in"] == "TreasurehuntImagined-v0"
+    # The agent is an expert like any other: the real game takes it as a co-player.
+    env = gym.make(rpg_env.ENV_ID, co_policy=str(out / "model.zip"))
+    env.reset(seed=0)
+    env.step(0)
+    with pytest.raises(InputError, match="does not exist"):
+        D.dream(cfg, D.World(str(tmp_path / "missing")), tmp_path / "never")
+    assert not (tmp_path / "never").exists()
