@@ -80,7 +80,7 @@ class ModelConfig:
     num_actions: int = setting(4, "size of the action space")
     num_frames: int = setting(5, "steps of context T")
     patch_size: int = setting(3, "side of the square view patches (must divide view_size)")
-    width: int = setting(192, "token width of the transformer")
+    width: int = setting(96, "token width of the transformer")
     num_layers: int = setting(2, "transformer layers")
     num_heads: int = setting(3, "attention heads (must divide width)")
     dropout: float = setting(0.0, "dropout probability, in [0, 1)")
@@ -142,7 +142,7 @@ class TrainConfig:
     """Optimisation, logging and checkpointing (AdamW, linear warm-up then cosine decay)."""
 
     batch_size: int = setting(64, "training windows per step")
-    lr: float = setting(2e-3, "peak learning rate (AdamW)")
+    lr: float = setting(5e-3, "peak learning rate (AdamW)")
     min_lr_ratio: float = setting(0.05, "cosine decays to lr * min_lr_ratio")
     weight_decay: float = setting(0.05, "AdamW weight decay")
     beta1: float = setting(0.9, "AdamW beta1")

@@ -66,8 +66,8 @@ def test_quick_pipeline_outputs(quick_run):
                 assert iv["lo"] - 1e-9 <= iv["value"] <= iv["hi"] + 1e-9, (predictor, figure, iv)
     for predictor in ("model", "majority_action"):
         assert main["predictors"][predictor]["action_acc"]["value"] is not None
-    assert set(main["model_minus"]) == {"copy", "motion_oracle", "memory_oracle", "majority_action", "previous_action",
-                                        "reward_rule"}
+    assert set(main["model_minus"]) == {"copy", "motion_oracle", "memory_oracle", "majority_action",
+                                        "previous_action", "reward_rule"}
     for predictor in ("model", "reward_rule"):
         figures = main["predictors"][predictor]
         assert {"reward_ce", "reward_acc", "return_mae", "reward_recall_gem"} <= set(figures)

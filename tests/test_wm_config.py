@@ -14,10 +14,12 @@ from rpg_worldmodel.config import (
 
 def test_shipped_default_yaml_equals_the_dataclass_defaults():
     assert load_config(DEFAULT_CONFIG_PATH).to_dict() == WorldModelConfig().validate().to_dict()
-    m = WorldModelConfig().model  # the reference architecture
+    m = WorldModelConfig().model  # the reference architecture's shape at half its width
     sizes = (m.view_size, m.num_frames, m.patch_size, m.width, m.num_layers, m.num_heads)
-    assert sizes == (9, 5, 3, 192, 2, 3)
+    assert sizes == (9, 5, 3, 96, 2, 3)
     assert WorldModelConfig().train.batch_size == 64
+    reference = load_config(DEFAULT_CONFIG_PATH.parent / "reference.yaml").model
+    assert (reference.width, reference.num_heads, reference.position) == (192, 3, "learned")
 
 
 def test_overrides_parse_yaml_values_and_accept_unique_bare_keys(tmp_path):
