@@ -4,6 +4,10 @@ import os
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+# Two xdist workers, and the processes they start (torchrun ranks, the notebook's kernel), share
+# two cores: with torch's default of one OpenMP thread per core each, their spinning threads
+# oversubscribe the cores several times over (measured: the suite ran 4x slower).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 

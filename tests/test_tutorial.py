@@ -12,7 +12,7 @@ def test_the_tutorial_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     monkeypatch.setenv("TUTORIAL_DIR", str(tmp_path))
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     outputs = {i: "".join(o.get("text", "") for o in cell.get("outputs", []))

@@ -165,3 +165,19 @@ def test_an_agent_trains_in_imagination_and_is_judged_in_the_real_game(tiny_worl
     with pytest.raises(InputError, match="does not exist"):
         D.dream(cfg, D.World(str(tmp_path / "missing")), tmp_path / "never")
     assert not (tmp_path / "never").exists()
+
+
+def test_the_shipped_dream_agent_is_an_expert_of_the_real_game():
+    """The agent that trained only in imagination ships with its records, loads as any expert does,
+    and plays the real game far better than random (its record says 94% of greedy over 100)."""
+    from rpg_env.experts.evaluate import run_episodes
+    from rpg_worldmodel.shipped import pretrained_path
+
+    agent = pretrained_path("dream")
+    record = json.loads((agent.parent / "dream.json").read_text())
+    provenance = json.loads((agent.parent / "provenance.json").read_text())
+    assert provenance["trained_in"] == "TreasurehuntImagined-v0" and record["real_vs_greedy"] >= 0.75
+    rules = {"co_policy": "random"}
+    returns = run_episodes(make_policy(str(agent)), rules, 8, seed=10_000)
+    random_returns = run_episodes(make_policy("random"), rules, 8, seed=10_000)
+    assert np.mean(returns) > 150 > np.mean(random_returns)
