@@ -51,7 +51,30 @@ def mark_cells(frame: np.ndarray, mask: np.ndarray,
     return frame
 
 
-class RealOpening(gym.Wrapper):
+class ShownWorld(gym.Wrapper):
+    """A world on screen: keeps the view it last returned, and the world shown beside it
+    (``other``), so that `render` outlines the cells where the two differ."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.view: np.ndarray | None = None
+        self.other: gym.Env | None = None
+
+    def step(self, action):
+        obs, *rest = self.env.step(action)
+        self.view = obs
+        return (obs, *rest)
+
+    def frame(self) -> np.ndarray:
+        """This world's own picture, ``(H, W, 3)`` uint8."""
+        raise NotImplementedError
+
+    def render(self) -> np.ndarray:
+        frame = self.frame()
+        return frame if self.other is None else mark_cells(frame, differences(self, self.other))
+
+
+class RealOpening(ShownWorld):
     """The real game, shown as the agent's view: each reset plays the opening (``turns`` turns by
     ``opener``) and hands it to ``context`` (a `GivenContext`), so the dream starts from it."""
 
@@ -60,8 +83,6 @@ class RealOpening(gym.Wrapper):
 
         super().__init__(env)
         self.turns, self.opener, self.context = turns, make_policy(opener), context
-        self.view: np.ndarray | None = None
-        self.other: gym.Env | None = None  # the dream, when shown beside it
 
     def reset(self, *, seed=None, options=None):
         from rpg_worldmodel.envs.imagination import Start
@@ -78,40 +99,23 @@ class RealOpening(gym.Wrapper):
         self.view = obs
         return obs, info
 
-    def step(self, action):
-        obs, *rest = self.env.step(action)
-        self.view = obs
-        return (obs, *rest)
-
-    def render(self) -> np.ndarray:
+    def frame(self) -> np.ndarray:
         from rpg_env.render import render_view
 
-        frame = render_view(np.asarray(self.view).argmax(0))
-        return frame if self.other is None else mark_cells(frame, differences(self, self.other))
+        return render_view(np.asarray(self.view).argmax(0))
 
 
-class DreamView(gym.Wrapper):
+class DreamView(ShownWorld):
     """The imagined game (`TreasurehuntImagined-v0`), its view outlined where it differs from the
     real one shown beside it."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.view: np.ndarray | None = None
-        self.other: gym.Env | None = None
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
         self.view = obs
         return obs, info
 
-    def step(self, action):
-        obs, *rest = self.env.step(action)
-        self.view = obs
-        return (obs, *rest)
-
-    def render(self) -> np.ndarray:
-        frame = self.env.render()
-        return frame if self.other is None else mark_cells(frame, differences(self, self.other))
+    def frame(self) -> np.ndarray:
+        return self.env.render()
 
     def toggle_sampling(self) -> str:
         worlds = self.env.unwrapped.worlds
