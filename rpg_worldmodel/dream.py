@@ -52,6 +52,13 @@ class World:
     burn_in_policy: str = "greedy"
     device: str = "cpu"
 
+    def make_vec(self, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
+        """``num_envs`` worlds of this imagined game in one batched env (``kwargs``: its other
+        arguments, e.g. ``co_policy`` or ``autoreset_mode``)."""
+        return gym.make_vec(IMAGINED_ENV_ID, num_envs=num_envs, checkpoint=self.checkpoint,
+                            burn_in_policy=self.burn_in_policy, sample=self.sample,
+                            temperature=self.temperature, device=self.device, **kwargs)
+
 
 def default_config_path(algo: str) -> Path:
     """The shipped dream config of ``algo``: ``rpg_worldmodel/configs/dream_<algo>.yaml``."""
@@ -67,11 +74,8 @@ def imagined_envs(world: World):
     from rpg_env.experts.sb3_vec import SB3VectorEnv
 
     def make(cfg, n_envs: int, seed: int):
-        venv = gym.make_vec(IMAGINED_ENV_ID, num_envs=n_envs, checkpoint=world.checkpoint,
-                            burn_in_policy=world.burn_in_policy, co_policy=cfg.env.get("co_policy", "random"),
-                            sample=world.sample, temperature=world.temperature, device=world.device,
-                            autoreset_mode="same_step")
-        env = SB3VectorEnv(venv)
+        env = SB3VectorEnv(world.make_vec(n_envs, co_policy=cfg.env.get("co_policy", "random"),
+                                          autoreset_mode="same_step"))
         env.seed(seed)
         return VecFrameStack(VecMonitor(env), n_stack=cfg.frame_stack, channels_order="first")
 
@@ -84,9 +88,7 @@ def imagined_returns(model_zip: Path, world: World, episodes: int, seed: int) ->
     from rpg_env.rollout import rollout
 
     policy = SB3Policy.load(model_zip)
-    venv = gym.make_vec(IMAGINED_ENV_ID, num_envs=episodes, checkpoint=world.checkpoint,
-                        burn_in_policy=world.burn_in_policy, sample=world.sample,
-                        temperature=world.temperature, device=world.device)
+    venv = world.make_vec(episodes)
     try:
         return rollout(venv, policy, seed=seed, policy_rng=np.random.default_rng(seed)).returns
     finally:

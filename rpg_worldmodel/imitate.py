@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     results = imitate(args.checkpoint, args.sample, args.episodes, args.seed)
     expert = results["expert"]
-    print_table({k: v for k, v in results.items()},
+    print_table(results,
                 title=f"world-model head vs greedy, random and the {expert['policy']} expert it imitates "
                       f"({args.episodes} episodes, seeds from {args.seed})")
     print(f"agreement with the {expert['policy']} expert on its own states: {expert['action_agreement']:.1%}")
