@@ -11,7 +11,8 @@ Candidates train *interleaved*: ``--chunk`` steps of one, then of the next, roun
 chunk timed alone (evaluation is not timed), so load from other processes hits all alike.
 Sorrel's ``ViTOneHot`` trains in its own virtualenv (``--sorrel-python``, see shared/ANCHORS.md)
 on the same train games and is scored on the same windows; it runs after ours (not interleaved)
-and is reported for the record.
+and is reported for the record. ``--sorrel-from RESULT.json`` reuses the Sorrel row of an earlier
+result instead of training it again (the JSON says which file it came from).
 
     python benchmarks/worldmodel_time_to_quality.py [--candidates reference default ...]
         [--sorrel-python /work/sorrel-venv/bin/python] [--quick]
@@ -21,7 +22,8 @@ A candidate is a named config file of ``rpg_worldmodel/configs`` (``reference``,
 ``name=key=value ...`` overrides of the default config. Writes
 ``benchmarks/results/worldmodel_time_to_quality.json`` and ``.png``, with
 ``speedup_vs_reference_config``: the reference's seconds to reach its own final view CE divided
-by the default's seconds to reach the same CE (linear interpolation between scoring points).
+by the default's seconds to reach the same CE (linear interpolation between scoring points), and
+``candidates``: the same ratio for every candidate, with its final view CE and action accuracy.
 """
 
 from __future__ import annotations
@@ -262,6 +264,18 @@ def summarise(rows: dict[str, dict]) -> dict:
         t_new = seconds_to_reach(new["curve"], best)
         out["sorrel_best_view_ce"] = best
         out["speedup_vs_sorrel"] = None if not t_new else t_sorrel / t_new
+    if ref:
+        target = ref["curve"][-1]["view_ce"]
+        t_ref = seconds_to_reach(ref["curve"], target)
+        out["candidates"] = {}
+        for name, row in rows.items():
+            t = seconds_to_reach(row["curve"], target)
+            last = row["curve"][-1]
+            out["candidates"][name] = {"seconds_to_reference_ce": t,
+                                       "speedup_vs_reference_config": None if not t else t_ref / t,
+                                       "final_view_ce": last["view_ce"],
+                                       "final_action_acc": last["action_acc"],
+                                       "final_train_seconds": last["train_seconds"]}
     return out
 
 
@@ -308,6 +322,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="recorded once if missing")
     parser.add_argument("--sorrel-python", default=None, help="python of a virtualenv with sorrel==1.6.0")
     parser.add_argument("--sorrel-steps", type=int, default=2000)
+    parser.add_argument("--sorrel-from", type=Path, default=None,
+                        help="reuse the Sorrel row of an earlier result JSON instead of training it")
     parser.add_argument("--eval-every", type=int, default=200, help="steps between scoring points")
     parser.add_argument("--chunk", type=int, default=50, help="steps per interleaved turn")
     parser.add_argument("--threads", type=int, default=2)
@@ -329,7 +345,13 @@ def main() -> None:
     run_ours(candidates, data, eval_every, args.chunk, args.eval_windows)
     rows = {c.name: {"config": c.cfg.to_dict(), "parameters": c.model.num_parameters(), "curve": c.curve}
             for c in candidates}
-    if args.sorrel_python:
+    if args.sorrel_from:
+        earlier = json.loads(args.sorrel_from.read_text())
+        if "sorrel" not in earlier.get("rows", {}):
+            raise SystemExit(f"{args.sorrel_from} has no sorrel row; run with --sorrel-python instead")
+        rows["sorrel"] = {**earlier["rows"]["sorrel"], "reused_from": {
+            "file": str(args.sorrel_from), "created": earlier.get("created"), "data": earlier.get("data")}}
+    elif args.sorrel_python:
         steps = 40 if args.quick else args.sorrel_steps
         rows["sorrel"] = run_sorrel(args.sorrel_python, data, steps, eval_every, args.threads)
     summary = summarise(rows)

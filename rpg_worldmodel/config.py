@@ -93,6 +93,10 @@ class ModelConfig:
         "rope", "how steps know their order: rope (rotary, relative: imagination caches past steps "
         "while its window slides) or learned (an absolute table, as in checkpoints of schema 1)")
     reward_head: bool = setting(True, "predict the learner's reward of each step as a class")
+    action_frames: int = setting(
+        5, "the next-action head's frame stack, as a policy sees it: a small CNN over the last "
+        "action_frames - 1 views and the predicted next view, beside the step's global token; 0: a "
+        "linear head on the global token alone (checkpoints of schema <= 3)")
     reward_values: tuple[float, ...] = setting(
         (), "the rewards the game can give, one class each, ascending; filled from the training "
         "file's env_kwargs when empty")
@@ -132,6 +136,9 @@ class ModelConfig:
         if self.position == "rope" and (self.width // self.num_heads) % 2:
             raise ConfigError(f"model.position=rope rotates pairs of channels: width / num_heads = "
                               f"{self.width // self.num_heads} must be even")
+        if self.action_frames < 0:
+            raise ConfigError(f"model.action_frames must be >= 0 (0: a linear head on the global token), "
+                              f"got {self.action_frames}")
         values = list(self.reward_values)
         if values != sorted(set(values)):
             raise ConfigError(f"model.reward_values must be distinct and ascending, got {values}")
@@ -148,7 +155,7 @@ class TrainConfig:
     beta1: float = setting(0.9, "AdamW beta1")
     beta2: float = setting(0.95, "AdamW beta2")
     warmup_steps: int = setting(100, "linear warm-up steps (capped at max_steps)")
-    max_steps: int = setting(2000, "optimisation steps; the schedule spans them")
+    max_steps: int = setting(1500, "optimisation steps; the schedule spans them")
     grad_clip: float = setting(1.0, "max global gradient norm; 0 disables clipping")
     view_loss_weight: float = setting(1.0, "weight of the next-view cross-entropy")
     action_loss_weight: float = setting(0.5, "weight of the action cross-entropy")

@@ -82,7 +82,7 @@ class PipelineSettings:
     record_co_players: bool = False  # model one agent's own stream, as the reference did
     train_overrides: list[str] = field(default_factory=list)  # key=value for the main run
     mask_train: str = "random_cells"  # train mask of the probe model ("" to skip that run)
-    mask_train_steps_fraction: float = 0.15  # the probe model trains this fraction of the steps (300)
+    mask_train_steps_fraction: float = 0.15  # the probe model trains this fraction of the steps (225)
     eval_masks: tuple[str, ...] = ("none", "random_cells", "gem", "bone", "food", "wall")
     mask_eval_episodes: int = 40  # test episodes scored per cell of the masking table
     context: str = "full"  # main and transfer tables: every prediction with num_frames of history

@@ -239,7 +239,8 @@ def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames
     # The uncached path over just the steps a prediction depends on agrees too.
     for t in range(1, 9):
         last = model.predict_last(views[:, : t + 1], actions[:, : t + 1], ids)
-        torch.testing.assert_close(last.view[:, 0], reference.view[:, t], rtol=1e-4, atol=1e-4)
+        for got, want in zip(last, reference, strict=True):
+            torch.testing.assert_close(got[:, 0], want[:, t], rtol=1e-4, atol=1e-4)
 
 
 def test_imagination_can_start_from_context_and_splice_worlds():
@@ -256,8 +257,9 @@ def test_imagination_can_start_from_context_and_splice_worlds():
     out_mixed, _ = model.imagine_step(views[:, 5], actions[:, 5], mixed)
     out_fresh, _ = model.imagine_step(views[[1, 3], 5], actions[[1, 3], 5], fresh_state)
     out_kept, _ = model.imagine_step(views[[0, 2], 5], actions[[0, 2], 5], state.rows(torch.tensor([0, 2])))
-    torch.testing.assert_close(out_mixed.view[[1, 3]], out_fresh.view, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(out_mixed.view[[0, 2]], out_kept.view, rtol=1e-4, atol=1e-4)
+    for mixed_out, fresh_out, kept_out in zip(out_mixed, out_fresh, out_kept, strict=True):
+        torch.testing.assert_close(mixed_out[[1, 3]], fresh_out, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(mixed_out[[0, 2]], kept_out, rtol=1e-4, atol=1e-4)
 
 
 def test_learned_positions_imagine_by_recomputing_their_window():
@@ -268,3 +270,32 @@ def test_learned_positions_imagine_by_recomputing_their_window():
         out, state = model.imagine_step(views[:, t], actions[:, t], state)
         window = slice(max(0, t - 2), t + 1)
         torch.testing.assert_close(out.view[:, 0], model(views[:, window], actions[:, window]).view[:, -1])
+
+
+def test_the_action_head_reads_a_policys_frame_stack_with_the_predicted_view():
+    """action t+1 from views t-k+2 .. t (zeros before the window) and the predicted view t+1."""
+    from rpg_worldmodel.models.heads import frames_before
+
+    model = _model(num_frames=5, action_frames=3)
+    views, actions = _views(2, 5, seed=3), torch.randint(0, 4, (2, 5))
+    frames = frames_before(views, 3)  # (B, T, k-1, C, V, V)
+    assert frames.shape == (2, 5, 2, 6, 9, 9)
+    assert torch.equal(frames[:, 0, 0], torch.zeros_like(views[:, 0]))
+    assert torch.equal(frames[:, 0, 1], views[:, 0])
+    assert torch.equal(frames[:, 3, 0], views[:, 2]) and torch.equal(frames[:, 3, 1], views[:, 3])
+    # Views older than the stack reach the action only through the global tokens; in a model with
+    # one-step attention and the stack alone they do not reach it at all.
+    stack_only = _model(num_frames=1, action_frames=3)
+    base = stack_only(views, actions).action
+    older = views.clone()
+    older[:, 1] = older[:, 1].roll(1, dims=-1)
+    changed = stack_only(older, actions).action
+    # View 1 is in the stacks of steps 1 and 2 (and in the prediction of view 3, made at step 2).
+    assert torch.allclose(changed[:, 3:], base[:, 3:]) and not torch.allclose(changed[:, 2], base[:, 2])
+    # The predicted view is detached: the action loss trains the head and the trunk, never the view head.
+    out = model(views, actions)
+    out.action.sum().backward()
+    assert model.view_head.weight.grad is None and model.action_head.cnn[0].weight.grad is not None
+    linear = _model(action_frames=0)
+    assert isinstance(linear.action_head, torch.nn.Linear)
+    assert linear(views[:, :4], actions[:, :4]).action.shape == (2, 4, 4)

@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 from conftest import TINY_WORLD_MODEL
 
 from rpg_env.trajectories import TrajectoryFile
@@ -47,15 +48,15 @@ def schema_one(tiny_world_model, tmp_path_factory):
     """A checkpoint as rpg_worldmodel 0.1 wrote it: learned positions, no reward head, version 1."""
     _, data = tiny_world_model
     root = tmp_path_factory.mktemp("schema_one")
-    old_model = ["model.position=learned", "model.reward_head=false", "train.max_steps=4",
-                 "train.checkpoint_every=2"]
+    old_model = ["model.position=learned", "model.reward_head=false", "model.action_frames=0",
+                 "train.max_steps=4", "train.checkpoint_every=2"]
     cfg = load_config(DEFAULT_CONFIG_PATH, [*TINY_WORLD_MODEL, *old_model])
     cfg.data.path, cfg.out_dir = str(data), str(root / "run")
     result = train(cfg, stop_at=2)
     for meta_file in (root / "run" / "checkpoints").rglob("meta.json"):
         meta = json.loads(meta_file.read_text())
         meta["version"] = 1
-        for key in ("position", "reward_head", "reward_values"):
+        for key in ("position", "reward_head", "reward_values", "action_frames"):
             meta["config"]["model"].pop(key)
         meta["config"]["train"].pop("reward_loss_weight")
         meta_file.write_text(json.dumps(meta))
@@ -67,6 +68,7 @@ def test_a_schema_one_checkpoint_loads_evaluates_and_resumes(schema_one, tmp_pat
     loaded = load_checkpoint(checkpoint)
     assert loaded.meta["migrated_from"] == 1 and loaded.meta["version"] == CHECKPOINT_VERSION
     assert loaded.config.model.position == "learned" and not loaded.config.model.reward_head
+    assert loaded.config.model.action_frames == 0  # the linear action head of schemas 1..3
     metrics = run_evaluation(checkpoint, [data], out=tmp_path / "eval", num_boot=50)
     main = metrics["files"][metrics["self"]]
     assert "reward_acc" not in main["predictors"]["model"]
@@ -91,3 +93,14 @@ def test_unknown_schema_versions_are_refused(tiny_world_model, tmp_path, version
         meta_file.write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=match):
         load_checkpoint(copy)
+
+
+def test_a_schema_3_checkpoint_keeps_its_linear_action_head():
+    from rpg_worldmodel.checkpoint import migrate
+    from rpg_worldmodel.models.world_model import WorldModel
+
+    meta = migrate({"version": 3, "config": {"model": {"width": 24, "num_heads": 2}}, "data": {"files": []}})
+    assert meta["migrated_from"] == 3 and meta["config"]["model"] == {"action_frames": 0, "width": 24,
+                                                                       "num_heads": 2}
+    cfg = load_config(DEFAULT_CONFIG_PATH, [f"model.{k}={v}" for k, v in meta["config"]["model"].items()])
+    assert isinstance(WorldModel(cfg.model).action_head, torch.nn.Linear)

@@ -15,7 +15,7 @@ from rpg_env.record import record
 from rpg_env.trajectories import TrajectoryFile, split_episodes
 from rpg_worldmodel import evaluate as E
 from rpg_worldmodel import train as T
-from rpg_worldmodel.checkpoint import CheckpointError, load_checkpoint, migrate
+from rpg_worldmodel.checkpoint import CHECKPOINT_VERSION, CheckpointError, load_checkpoint, migrate
 from rpg_worldmodel.config import DataConfig, load_config
 from rpg_worldmodel.data import (
     DataFiles,
@@ -161,6 +161,6 @@ def test_a_schema_2_checkpoint_reads_as_one_file():
     data = {"path": "a.h5", "fingerprint": "f", "num_episodes": 4}
     meta = migrate({"version": 2, "config": {}, "data": data, "splits": {"train": [0], "test": [1]}})
     assert meta["data"]["files"] == [{"path": "a.h5", "fingerprint": "f", "num_episodes": 4}]
-    assert meta["version"] == 3 and meta["migrated_from"] == 2 and "path" not in meta["data"]
+    assert meta["version"] == CHECKPOINT_VERSION and meta["migrated_from"] == 2 and "path" not in meta["data"]
     assert training_files(meta)[0].part(meta["splits"]) == {"train": [0], "test": [1]}
 

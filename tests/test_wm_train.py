@@ -250,14 +250,14 @@ def test_weights_that_do_not_fit_name_the_tensor_and_both_shapes(files, tmp_path
     T.train(_cfg(greedy, out, "train.max_steps=3"))
     folder = resolve_checkpoint(out)
     state = torch.load(folder / "model.pt", weights_only=True)
-    state["action_head.weight"] = torch.zeros(5, 24)
+    state["action_head.out.weight"] = torch.zeros(5, 48)  # the frame-stack head reads [its CNN, global]
     torch.save(state, folder / "model.pt")
-    with pytest.raises(CheckpointError, match=r"'action_head.weight' has shape \(5, 24\) in the checkpoint "
-                                              r"but \(4, 24\) in the model"):
+    with pytest.raises(CheckpointError, match=r"'action_head.out.weight' has shape \(5, 48\) in the "
+                                              r"checkpoint but \(4, 48\) in the model"):
         load_checkpoint(out)
-    del state["action_head.weight"]
+    del state["action_head.out.weight"]
     torch.save(state, folder / "model.pt")
-    with pytest.raises(CheckpointError, match=r"'action_head.weight' of shape \(4, 24\) is missing"):
+    with pytest.raises(CheckpointError, match=r"'action_head.out.weight' of shape \(4, 48\) is missing"):
         load_checkpoint(out)
 
 

@@ -1,0 +1,86 @@
+"""Heads' building blocks of the world model: the frame-stack action head, the frame stacks it
+reads (over a window, and step by step in imagination), and the per-choice convolution behind the
+action-conditioned view priors."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rpg_worldmodel.config import ModelConfig
+
+
+class FrameStackActionHead(nn.Module):
+    """The next action read the way a policy reads it: from a stack of its latest views.
+
+    A policy acting at t+1 sees views ..., t, t+1. The head stacks the last ``k - 1`` real views
+    (t-k+2 .. t, zeros before the first) with the model's own predicted view t+1 (probabilities,
+    detached: the action loss does not bend the view prediction) as ``k * C`` channels, runs a
+    small full-resolution CNN over them (the shape of the shipped experts' networks, not their
+    weights) and reads the result beside the step's global token, which carries the older past.
+    ``stack`` (N, k*C, V, V), ``global_`` (N, D) -> logits (N, A).
+    """
+
+    channels = (16, 16)  # the two convolutions' widths (32, 16 learns no better: docs/worldmodel.md)
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        c, v, d = cfg.num_channels, cfg.view_size, cfg.width
+        self.num_frames = cfg.action_frames
+        first, second = self.channels
+        self.cnn = nn.Sequential(
+            nn.Conv2d(self.num_frames * c, first, 3, padding=1), nn.GELU(),
+            nn.Conv2d(first, second, 3, padding=1), nn.GELU(),
+            nn.Flatten(), nn.Linear(second * v * v, d), nn.GELU(),
+        )
+        self.out = nn.Linear(2 * d, cfg.num_actions)
+
+    def forward(self, stack: torch.Tensor, global_: torch.Tensor) -> torch.Tensor:
+        if stack.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            # bf16 convolutions (and their backward) run ~15x slower than fp32 on CPUs without
+            # bf16 units; the rest of the model keeps autocast, where bf16 pays off.
+            with torch.autocast("cpu", enabled=False):
+                return self.out(torch.cat([self.cnn(stack.float()), global_.float()], -1))
+        return self.out(torch.cat([self.cnn(stack), global_], -1))
+
+
+def conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
+    """``conv(x)`` restricted to output group ``choice[n]`` for each sample n: (N, C, V, V).
+
+    ``conv`` holds one group of ``C`` output channels per choice (e.g. per action); computing
+    only the chosen group (unfold + batched matmul) is ``num_choices`` times cheaper than
+    running the whole convolution and selecting afterwards.
+    """
+    n, c, h, w = x.shape
+    k = conv.kernel_size[0]
+    cols = F.unfold(x, k, padding=k // 2)  # (N, C*k*k, H*W), ordered like conv.weight's (in, kh, kw)
+    # Select each sample's group with a one-hot matmul rather than indexing: the backward of an
+    # indexed gather accumulates repeated choices in a thread-dependent order (not bit-reproducible).
+    pick = F.one_hot(choice, conv.out_channels // c).to(x.dtype)  # (N, choices)
+    weight = (pick @ conv.weight.view(-1, c * c * k * k)).view(n, c, c * k * k)  # (N, C_out, C*k*k)
+    bias = pick @ conv.bias.view(-1, c)
+    return (torch.bmm(weight, cols) + bias[..., None]).view(n, c, h, w)
+
+
+def frames_before(views: torch.Tensor, k: int) -> torch.Tensor | None:
+    """For each step t of ``views`` (B, T, C, V, V): views t-k+2 .. t as a ``k``-frame action head
+    stacks them, (B, T, k-1, C, V, V) with zeros before the window (None for k < 2: no stack)."""
+    if k < 2:
+        return None
+    b = views.shape[0]
+    padded = torch.cat([views.new_zeros(b, k - 2, *views.shape[2:]), views], 1)
+    return padded.unfold(1, k - 1, 1).permute(0, 1, 5, 2, 3, 4)
+
+
+def imagined_frames(view: torch.Tensor, recent: torch.Tensor | None, k: int
+                    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """`frames_before` one step at a time: the stack at this step (N, 1, k-1, C, V, V) and the
+    views to keep for the next (N, k-2, C, V, V), from the current ``view`` (N, C, V, V) and the
+    kept ``recent`` ones (None: a start, zeros)."""
+    if k < 2:
+        return None, None
+    if recent is None:
+        recent = view.new_zeros(view.shape[0], k - 2, *view.shape[1:])
+    frames = torch.cat([recent, view[:, None]], 1)
+    return frames[:, None], frames[:, 1:]
