@@ -250,13 +250,22 @@ def seconds_to_reach(curve: list[dict], target: float) -> float | None:
 def summarise(rows: dict[str, dict]) -> dict:
     out: dict = {}
     ref, new = rows.get("reference"), rows.get("default")
-    if ref and new:
+    candidates: dict[str, dict] = {}
+    if ref:
         target = ref["curve"][-1]["view_ce"]
-        t_ref, t_new = seconds_to_reach(ref["curve"], target), seconds_to_reach(new["curve"], target)
-        out["reference_final_view_ce"] = target
-        out["reference_seconds"] = t_ref
-        out["default_seconds_to_reference_ce"] = t_new
-        out["speedup_vs_reference_config"] = None if not t_new else t_ref / t_new
+        t_ref = seconds_to_reach(ref["curve"], target)
+        for name, row in rows.items():
+            t = seconds_to_reach(row["curve"], target)
+            last = row["curve"][-1]
+            candidates[name] = {"seconds_to_reference_ce": t,
+                                "speedup_vs_reference_config": None if not t else t_ref / t,
+                                "final_view_ce": last["view_ce"], "final_action_acc": last["action_acc"],
+                                "final_train_seconds": last["train_seconds"]}
+        if new:
+            out["reference_final_view_ce"] = target
+            out["reference_seconds"] = t_ref
+            out["default_seconds_to_reference_ce"] = candidates["default"]["seconds_to_reference_ce"]
+            out["speedup_vs_reference_config"] = candidates["default"]["speedup_vs_reference_config"]
     sorrel = rows.get("sorrel")
     if sorrel and new:
         best = min(p["view_ce"] for p in sorrel["curve"])
@@ -264,18 +273,8 @@ def summarise(rows: dict[str, dict]) -> dict:
         t_new = seconds_to_reach(new["curve"], best)
         out["sorrel_best_view_ce"] = best
         out["speedup_vs_sorrel"] = None if not t_new else t_sorrel / t_new
-    if ref:
-        target = ref["curve"][-1]["view_ce"]
-        t_ref = seconds_to_reach(ref["curve"], target)
-        out["candidates"] = {}
-        for name, row in rows.items():
-            t = seconds_to_reach(row["curve"], target)
-            last = row["curve"][-1]
-            out["candidates"][name] = {"seconds_to_reference_ce": t,
-                                       "speedup_vs_reference_config": None if not t else t_ref / t,
-                                       "final_view_ce": last["view_ce"],
-                                       "final_action_acc": last["action_acc"],
-                                       "final_train_seconds": last["train_seconds"]}
+    if candidates:
+        out["candidates"] = candidates
     return out
 
 

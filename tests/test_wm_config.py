@@ -63,6 +63,7 @@ def test_width_not_divisible_by_heads_names_head_counts():
     ("train.device=tpu", r"use auto, cpu, cuda"),
     ("train.lr=-1", r"train.lr must be > 0"),
     ("model.dropout=1.0", r"dropout must be in \[0, 1\)"),
+    ("model.action_frames=-1", r"model.action_frames must be >= 0 \(0: a linear head on the global token\)"),
     ("train.lr", r"must look like key=value or section.key=value"),
 ])
 def test_bad_overrides_say_what_to_change(override, message):

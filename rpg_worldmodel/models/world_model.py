@@ -332,7 +332,7 @@ class WorldModel(nn.Module):
             reward = self.reward_head(torch.cat([global_, patches[:, :, self.centre_patch]], -1))
         if isinstance(self.action_head, FrameStackActionHead):
             predicted = view_logits.detach().float().softmax(2).to(views.dtype)[:, :, None]
-            stack = predicted if frames is None else torch.cat([frames.to(views.dtype), predicted], 2)
+            stack = predicted if frames is None else torch.cat([frames, predicted], 2)
             action = self.action_head(stack.reshape(b * t, -1, v, v), global_.reshape(b * t, -1))
             action = action.view(b, t, -1)
         else:
