@@ -3,7 +3,9 @@
 (in view, seen 1-5 / 6-20 / 21+ steps ago, never seen, spawned, the other agent), against the
 floor, the motion oracle and the memory oracle, with its next-action accuracy and training time.
 
-Every model trains the same number of steps on the same train games; the batch shrinks as the
+Every row has the memory map (`model.memory_map`, the default); a baseline row trains the
+previous default (5 frames, no map: ``--baseline`` sets its overrides). Every model trains the
+same number of steps on the same train games; the batch shrinks as the
 context grows (``batch_size = 320 // num_frames``, at least 4) so that every step scores about
 the same number of predictions (320) at about the same cost. Evaluation is the pipeline's
 (`rpg_worldmodel.evaluation.run.Evaluation`: every held-out transition once, with full history,
@@ -11,9 +13,9 @@ the floor from a replay of the recorded games).
 
 Goals (issue 14): on cells seen 6-20 steps ago the 20-frame model closes at least half of the
 gap between the motion oracle and the memory oracle; overall excess over the floor falls by at
-least 25% from the 5-frame model's.
+least 25% from the previous default's (the baseline row).
 
-    python benchmarks/worldmodel_context.py [--frames 5 10 20 50] [--steps 2000] [--quick]
+    python benchmarks/worldmodel_context.py [--frames 5 10 20 50] [--steps 1200] [--quick]
 
 Writes ``benchmarks/results/worldmodel_context.json`` and ``.png``.
 """
@@ -24,6 +26,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +35,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA = Path("runs/benchmarks/dqn_1500.h5")
 CATEGORIES = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen", "spawned", "other_agent")
 PREDICTORS = ("model", "memory_oracle", "motion_oracle")
+BASELINE_LABEL = "T5_previous_default"  # 5 frames, no memory map: the default before the map
 
 
 def ensure_data(path: Path, games: int) -> Path:
@@ -46,8 +50,10 @@ def ensure_data(path: Path, games: int) -> Path:
     return path
 
 
-def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool) -> dict:
-    """Train the default config with ``frames`` of context; its held-out figures and seconds."""
+def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool,
+                    extra: Sequence[str] = (), label: str = "") -> dict:
+    """Train the default config with ``frames`` of context (and the ``extra`` overrides); its
+    held-out figures and seconds."""
     from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
     from rpg_worldmodel.train import train
@@ -58,8 +64,9 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
                  f"train.warmup_steps={min(100, steps // 4)}", "train.progress=false"]
     if quick:
         overrides += ["model.width=32", "model.num_heads=2", "model.num_layers=1", "data.max_val_windows=64"]
-    cfg = load_config(DEFAULT_CONFIG_PATH, overrides)
-    cfg.data.path, cfg.out_dir = str(data), str(root / f"T{frames}")
+    cfg = load_config(DEFAULT_CONFIG_PATH, [*overrides, *extra])
+    label = label or f"T{frames}"
+    cfg.data.path, cfg.out_dir = str(data), str(root / label)
     started = time.perf_counter()
     result = train(cfg)
     train_seconds = time.perf_counter() - started
@@ -67,7 +74,8 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
     started = time.perf_counter()
     table = ev.evaluate_file(data, num_examples=0)
     preds = table["predictors"]
-    row = {"num_frames": frames, "batch_size": batch, "steps": steps,
+    row = {"label": label, "num_frames": frames, "overrides": list(extra), "memory_map": cfg.model.memory_map,
+           "batch_size": batch, "steps": steps,
            "train_seconds": round(train_seconds, 1), "eval_seconds": round(time.perf_counter() - started, 1),
            "floor_method": table["floor_method"], "parameters": ev.model.num_parameters()}
     for name in PREDICTORS:
@@ -81,20 +89,24 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
 
 
 def summarise(rows: list[dict]) -> dict:
-    """The two goals: the gap closed on cells seen 6-20 steps ago by the 20-frame model, and the
-    fall of the overall excess over the floor, both relative to the 5-frame model."""
-    by_t = {r["num_frames"]: r for r in rows}
+    """The two goals: the gap closed on cells seen 6-20 steps ago by each model (the 20-frame one
+    is the goal's), and the fall of the overall excess over the floor relative to the baseline row
+    (the previous default: 5 frames, no memory map) and to the 5-frame row."""
+    sweep = {r["num_frames"]: r for r in rows if r["label"] != BASELINE_LABEL}
+    baseline = next((r for r in rows if r["label"] == BASELINE_LABEL), None)
     out = {}
-    for t, r in by_t.items():
+    for r in rows:
         motion = r["motion_oracle"]["ce_seen_6_20"]["value"]
         memory = r["memory_oracle"]["ce_seen_6_20"]["value"]
         model = r["model"]["ce_seen_6_20"]["value"]
         gap = motion - memory
-        out[f"T{t}_gap_closed_seen_6_20"] = round((motion - model) / gap, 4) if gap else None
-    if 5 in by_t:
-        base = by_t[5]["model"]["excess_view_ce"]["value"]
-        for t, r in by_t.items():
-            out[f"T{t}_excess_fall_vs_T5"] = round(1 - r["model"]["excess_view_ce"]["value"] / base, 4)
+        out[f"{r['label']}_gap_closed_seen_6_20"] = round((motion - model) / gap, 4) if gap else None
+    for name, base in (("baseline", baseline), ("T5", sweep.get(5))):
+        if base is None:
+            continue
+        excess = base["model"]["excess_view_ce"]["value"]
+        for t, r in sweep.items():
+            out[f"T{t}_excess_fall_vs_{name}"] = round(1 - r["model"]["excess_view_ce"]["value"] / excess, 4)
     return out
 
 
@@ -109,7 +121,7 @@ def plot(rows: list[dict], path: Path) -> None:
     width = 0.8 / (len(rows) + 2)
     for i, r in enumerate(rows):
         axes[0].bar(x + i * width, [r["model"][f"excess_{c}"]["value"] for c in CATEGORIES], width,
-                    label=f"model T={r['num_frames']}")
+                    label=f"model {r['label']}")
     for j, name in enumerate(("memory_oracle", "motion_oracle")):
         axes[0].bar(x + (len(rows) + j) * width, [rows[0][name][f"excess_{c}"]["value"] for c in CATEGORIES],
                     width, label=name, hatch="//", alpha=0.6)
@@ -117,11 +129,16 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[0].set_yscale("symlog", linthresh=0.01)
     axes[0].set_ylabel("view CE minus the floor (nats/cell)")
     axes[0].legend(fontsize=7)
-    frames = [r["num_frames"] for r in rows]
-    excess = [r["model"]["excess_view_ce"]["value"] for r in rows]
-    seen = [r["model"]["excess_seen_6_20"]["value"] for r in rows]
+    sweep = [r for r in rows if r["label"] != BASELINE_LABEL]
+    frames = [r["num_frames"] for r in sweep]
+    excess = [r["model"]["excess_view_ce"]["value"] for r in sweep]
+    seen = [r["model"]["excess_seen_6_20"]["value"] for r in sweep]
     axes[1].plot(frames, excess, "o-", label="model, all cells")
     axes[1].plot(frames, seen, "s-", label="model, seen 6-20 ago")
+    for r in rows:
+        if r["label"] == BASELINE_LABEL:
+            axes[1].axhline(r["model"]["excess_view_ce"]["value"], ls=":", color="grey",
+                            label="previous default (5 frames, no map), all cells")
     axes[1].axhline(rows[0]["memory_oracle"]["excess_seen_6_20"]["value"], ls="--", color="green",
                     label="memory oracle, seen 6-20 ago")
     axes[1].set_xscale("log")
@@ -139,24 +156,31 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, nargs="+", default=[5, 10, 20, 50])
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=1200, help="training steps of every row (the default's)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--games", type=int, default=1500)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="tiny models, 20 steps, 60 games (no JSON)")
     parser.add_argument("--out", type=Path, default=RESULTS / "worldmodel_context.json")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides for every row, e.g. model.memory_map=false")
+    parser.add_argument("--baseline", nargs="*", default=["model.memory_map=false"], metavar="KEY=VALUE",
+                        help="overrides of the 5-frame baseline row (the previous default); "
+                        "given empty: no baseline row")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     steps = 20 if args.quick else args.steps
     data = ensure_data(Path(tempfile.mkdtemp()) / "dqn.h5" if args.quick else args.data,
                        60 if args.quick else args.games)
     rows = []
+    runs = [(5, [*args.set, *args.baseline], BASELINE_LABEL)] if args.baseline else []
+    runs += [(frames, args.set, "") for frames in args.frames]
     with tempfile.TemporaryDirectory() as root:
-        for frames in args.frames:
-            rows.append(train_and_score(data, frames, steps, Path(root), args.quick))
+        for frames, extra, label in runs:
+            rows.append(train_and_score(data, frames, steps, Path(root), args.quick, extra, label))
             r = rows[-1]
             m, mem, mot = (r[n] for n in PREDICTORS)
-            print(f"T={frames:>3}  train {r['train_seconds']:6.1f}s  view CE {m['view_ce']['value']:.4f}  "
+            print(f"{r['label']:>20}  train {r['train_seconds']:6.1f}s  view CE {m['view_ce']['value']:.4f}  "
                   f"excess {m['excess_view_ce']['value']:.4f}  "
                   f"seen 6-20: model {m['ce_seen_6_20']['value']:.3f} "
                   f"memory {mem['ce_seen_6_20']['value']:.3f} motion {mot['ce_seen_6_20']['value']:.3f}  "

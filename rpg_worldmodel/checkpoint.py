@@ -40,14 +40,16 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: model.reward_head, model.reward_values, train.reward_loss_weight); 3 records the training
 #: data as a list of files (``data.files``: path, fingerprint, num_episodes each), the split's
 #: episode ids counting over all of them in that order (one file: its own ids); 4 added the
-#: frame-stack action head (model.action_frames; older checkpoints have the linear head, 0).
-CHECKPOINT_VERSION = 4
+#: frame-stack action head (model.action_frames; older checkpoints have the linear head, 0); 5 the
+#: memory map (model.memory_map, model.move_deltas, model.blocking_kinds; older ones have none).
+CHECKPOINT_VERSION = 5
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
 #: (schema 2's one data file becomes a list of one by `migrate`).
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     1: {"model": {"position": "learned", "reward_head": False, "reward_values": []}},
     2: {},
     3: {"model": {"action_frames": 0}},
+    4: {"model": {"memory_map": False}},
 }
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
 BEST_FILE = "best.json"

@@ -100,6 +100,15 @@ class ModelConfig:
     reward_values: tuple[float, ...] = setting(
         (), "the rewards the game can give, one class each, ascending; filled from the training "
         "file's env_kwargs when empty")
+    memory_map: bool = setting(
+        True, "add a prior from an egocentric map of the cells seen in the last num_frames steps, "
+        "placed by dead reckoning (models/memory.py)")
+    move_deltas: tuple[int, ...] = setting(
+        (), "with memory_map: the (row, col) move of each action, flattened; filled from the training "
+        "file's action names when empty")
+    blocking_kinds: tuple[int, ...] = setting(
+        (), "with memory_map: the entity kinds a move cannot enter; filled from the training file's "
+        "channel names when empty")
 
     def validate(self) -> None:
         """Positive sizes; patches that tile the view and heads that split the width."""
@@ -139,6 +148,12 @@ class ModelConfig:
         if self.action_frames < 0:
             raise ConfigError(f"model.action_frames must be >= 0 (0: a linear head on the global token), "
                               f"got {self.action_frames}")
+        if self.move_deltas and len(self.move_deltas) != 2 * self.num_actions:
+            raise ConfigError(f"model.move_deltas holds a (row, col) pair per action: {2 * self.num_actions} "
+                              f"numbers for {self.num_actions} actions, got {len(self.move_deltas)}")
+        if any(not 0 <= k < self.num_channels for k in self.blocking_kinds):
+            raise ConfigError(f"model.blocking_kinds must be channel indices in 0..{self.num_channels - 1}, "
+                              f"got {list(self.blocking_kinds)}")
         values = list(self.reward_values)
         if values != sorted(set(values)):
             raise ConfigError(f"model.reward_values must be distinct and ascending, got {values}")
@@ -155,7 +170,7 @@ class TrainConfig:
     beta1: float = setting(0.9, "AdamW beta1")
     beta2: float = setting(0.95, "AdamW beta2")
     warmup_steps: int = setting(100, "linear warm-up steps (capped at max_steps)")
-    max_steps: int = setting(1500, "optimisation steps; the schedule spans them")
+    max_steps: int = setting(1200, "optimisation steps; the schedule spans them")
     grad_clip: float = setting(1.0, "max global gradient norm; 0 disables clipping")
     view_loss_weight: float = setting(1.0, "weight of the next-view cross-entropy")
     action_loss_weight: float = setting(0.5, "weight of the action cross-entropy")

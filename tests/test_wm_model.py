@@ -10,6 +10,7 @@ from rpg_worldmodel.data.masks import MASKED_CHANNELS, apply_input_mask, masked_
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
 TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4, reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))
+MEMORY_MAP = dict(memory_map=True, move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1), blocking_kinds=(1, 5))
 
 
 def _views(b, t, v=9, seed=0):
@@ -30,7 +31,9 @@ def test_output_shapes_for_full_and_shorter_windows():
         assert view_logits.shape == (3, t, 6, 9, 9) and action_logits.shape == (3, t, 4)
         assert torch.isfinite(view_logits).all() and torch.isfinite(action_logits).all()
         assert reward_logits.shape == (3, t, 5)
-    other = _model(view_size=12, patch_size=4, num_actions=5, reward_head=False)
+    # a fifth action ("stay") needs its own move for the memory map
+    other = _model(view_size=12, patch_size=4, num_actions=5, reward_head=False,
+                   move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1, 0, 0), blocking_kinds=(1, 5))
     vl, al, rl = other(_views(2, 3, v=12), torch.randint(0, 5, (2, 3)))
     assert rl is None
     assert vl.shape == (2, 3, 6, 12, 12) and al.shape == (2, 3, 5)
@@ -225,9 +228,10 @@ def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
         model.loss({**batch, "rewards": torch.full((4, 5), 7.0)})
 
 
+@pytest.mark.parametrize("memory", [False, True])
 @pytest.mark.parametrize("num_frames", [1, 3])
-def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames):
-    model = _model(num_frames=num_frames, agent_embedding=True, num_layers=2)
+def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames, memory):
+    model = _model(num_frames=num_frames, agent_embedding=True, **(MEMORY_MAP if memory else {}))
     views, actions, ids = _views(3, 9, seed=4), torch.randint(0, 4, (3, 9)), torch.tensor([0, 1, 0])
     reference = model(views, actions, ids)  # a sliding band of num_frames steps over 9 steps
     state = None
@@ -243,8 +247,9 @@ def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames
             torch.testing.assert_close(got[:, 0], want[:, t], rtol=1e-4, atol=1e-4)
 
 
-def test_imagination_can_start_from_context_and_splice_worlds():
-    model = _model(num_frames=3)
+@pytest.mark.parametrize("memory", [False, True])
+def test_imagination_can_start_from_context_and_splice_worlds(memory):
+    model = _model(num_frames=3, **(MEMORY_MAP if memory else {}))
     views, actions = _views(4, 6, seed=2), torch.randint(0, 4, (4, 6))
     state = model.imagine_context(views[:, :4], actions[:, :3])
     out, _ = model.imagine_step(views[:, 3], actions[:, 3], state)

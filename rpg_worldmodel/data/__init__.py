@@ -23,6 +23,7 @@ from rpg_worldmodel.data.sources import (
     file_digest,
     item_codes,
     kind_values,
+    movement_rules,
     reward_classes,
 )
 from rpg_worldmodel.data.stores import EpisodeShards, EpisodeStore, StreamedEpisodes, views_nbytes
@@ -39,6 +40,7 @@ from rpg_worldmodel.models.world_model import view_codes
 
 __all__ = [
     "kind_values",
+    "movement_rules",
     "reward_classes",
     "MASK_KINDS",
     "CHANNEL_MASKS",

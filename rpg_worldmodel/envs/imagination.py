@@ -27,7 +27,8 @@ from rpg_env.policies import BatchPolicy, make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
 from rpg_worldmodel.data import DataSource, EpisodeStore, check_data_matches
 from rpg_worldmodel.evaluation.episodes import select_episodes
-from rpg_worldmodel.models.world_model import Imagination, WorldModel
+from rpg_worldmodel.models.state import Imagination
+from rpg_worldmodel.models.world_model import WorldModel
 
 
 @dataclass

@@ -14,9 +14,11 @@ Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-
   schema 1). Attention reaches back ``num_frames`` steps: a window of that length in training,
   a sliding window of it over a longer history;
 * heads, at step t: the next view, per cell, as logits over the C entity kinds (with an
-  action-conditioned 3x3 convolution of view t, a learned motion prior, and a 5x5 convolution of
-  view t-1 chosen by the last two actions); the next action (a small CNN over the last views and
-  the predicted next one, the frame stack a policy acting at t+1 reads, beside the global token);
+  action-conditioned 3x3 convolution of view t, a learned motion prior, a 5x5 convolution of
+  view t-1 chosen by the last two actions, and the memory map's prior: the cells seen in the
+  window re-drawn in view t+1's frame, `rpg_worldmodel.models.memory`); the next action (a small
+  CNN over the last views and the predicted next one, the frame stack a policy acting at t+1
+  reads, beside the global token);
   and the reward of step t, as a class over the game's possible rewards.
 
 Predictions at step t depend only on steps <= t (tested). The view head reads each patch's final
@@ -43,6 +45,8 @@ from torch import nn
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.blocks import Block, band_mask, rotary_tables
 from rpg_worldmodel.models.heads import FrameStackActionHead, conv_for_choice, frames_before, imagined_frames
+from rpg_worldmodel.models.memory import MemoryMap, cell_kinds
+from rpg_worldmodel.models.state import Imagination
 
 
 class StepEmbedding(nn.Module):
@@ -153,60 +157,6 @@ class LossWeights:
     reward: float = 1.0
 
 
-@dataclass(frozen=True)
-class Imagination:
-    """The cached state of N imagined worlds between two `WorldModel.imagine_step` calls.
-
-    ``past``: per layer, the global block's keys and values (N, H, 2W, hd) of the last W <
-    num_frames steps; ``step``: the index of the next step (its rotary position); ``prev_*``:
-    what the heads need of the step before (view (N, C, V, V), action (N,), final patch tokens
-    (N, P, D)); ``recent_views``: the views before the current one that the action head's frame
-    stack reads (N, action_frames - 2, C, V, V), oldest first. A model with learned positions keeps
-    its last steps in ``window`` instead and recomputes them (its positions are absolute, so keys
-    cannot be cached).
-    """
-
-    past: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
-    step: int = 0
-    prev_view: torch.Tensor | None = None
-    prev_action: torch.Tensor | None = None
-    prev_patches: torch.Tensor | None = None
-    recent_views: torch.Tensor | None = None
-    window: tuple[torch.Tensor, torch.Tensor] | None = None
-    agent_ids: torch.Tensor | None = None
-
-    def rows(self, index: torch.Tensor) -> Imagination:
-        """The state of the worlds ``index`` only."""
-        pick = (lambda x: None if x is None else x[index])  # noqa: E731
-        return replace(self, past=tuple((k[index], v[index]) for k, v in self.past),
-                       prev_view=pick(self.prev_view), prev_action=pick(self.prev_action),
-                       prev_patches=pick(self.prev_patches), agent_ids=pick(self.agent_ids),
-                       recent_views=pick(self.recent_views),
-                       window=None if self.window is None else tuple(w[index] for w in self.window))
-
-    def with_rows(self, index: torch.Tensor, other: Imagination) -> Imagination:
-        """A copy in which the worlds ``index`` take ``other``'s state (same step, same shapes)."""
-        if other.step != self.step:
-            raise ValueError(f"cannot splice worlds at step {other.step} into worlds at step {self.step}")
-
-        def put(mine, theirs):
-            if mine is None:
-                return None
-            out = mine.clone()
-            out[index] = theirs
-            return out
-
-        past = tuple((put(k, ok), put(v, ov)) for (k, v), (ok, ov) in zip(self.past, other.past, strict=True))
-        return replace(self, past=past,
-                       prev_view=put(self.prev_view, other.prev_view),
-                       prev_action=put(self.prev_action, other.prev_action),
-                       prev_patches=put(self.prev_patches, other.prev_patches),
-                       recent_views=put(self.recent_views, other.recent_views),
-                       agent_ids=put(self.agent_ids, other.agent_ids),
-                       window=None if self.window is None else tuple(
-                           put(w, o) for w, o in zip(self.window, other.window, strict=True)))
-
-
 class WorldModel(nn.Module):
     """Predicts the next view, the next action and the reward from a window of views and actions.
 
@@ -259,6 +209,8 @@ class WorldModel(nn.Module):
         self.memory_conv = (
             nn.Conv2d(cfg.num_channels, a2 * cfg.num_channels, 5, padding=2) if cfg.memory_conv else None
         )
+        # Cells seen in the last steps, re-drawn in the next view's frame (models/memory.py).
+        self.memory_map = MemoryMap(cfg) if cfg.memory_map else None
         self.apply(self._init_weights)
 
     @staticmethod
@@ -304,15 +256,18 @@ class WorldModel(nn.Module):
         prev_views = torch.cat([torch.zeros_like(views[:, :1]), views[:, :-1]], 1)
         prev_actions = torch.cat([actions[:, :1], actions[:, :-1]], 1)
         has_prev = torch.arange(t, device=views.device) > 0
+        memory = None if self.memory_map is None else self.memory_map(cell_kinds(views), actions, t)
         return self._heads(patches, previous, self.norm_global(global_), views, actions, prev_views,
-                           prev_actions, has_prev, frames_before(views, cfg.action_frames))
+                           prev_actions, has_prev, frames_before(views, cfg.action_frames), memory)
 
     def _heads(self, patches: torch.Tensor, previous: torch.Tensor, global_: torch.Tensor,
                views: torch.Tensor, actions: torch.Tensor, prev_views: torch.Tensor,
-               prev_actions: torch.Tensor, has_prev: torch.Tensor, frames: torch.Tensor | None) -> Outputs:
+               prev_actions: torch.Tensor, has_prev: torch.Tensor, frames: torch.Tensor | None,
+               memory: torch.Tensor | None) -> Outputs:
         """The three heads from final tokens ``patches``/``previous`` (B, T, P, D) and ``global_``
         (B, T, D); ``prev_*`` are step t-1's view and action, used where ``has_prev`` (T,);
-        ``frames`` (B, T, k-1, C, V, V) the views the action head stacks with its predicted one."""
+        ``frames`` (B, T, k-1, C, V, V) the views the action head stacks with its predicted one;
+        ``memory`` (B, T, C, V, V) the memory map's logits."""
         cfg = self.cfg
         b, t = actions.shape
         g, p, c, v = self.grid, cfg.patch_size, cfg.num_channels, cfg.view_size
@@ -327,6 +282,8 @@ class WorldModel(nn.Module):
             pair = (prev_actions * cfg.num_actions + actions).reshape(-1)
             chosen = conv_for_choice(self.memory_conv, prev_views.reshape(b * t, c, v, v), pair)
             view_logits = view_logits + chosen.view_as(view_logits) * has_prev.view(1, t, 1, 1, 1)
+        if memory is not None:
+            view_logits = view_logits + memory
         reward = None
         if self.reward_head is not None:
             reward = self.reward_head(torch.cat([global_, patches[:, :, self.centre_patch]], -1))
@@ -453,10 +410,17 @@ class WorldModel(nn.Module):
         prev_view = state.prev_view[:, None] if started else torch.zeros_like(views)
         prev_action = state.prev_action[:, None] if started else actions
         frames, recent = imagined_frames(view, state.recent_views, self.cfg.action_frames)
+        memory, kept = None, None
+        if self.memory_map is not None:
+            kinds, acts = cell_kinds(views), actions
+            if state.memory is not None:
+                kinds, acts = torch.cat([state.memory[0], kinds], 1), torch.cat([state.memory[1], acts], 1)
+            memory = self.memory_map(kinds, acts, 1)
+            kept = (kinds[:, 1 - t_window:], acts[:, 1 - t_window:]) if t_window > 1 else None
         out = self._heads(patches, previous, self.norm_global(global_), views, actions, prev_view,
-                          prev_action, has_prev, frames)
+                          prev_action, has_prev, frames, memory)
         return out, replace(state, past=tuple(past), step=state.step + 1, prev_view=view, prev_action=action,
-                            prev_patches=patches[:, 0], recent_views=recent)
+                            prev_patches=patches[:, 0], recent_views=recent, memory=kept)
 
     @property
     def context_steps(self) -> int:

@@ -1,0 +1,127 @@
+"""The memory map: dead reckoning re-draws a static world exactly, hidden cells stay unknown, and a
+model with the map stays causal and imagines step by step exactly as its window does."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rpg_worldmodel.config import ConfigError, ModelConfig
+from rpg_worldmodel.models.memory import HIDDEN, cell_kinds, game_moves, memory_canvas
+from rpg_worldmodel.models.world_model import WorldModel
+
+DELTAS = torch.tensor([[-1, 0], [1, 0], [0, -1], [0, 1]])  # up, down, left, right (the game's table)
+BLOCKING = torch.tensor([1, 5])  # wall, agent
+EMPTY, WALL, AGENT, V = 0, 1, 5, 9
+
+
+def _walk(steps: int, seed: int, side: int = 40):
+    """A static world (walls, items) and a random walk in it: (world, positions, views, actions);
+    ``views`` (1, S, C, V, V) one-hot egocentric crops with the agent at the centre."""
+    rng = np.random.default_rng(seed)
+    world = rng.choice([EMPTY, WALL, 2, 3, 4], size=(side, side), p=[0.55, 0.2, 0.1, 0.1, 0.05])
+    world[:V, :] = world[-V:, :] = world[:, :V] = world[:, -V:] = WALL
+    pos = np.array([side // 2, side // 2])
+    world[tuple(pos)] = EMPTY
+    positions, codes, actions = [], [], []
+    for _ in range(steps):
+        view = world[pos[0] - V // 2: pos[0] + V // 2 + 1, pos[1] - V // 2: pos[1] + V // 2 + 1].copy()
+        view[V // 2, V // 2] = AGENT
+        action = int(rng.integers(4))
+        positions.append(pos.copy())
+        codes.append(view)
+        actions.append(action)
+        target = pos + DELTAS[action].numpy()
+        if world[tuple(target)] != WALL:
+            pos = target
+    positions.append(pos.copy())
+    views = F.one_hot(torch.as_tensor(np.stack(codes)), 6).permute(0, 3, 1, 2).float()[None]
+    return world, np.stack(positions), views, torch.tensor(actions)[None]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_map_redraws_a_static_world_at_each_next_frame(seed):
+    world, positions, views, actions = _walk(30, seed)
+    reach = 7
+    kind, age = memory_canvas(cell_kinds(views), actions, DELTAS, BLOCKING, reach, queries=30)
+    r = V // 2
+    for t in range(30):
+        top_left = positions[t + 1] - r  # the frame of view t+1
+        for y in range(V):
+            for x in range(V):
+                cell = top_left + (y, x)
+                # the latest step in reach whose view held this world cell
+                sightings = [s for s in range(max(0, t - reach + 1), t + 1)
+                             if np.all(np.abs(cell - positions[s]) <= r)]
+                if not sightings:
+                    assert kind[0, t, y, x] == HIDDEN and age[0, t, y, x] == reach
+                    continue
+                s = max(sightings)
+                assert age[0, t, y, x] == t - s
+                expected = 6 if np.all(cell == positions[s]) else world[tuple(cell)]  # 6: where it stood
+                assert kind[0, t, y, x] == expected, (t, y, x)
+
+
+def test_hidden_cells_are_not_remembered_and_queries_take_the_last_steps():
+    _, _, views, actions = _walk(12, 3)
+    kinds = cell_kinds(views)
+    full_kind, full_age = memory_canvas(kinds, actions, DELTAS, BLOCKING, 5, queries=12)
+    last_kind, last_age = memory_canvas(kinds, actions, DELTAS, BLOCKING, 5, queries=3)
+    assert torch.equal(last_kind, full_kind[:, -3:]) and torch.equal(last_age, full_age[:, -3:])
+    hidden = views.clone()
+    hidden[:, :, :, :, :] = 0  # every cell hidden (a masked input): nothing is known
+    kind, age = memory_canvas(cell_kinds(hidden), actions, DELTAS, BLOCKING, 5, queries=12)
+    centre_only = kind != HIDDEN  # the agent's own cell is always known: it stood there
+    assert centre_only.sum(dim=(-1, -2)).le(5).all()
+    assert (kind[centre_only] == 6).all()
+
+
+def _memory_model(**kw):
+    torch.manual_seed(0)
+    cfg = ModelConfig(width=24, num_heads=2, num_frames=5, memory_map=True,
+                      move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1), blocking_kinds=(1, 5),
+                      reward_values=(-1.0, 0.0, 1.0), **kw)
+    return WorldModel(cfg).eval()
+
+
+def test_a_model_with_the_map_imagines_step_by_step_as_its_window_predicts():
+    model = _memory_model()
+    with torch.no_grad():
+        model.memory_map.prior.weight.normal_(0, 1.0)  # make the map's part of the logits large
+    _, _, views, actions = _walk(11, 4)
+    with torch.no_grad():
+        reference = model(views, actions)
+        state, steps = None, []
+        for i in range(views.shape[1]):
+            out, state = model.imagine_step(views[:, i], actions[:, i], state)
+            steps.append(out.view)
+    assert state.memory[0].shape[1] == model.cfg.num_frames - 1
+    torch.testing.assert_close(torch.cat(steps, 1), reference.view, atol=1e-5, rtol=1e-5)
+
+
+def test_the_map_is_causal():
+    model = _memory_model()
+    with torch.no_grad():
+        model.memory_map.prior.weight.normal_(0, 1.0)
+    _, _, views, actions = _walk(5, 5)
+    changed_views, changed_actions = views.clone(), actions.clone()
+    changed_views[:, 3:] = changed_views[:, 3:].roll(1, dims=-1)
+    changed_actions[:, 3:] = (changed_actions[:, 3:] + 1) % 4
+    with torch.no_grad():
+        a, b = model(views, actions).view, model(changed_views, changed_actions).view
+    torch.testing.assert_close(a[:, :3], b[:, :3])
+    assert not torch.allclose(a[:, 3:], b[:, 3:])
+
+
+def test_the_games_moves_by_default_and_other_action_spaces_refused_with_what_to_set():
+    assert game_moves() == ((-1, 0, 1, 0, 0, -1, 0, 1), (1, 5))
+    assert game_moves(["left", "up"], ["agent", "empty", "wall"]) == ((0, -1, -1, 0), (0, 2))
+    model = WorldModel(ModelConfig(width=24, num_heads=2, memory_map=True))
+    assert model.memory_map.deltas.tolist() == DELTAS.tolist()
+    assert model.memory_map.blocking.tolist() == [1, 5]
+    with pytest.raises(ConfigError, match="give model.move_deltas and model.blocking_kinds"):
+        WorldModel(ModelConfig(width=24, num_heads=2, num_actions=5, memory_map=True))
+    with pytest.raises(ConfigError, match="a \\(row, col\\) pair per action"):
+        ModelConfig(memory_map=True, move_deltas=(1, 0, 0)).validate()
+    with pytest.raises(ConfigError, match="blocking_kinds must be channel indices"):
+        ModelConfig(memory_map=True, blocking_kinds=(9,)).validate()
