@@ -41,7 +41,8 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: data as a list of files (``data.files``: path, fingerprint, num_episodes each), the split's
 #: episode ids counting over all of them in that order (one file: its own ids); 4 added the
 #: frame-stack action head (model.action_frames; older checkpoints have the linear head, 0); 5 the
-#: memory map (model.memory_map, model.move_deltas, model.blocking_kinds; older ones have none).
+#: memory map and the movement table (model.memory_map, model.move_rules, model.move_deltas,
+#: model.blocking_kinds; older ones have neither).
 CHECKPOINT_VERSION = 5
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
 #: (schema 2's one data file becomes a list of one by `migrate`).
@@ -49,7 +50,7 @@ MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     1: {"model": {"position": "learned", "reward_head": False, "reward_values": []}},
     2: {},
     3: {"model": {"action_frames": 0}},
-    4: {"model": {"memory_map": False}},
+    4: {"model": {"memory_map": False, "move_rules": False}},
 }
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
 BEST_FILE = "best.json"

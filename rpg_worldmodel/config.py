@@ -103,12 +103,16 @@ class ModelConfig:
     memory_map: bool = setting(
         True, "add a prior from an egocentric map of the cells seen in the last num_frames steps, "
         "placed by dead reckoning (models/memory.py)")
+    move_rules: bool = setting(
+        True, "condition on the game's movement table: the action convolution chooses by the move's "
+        "outcome (a blocked move is its own choice) and the reward head reads the entered cell's kind "
+        "(models/moves.py)")
     move_deltas: tuple[int, ...] = setting(
-        (), "with memory_map: the (row, col) move of each action, flattened; filled from the training "
-        "file's action names when empty")
+        (), "with memory_map or move_rules: the (row, col) move of each action, flattened; filled from "
+        "the training file's action names when empty")
     blocking_kinds: tuple[int, ...] = setting(
-        (), "with memory_map: the entity kinds a move cannot enter; filled from the training file's "
-        "channel names when empty")
+        (), "with memory_map or move_rules: the entity kinds a move cannot enter; filled from the "
+        "training file's channel names when empty")
 
     def validate(self) -> None:
         """Positive sizes; patches that tile the view and heads that split the width."""

@@ -6,8 +6,10 @@
 The world model is the best checkpoint of a default ``python -m rpg_worldmodel.pipeline`` run (the
 shipped DQN expert's games, the default config with its reward head), stored with fp16 weights
 (loading stays ``weights_only``; the model computes in fp32), beside ``provenance.json`` (the
-command, seed, data fingerprints, code revision) and ``eval.json`` (its held-out figures beside
-the motion oracle and the reward rule, from the pipeline's metrics.json). The dream agent is a
+command, seed, data fingerprints, code revision), ``checkpoint/baselines.json`` (the evaluation's
+baselines fitted on its training split, so it is evaluated beside them without that file) and
+``eval.json`` (its held-out figures beside the motion oracle and the reward rule, from the
+pipeline's metrics.json). The dream agent is a
 dream run's ``model.zip`` with its ``config.yaml``, ``provenance.json``, ``eval.json`` and
 ``dream.json``.
 """
@@ -26,6 +28,9 @@ from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.errors import InputError
 from rpg_env.provenance import provenance
 from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, choose_checkpoint
+from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, fit_baselines, save_baselines
+from rpg_worldmodel.evaluation.episodes import checkpoint_split, training_files
+from rpg_worldmodel.evaluation.run import EvalOptions
 from rpg_worldmodel.shipped import PRETRAINED_DIR, SHIPPED
 
 #: Held-out figures copied into the shipped eval.json (per predictor, with intervals).
@@ -50,6 +55,7 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     meta = json.loads((choice.folder / META_FILE).read_text())
     meta["shipped"] = {"from": choice.describe(), "weights": "float16"}
     (folder / META_FILE).write_text(json.dumps(meta, indent=1))
+    _ship_baselines(meta, folder)
     main = metrics["files"][metrics["self"]]
     held_out = {name: {fig: figs[fig] for fig in EVAL_FIGURES if fig in figs}
                 for name, figs in main["predictors"].items()}
@@ -67,6 +73,23 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
         raise InputError(f"the shipped world model takes {size / 2**20:.1f} MB, over the "
                          f"{MAX_BYTES // 2**20} MB budget; ship a smaller model")
     return folder
+
+
+def _ship_baselines(meta: dict, folder: Path) -> Path:
+    """The baselines fitted as `rpg_worldmodel.evaluation.run.Evaluation` fits them (its default
+    options, the first training file's train split), saved in the checkpoint ``folder``, so the shipped
+    model is evaluated beside them where its training file is not."""
+    options = EvalOptions()
+    trained = training_files(meta)[0]
+    if trained.path is None or not trained.path.is_file():
+        raise InputError(f"the run's training file {trained.path} is gone; the shipped model carries the "
+                         "baselines fitted on it: ship from a pipeline run whose data is still there")
+    model = meta["config"]["model"]
+    fb = fit_baselines(trained.path, trained.part(checkpoint_split(meta))["train"], options.baseline_episodes,
+                       options.seed, model["reward_values"] if model.get("reward_head") else ())
+    return save_baselines(fb, folder / BASELINES_FILE, {
+        "path": str(trained.path), "fingerprint": trained.fingerprint, "seed": options.seed,
+        "max_episodes": options.baseline_episodes})
 
 
 def _rollout_summary(metrics: dict) -> dict | None:

@@ -223,7 +223,7 @@ def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[
     if cfg.model.reward_head and not cfg.model.reward_values:
         # The classes are the game's: resolved from the training files once, then part of the config.
         cfg.model.reward_values = reward_classes(files.meta).values
-    if cfg.model.memory_map and not cfg.model.move_deltas:
+    if (cfg.model.memory_map or cfg.model.move_rules) and not cfg.model.move_deltas:
         cfg.model.move_deltas, cfg.model.blocking_kinds = movement_rules(files.meta)
     check_data_matches(cfg.model, files.meta, data_path=files.describe())
     return files, training_splits(files, cfg.data), data_record(files)

@@ -1,4 +1,5 @@
-"""The memory map: dead reckoning re-draws a static world exactly, hidden cells stay unknown, and a
+"""The memory map and the movement table: dead reckoning re-draws a static world exactly, hidden
+cells stay unknown, the centre is left to the model, a blocked move is its own choice, and a
 model with the map stays causal and imagines step by step exactly as its window does."""
 
 import numpy as np
@@ -7,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from rpg_worldmodel.config import ConfigError, ModelConfig
-from rpg_worldmodel.models.memory import HIDDEN, cell_kinds, game_moves, memory_canvas
+from rpg_worldmodel.models.memory import memory_canvas
+from rpg_worldmodel.models.moves import HIDDEN, cell_kinds, game_moves
 from rpg_worldmodel.models.world_model import WorldModel
 
 DELTAS = torch.tensor([[-1, 0], [1, 0], [0, -1], [0, 1]])  # up, down, left, right (the game's table)
@@ -117,11 +119,57 @@ def test_the_games_moves_by_default_and_other_action_spaces_refused_with_what_to
     assert game_moves() == ((-1, 0, 1, 0, 0, -1, 0, 1), (1, 5))
     assert game_moves(["left", "up"], ["agent", "empty", "wall"]) == ((0, -1, -1, 0), (0, 2))
     model = WorldModel(ModelConfig(width=24, num_heads=2, memory_map=True))
-    assert model.memory_map.deltas.tolist() == DELTAS.tolist()
-    assert model.memory_map.blocking.tolist() == [1, 5]
+    assert model.moves.deltas.tolist() == DELTAS.tolist()
+    assert model.moves.blocking.tolist() == [1, 5]
     with pytest.raises(ConfigError, match="give model.move_deltas and model.blocking_kinds"):
         WorldModel(ModelConfig(width=24, num_heads=2, num_actions=5, memory_map=True))
     with pytest.raises(ConfigError, match="a \\(row, col\\) pair per action"):
         ModelConfig(memory_map=True, move_deltas=(1, 0, 0)).validate()
     with pytest.raises(ConfigError, match="blocking_kinds must be channel indices"):
         ModelConfig(memory_map=True, blocking_kinds=(9,)).validate()
+
+
+def test_the_map_says_nothing_about_the_centre_where_the_agent_always_is():
+    # After a blocked move the map holds the agent's own cell at the centre, after a move the cell
+    # it entered; either way the next view's centre is the agent, which the map must not contradict.
+    model = _memory_model()
+    with torch.no_grad():
+        model.memory_map.prior.weight.normal_(0, 1.0)
+    _, _, views, actions = _walk(9, 6)
+    logits = model.memory_map(cell_kinds(views), actions, 9, model.moves)  # (1, 9, C, V, V)
+    assert torch.count_nonzero(logits[..., V // 2, V // 2]) == 0
+    off_centre = logits.clone()
+    off_centre[..., V // 2, V // 2] = 1.0
+    assert torch.count_nonzero(off_centre == 0) < off_centre.numel() // 100
+
+
+def test_move_outcomes_follow_the_games_table():
+    from rpg_worldmodel.models.moves import MoveRules
+
+    rules = MoveRules(ModelConfig(move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1), blocking_kinds=(1, 5)))
+    view = torch.zeros(1, 1, 6, V, V)
+    view[..., EMPTY, :, :] = 1
+    view[0, 0, :, 4, 3] = F.one_hot(torch.tensor(WALL), 6).float()  # left: a wall
+    view[0, 0, :, 3, 4] = F.one_hot(torch.tensor(AGENT), 6).float()  # up: the co-player
+    view[0, 0, :, 5, 4] = F.one_hot(torch.tensor(2), 6).float()  # down: a gem
+    view[0, 0, :, 4, 5] = 0  # right: hidden (a masked input)
+    kinds = cell_kinds(view).expand(1, 4, V, V)
+    entered, outcome = rules.outcome(kinds, torch.tensor([[0, 1, 2, 3]]))
+    assert entered.tolist() == [[AGENT, 2, WALL, HIDDEN]]
+    assert outcome.tolist() == [[4, 1, 4, 3]]  # up into the co-player and left into the wall: blocked
+
+
+def test_a_blocked_move_chooses_its_own_convolution():
+    model = _memory_model()
+    view = torch.zeros(1, 2, 6, V, V)
+    view[:, :, EMPTY] = 1
+    view[:, :, :, 4, 3] = 0
+    view[:, :, WALL, 4, 3] = 1  # a wall to the left of the agent in both steps
+    actions = torch.tensor([[2, 3]])  # left (blocked), right (free)
+    conv = model.action_conv
+    with torch.no_grad():
+        base = model(view, actions).view
+        conv.bias.view(-1, 6)[model.cfg.num_actions] += 1.0  # only the blocked choice's bias
+        shifted = model(view, actions).view
+    torch.testing.assert_close(shifted[:, 0] - base[:, 0], torch.ones_like(base[:, 0]))
+    torch.testing.assert_close(shifted[:, 1], base[:, 1])

@@ -49,15 +49,16 @@ def schema_one(tiny_world_model, tmp_path_factory):
     _, data = tiny_world_model
     root = tmp_path_factory.mktemp("schema_one")
     old_model = ["model.position=learned", "model.reward_head=false", "model.action_frames=0",
-                 "model.memory_map=false", "train.max_steps=4", "train.checkpoint_every=2"]
+                 "model.memory_map=false", "model.move_rules=false", "train.max_steps=4",
+                 "train.checkpoint_every=2"]
     cfg = load_config(DEFAULT_CONFIG_PATH, [*TINY_WORLD_MODEL, *old_model])
     cfg.data.path, cfg.out_dir = str(data), str(root / "run")
     result = train(cfg, stop_at=2)
     for meta_file in (root / "run" / "checkpoints").rglob("meta.json"):
         meta = json.loads(meta_file.read_text())
         meta["version"] = 1
-        for key in ("position", "reward_head", "reward_values", "action_frames", "memory_map", "move_deltas",
-                    "blocking_kinds"):
+        for key in ("position", "reward_head", "reward_values", "action_frames", "memory_map", "move_rules",
+                    "move_deltas", "blocking_kinds"):
             meta["config"]["model"].pop(key)
         meta["config"]["train"].pop("reward_loss_weight")
         meta_file.write_text(json.dumps(meta))
@@ -102,15 +103,16 @@ def test_a_schema_3_checkpoint_keeps_its_linear_action_head():
     from rpg_worldmodel.models.world_model import WorldModel
 
     meta = migrate({"version": 3, "config": {"model": {"width": 24, "num_heads": 2}}, "data": {"files": []}})
-    assert meta["migrated_from"] == 3 and meta["config"]["model"] == {"action_frames": 0, "memory_map": False,
-                                                                       "width": 24, "num_heads": 2}
+    assert meta["migrated_from"] == 3 and meta["config"]["model"] == {
+        "action_frames": 0, "memory_map": False, "move_rules": False, "width": 24, "num_heads": 2}
     cfg = load_config(DEFAULT_CONFIG_PATH, [f"model.{k}={v}" for k, v in meta["config"]["model"].items()])
     model = WorldModel(cfg.model)
-    assert isinstance(model.action_head, torch.nn.Linear) and model.memory_map is None
+    assert isinstance(model.action_head, torch.nn.Linear) and model.memory_map is None and model.moves is None
 
 
 def test_a_schema_4_checkpoint_has_no_memory_map():
     from rpg_worldmodel.checkpoint import migrate
 
     meta = migrate({"version": 4, "config": {"model": {"action_frames": 5}}, "data": {"files": []}})
-    assert meta["migrated_from"] == 4 and meta["config"]["model"] == {"action_frames": 5, "memory_map": False}
+    assert meta["migrated_from"] == 4 and meta["config"]["model"] == {"action_frames": 5, "memory_map": False,
+                                                                       "move_rules": False}

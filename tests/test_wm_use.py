@@ -105,6 +105,8 @@ def test_the_shipped_world_model_beats_the_motion_oracle_on_fresh_games(tmp_path
     from rpg_env.experts import pretrained_path
     from rpg_env.record import record
     from rpg_worldmodel import pretrained_path as shipped
+    from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, load_baselines
+    from rpg_worldmodel.evaluation.episodes import training_files
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
 
     folder = shipped()
@@ -114,6 +116,9 @@ def test_the_shipped_world_model_beats_the_motion_oracle_on_fresh_games(tmp_path
     loaded = load_checkpoint("pretrained")
     assert loaded.path == folder and "shipped world model" in loaded.choice
     assert loaded.config.model.reward_head
+    # it carries the baselines fitted on its training split, so no training file is needed here
+    carried = load_baselines(folder / BASELINES_FILE, [f.fingerprint for f in training_files(loaded.meta)])
+    assert carried.reward_rule is not None and carried.train_episodes_used == 400
     fresh = tmp_path / "fresh.h5"
     record(str(pretrained_path("dqn")), fresh, 40, seed=123, num_envs=40, mode="w", progress=False,
            policy_id="dqn", record_co_players=False)

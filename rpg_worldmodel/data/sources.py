@@ -23,7 +23,7 @@ from rpg_env.errors import InputError
 from rpg_env.game.constants import vocabulary
 from rpg_env.trajectories import TrajectoryFile
 from rpg_worldmodel.config import ConfigError, ModelConfig
-from rpg_worldmodel.models.memory import game_moves
+from rpg_worldmodel.models.moves import game_moves
 
 #: Channels that are not items: the loss weights every other channel's cells by
 #: ``train.item_weight`` (in the reference vocabulary: gem, bone, food and the co-player).
@@ -120,12 +120,13 @@ def kind_values(meta: dict[str, Any]) -> np.ndarray:
 
 def movement_rules(meta: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The game's movement table as a trajectory file names its actions and channels:
-    ``(move_deltas, blocking_kinds)`` for the memory map (`rpg_worldmodel.models.memory`)."""
+    ``(move_deltas, blocking_kinds)`` for the model's movement table (`rpg_worldmodel.models.moves`)."""
     try:
         return game_moves(meta["action_names"], meta["channel_names"])
     except ValueError as exc:
-        raise InputError(f"model.memory_map needs the game's moves: {exc}; set model.memory_map=false "
-                         f"or give model.move_deltas and model.blocking_kinds") from None
+        raise InputError(f"model.memory_map and model.move_rules need the game's moves: {exc}; set "
+                         f"model.memory_map=false model.move_rules=false or give model.move_deltas and "
+                         f"model.blocking_kinds") from None
 
 
 def reward_classes(meta: dict[str, Any]) -> RewardClasses:

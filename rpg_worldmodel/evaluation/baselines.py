@@ -12,6 +12,7 @@ is an approximation: the learner may leave or enter its target cell first.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,9 @@ from rpg_worldmodel.evaluation.oracles import (
     views_to_codes,
 )
 
-__all__ = ["ActionFrequencies", "CalibratedCells", "FittedBaselines", "RewardRule", "action_deltas",
-           "baselines_summary", "copy_view", "fit_baselines", "shift_view", "views_to_codes"]
+__all__ = ["BASELINES_FILE", "ActionFrequencies", "CalibratedCells", "FittedBaselines", "RewardRule",
+           "action_deltas", "baselines_summary", "copy_view", "fit_baselines", "load_baselines",
+           "save_baselines", "shift_view", "views_to_codes"]
 
 
 class CalibratedCells:
@@ -128,6 +130,8 @@ class RewardRule:
     """
 
     def __init__(self, meta: dict, values: Sequence[float], alpha: float = 0.5) -> None:
+        # What the rule reads of the file's metadata, kept so the fitted rule can be saved.
+        self.game = {key: meta.get(key) for key in ("channel_names", "action_names", "env_kwargs")}
         self.value_by_code = kind_values(meta)
         self.deltas = action_deltas([str(a) for a in meta["action_names"]])
         self.values = np.asarray(values, dtype=np.float64)
@@ -233,6 +237,72 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
         if fb.reward_rule is not None:
             fb.reward_rule.update(now, actions, store.episode_rewards(row))
     return fb
+
+
+# ---------------------------------------------------------------------------- carried by a checkpoint
+#: A checkpoint folder may carry its fitted baselines (the shipped world model does), so it can be
+#: evaluated where its training files are not: counts and names only, in JSON (nothing executable).
+BASELINES_FILE = "baselines.json"
+BASELINES_FORMAT, BASELINES_VERSION = "rpg_worldmodel.baselines", 1
+
+
+def save_baselines(fb: FittedBaselines, path: str | Path, fitted_on: dict) -> Path:
+    """Write ``fb`` as JSON to ``path``; ``fitted_on`` records where (``path``, ``fingerprint``:
+    the training file's content fingerprint, which `load_baselines` checks)."""
+    def table(t: CalibratedCells | ActionFrequencies) -> dict:
+        return {"alpha": t.alpha, "counts": t.counts.tolist()}
+
+    rule = fb.reward_rule
+    doc = {"format": BASELINES_FORMAT, "version": BASELINES_VERSION, "fitted_on": fitted_on,
+           "train_episodes_used": fb.train_episodes_used,
+           "channel_names": fb.channel_names, "action_names": fb.action_names,
+           "copy": table(fb.copy_cal), "motion_oracle": table(fb.shift_cal),
+           "memory_oracle": table(fb.memory_cal),
+           "majority_action": table(fb.majority), "previous_action": table(fb.previous),
+           "reward_rule": None if rule is None else {**table(rule), "game": rule.game,
+                                                     "values": rule.values.tolist()}}
+    path = Path(path)
+    path.write_text(json.dumps(doc) + "\n")
+    return path
+
+
+def load_baselines(path: str | Path, fingerprints: Sequence[str | None]) -> FittedBaselines:
+    """Baselines saved by `save_baselines`, refused (InputError saying why) unless they are of this
+    format and were fitted on one of ``fingerprints`` (the checkpoint's training files)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("format") != BASELINES_FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}, not {BASELINES_FORMAT!r}")
+        if doc.get("version") != BASELINES_VERSION:
+            raise ValueError(f"version {doc.get('version')} (this package reads {BASELINES_VERSION})")
+        fitted_on = doc["fitted_on"]
+        if fitted_on.get("fingerprint") not in [f for f in fingerprints if f]:
+            raise ValueError(f"they were fitted on {fitted_on.get('path')} (fingerprint "
+                             f"{fitted_on.get('fingerprint')}), not on the checkpoint's training files")
+        channels, actions = list(doc["channel_names"]), list(doc["action_names"])
+
+        def table(t: CalibratedCells | ActionFrequencies, saved: dict):
+            counts = np.asarray(saved["counts"], dtype=np.float64)
+            if counts.shape != t.counts.shape or (counts < 0).any():
+                raise ValueError(f"a table of shape {counts.shape}, expected {t.counts.shape}")
+            t.counts, t.alpha = counts, float(saved["alpha"])
+            return t
+
+        c, a = len(channels), len(actions)
+        rule = None
+        if doc["reward_rule"] is not None:
+            saved = doc["reward_rule"]
+            rule = table(RewardRule(saved["game"], saved["values"]), saved)
+        return FittedBaselines(channels, actions, table(CalibratedCells(c), doc["copy"]),
+                               table(CalibratedCells(c), doc["motion_oracle"]),
+                               table(CalibratedCells(c, num_regions=NUM_REGIONS), doc["memory_oracle"]),
+                               table(ActionFrequencies(a, 0), doc["majority_action"]),
+                               table(ActionFrequencies(a, 1), doc["previous_action"]),
+                               int(doc["train_episodes_used"]), rule)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not usable baselines of this checkpoint: {exc}; delete the file and pass "
+                         "the checkpoint's training file as --data to fit them again") from None
 
 
 def baselines_summary(fb: FittedBaselines, fitted_on: str | Path) -> dict:

@@ -23,7 +23,13 @@ from rpg_env.errors import InputError
 from rpg_env.provenance import provenance
 from rpg_worldmodel.checkpoint import load_checkpoint
 from rpg_worldmodel.data import DataSource, check_data_matches
-from rpg_worldmodel.evaluation.baselines import FittedBaselines, baselines_summary, fit_baselines
+from rpg_worldmodel.evaluation.baselines import (
+    BASELINES_FILE,
+    FittedBaselines,
+    baselines_summary,
+    fit_baselines,
+    load_baselines,
+)
 from rpg_worldmodel.evaluation.episodes import (
     EvalSet,
     checkpoint_split,
@@ -78,12 +84,12 @@ class Evaluation:
         for path in self.data:
             check_data_matches(self.config.model, DataSource.open(path).meta, data_path=path,
                                model_source=f"checkpoint {checkpoint}", trained_on=self.meta.get("data"))
-        self.train_path, train_episodes = self._training_file()
-        opts = self.options
-        rewards = self.config.model.reward_values if self.config.model.reward_head else ()
         # Another seed's model of the same data reuses that model's baselines (the same training split).
-        self.baselines = baselines or fit_baselines(self.train_path, train_episodes, opts.baseline_episodes,
-                                                    opts.seed, rewards)
+        if baselines is None:
+            self.train_path, self.baselines = self._baselines(ck.path)
+        else:
+            found = self._training_file()
+            self.train_path, self.baselines = (str(found[0]) if found else "given by the caller"), baselines
         self.self_key = next((p for p in self.data if is_training_file(self.meta, p)), self.data[0])
         self.files: dict[str, dict] = {}
         self.scores: dict[str, tuple[EvalSet, Scores]] = {}
@@ -93,9 +99,9 @@ class Evaluation:
         self.rollout_strip: dict[str, np.ndarray] = {}
         self._provenance: dict | None = None
 
-    def _training_file(self) -> tuple[Path, list[int]]:
+    def _training_file(self) -> tuple[Path, list[int]] | None:
         """The first training file found (at its recorded path, or among ``--data``) and its
-        episodes of the training split."""
+        episodes of the training split; None when none is here."""
         split = checkpoint_split(self.meta)
         for trained in training_files(self.meta):
             train = trained.part(split)["train"]
@@ -104,6 +110,22 @@ class Evaluation:
             for path in self.data:
                 if train and training_file(self.meta, path) == trained:
                     return Path(path), train
+        return None
+
+    def _baselines(self, folder: Path) -> tuple[str, FittedBaselines]:
+        """Where the baselines come from and the baselines: fitted on the training split of the first
+        training file found, or else the ones the checkpoint ``folder`` carries (`BASELINES_FILE`,
+        written when a model is shipped)."""
+        opts = self.options
+        found = self._training_file()
+        if found is not None:
+            path, episodes = found
+            rewards = self.config.model.reward_values if self.config.model.reward_head else ()
+            return str(path), fit_baselines(path, episodes, opts.baseline_episodes, opts.seed, rewards)
+        carried = Path(folder) / BASELINES_FILE
+        if carried.is_file():
+            fb = load_baselines(carried, [f.fingerprint for f in training_files(self.meta)])
+            return f"{carried} (carried by the checkpoint: its training files are not here)", fb
         recorded = ", ".join(str(f.path) for f in training_files(self.meta))
         raise FileNotFoundError(
             f"the checkpoint's training files ({recorded}) are not found and none of --data is one; "

@@ -13,18 +13,19 @@ Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-
   past steps while its window slides) or a learned absolute table (``"learned"``, checkpoints of
   schema 1). Attention reaches back ``num_frames`` steps: a window of that length in training,
   a sliding window of it over a longer history;
-* heads, at step t: the next view, per cell, as logits over the C entity kinds (with an
-  action-conditioned 3x3 convolution of view t, a learned motion prior, a 5x5 convolution of
-  view t-1 chosen by the last two actions, and the memory map's prior: the cells seen in the
-  window re-drawn in view t+1's frame, `rpg_worldmodel.models.memory`); the next action (a small
-  CNN over the last views and the predicted next one, the frame stack a policy acting at t+1
-  reads, beside the global token);
+* heads, at step t: the next view, per cell, as logits over the C entity kinds (with a 3x3
+  convolution of view t chosen by the move's outcome, a learned motion prior: the action, or
+  "blocked" where the game's movement table says the move enters a wall or an agent,
+  `rpg_worldmodel.models.moves`; a 5x5 convolution of view t-1 chosen by the last two actions;
+  and the memory map's prior: the cells seen in the window re-drawn in view t+1's frame,
+  `rpg_worldmodel.models.memory`); the next action (a small CNN over the last views and the
+  predicted next one, the frame stack a policy acting at t+1 reads, beside the global token);
   and the reward of step t, as a class over the game's possible rewards.
 
 Predictions at step t depend only on steps <= t (tested). The view head reads each patch's final
 local token (at t and t-1) fused with the step's global token and predicts that patch's cells;
-the reward head reads the global token and the token of the patch around the agent, which holds
-the cells a move can enter.
+the reward head reads the global token, the token of the patch around the agent, which holds
+the cells a move can enter, and the kind of the cell the move enters.
 
 The model owns its training loss (`WorldModel.loss`), its optimizer parameter groups
 (`WorldModel.param_groups`) and its one-step imagination (`WorldModel.imagine_step`, which
@@ -45,7 +46,8 @@ from torch import nn
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.blocks import Block, band_mask, rotary_tables
 from rpg_worldmodel.models.heads import FrameStackActionHead, conv_for_choice, frames_before, imagined_frames
-from rpg_worldmodel.models.memory import MemoryMap, cell_kinds
+from rpg_worldmodel.models.memory import MemoryMap
+from rpg_worldmodel.models.moves import MoveRules, cell_kinds
 from rpg_worldmodel.models.state import Imagination
 
 
@@ -189,16 +191,21 @@ class WorldModel(nn.Module):
         centre = cfg.view_size // 2 // p
         self.centre_patch = centre * self.grid + centre
         num_rewards = len(cfg.reward_values) if cfg.reward_head else 0
-        self.reward_head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, num_rewards)) if (
-            num_rewards) else None
+        # With the movement table (models/moves.py) the head also reads the entered cell's kind:
+        # HIDDEN or one of the C kinds, one-hot.
+        entered = cfg.num_channels + 1 if cfg.move_rules else 0
+        self.reward_head = nn.Sequential(
+            nn.Linear(2 * d + entered, d), nn.GELU(), nn.Linear(d, num_rewards)) if num_rewards else None
         self.register_buffer("reward_values", torch.tensor(cfg.reward_values, dtype=torch.float32),
                              persistent=False)
         # A learned motion prior: one 3x3 convolution of view t per action, added to the view
         # t+1 logits. Moving shifts the whole egocentric view by one cell, which a 3x3 kernel
         # expresses exactly; the transformer then only has to learn what motion alone does not
         # explain (blocked moves, pick-ups, the co-player, cells entering the view).
+        # With the movement table, a blocked move (the view stays) is a choice of its own.
+        moves = cfg.num_actions + 1 if cfg.move_rules else cfg.num_actions
         self.action_conv = (
-            nn.Conv2d(cfg.num_channels, cfg.num_actions * cfg.num_channels, 3, padding=1)
+            nn.Conv2d(cfg.num_channels, moves * cfg.num_channels, 3, padding=1)
             if cfg.action_conv
             else None
         )
@@ -209,7 +216,9 @@ class WorldModel(nn.Module):
         self.memory_conv = (
             nn.Conv2d(cfg.num_channels, a2 * cfg.num_channels, 5, padding=2) if cfg.memory_conv else None
         )
-        # Cells seen in the last steps, re-drawn in the next view's frame (models/memory.py).
+        # The game's movement table, and the cells seen in the last steps re-drawn in the next
+        # view's frame by it (models/moves.py, models/memory.py).
+        self.moves = MoveRules(cfg) if cfg.memory_map or cfg.move_rules else None
         self.memory_map = MemoryMap(cfg) if cfg.memory_map else None
         self.apply(self._init_weights)
 
@@ -256,18 +265,20 @@ class WorldModel(nn.Module):
         prev_views = torch.cat([torch.zeros_like(views[:, :1]), views[:, :-1]], 1)
         prev_actions = torch.cat([actions[:, :1], actions[:, :-1]], 1)
         has_prev = torch.arange(t, device=views.device) > 0
-        memory = None if self.memory_map is None else self.memory_map(cell_kinds(views), actions, t)
+        kinds = None if self.moves is None else cell_kinds(views)
+        memory = None if self.memory_map is None else self.memory_map(kinds, actions, t, self.moves)
         return self._heads(patches, previous, self.norm_global(global_), views, actions, prev_views,
-                           prev_actions, has_prev, frames_before(views, cfg.action_frames), memory)
+                           prev_actions, has_prev, frames_before(views, cfg.action_frames), memory, kinds)
 
     def _heads(self, patches: torch.Tensor, previous: torch.Tensor, global_: torch.Tensor,
                views: torch.Tensor, actions: torch.Tensor, prev_views: torch.Tensor,
                prev_actions: torch.Tensor, has_prev: torch.Tensor, frames: torch.Tensor | None,
-               memory: torch.Tensor | None) -> Outputs:
+               memory: torch.Tensor | None, kinds: torch.Tensor | None) -> Outputs:
         """The three heads from final tokens ``patches``/``previous`` (B, T, P, D) and ``global_``
         (B, T, D); ``prev_*`` are step t-1's view and action, used where ``has_prev`` (T,);
         ``frames`` (B, T, k-1, C, V, V) the views the action head stacks with its predicted one;
-        ``memory`` (B, T, C, V, V) the memory map's logits."""
+        ``memory`` (B, T, C, V, V) the memory map's logits; ``kinds`` (B, T, V, V) the views' cell
+        kinds (`cell_kinds`; None without the movement table)."""
         cfg = self.cfg
         b, t = actions.shape
         g, p, c, v = self.grid, cfg.patch_size, cfg.num_channels, cfg.view_size
@@ -275,9 +286,12 @@ class WorldModel(nn.Module):
         cells = self.view_head(F.gelu(hidden)).view(b, t, g, g, p, p, c)
         view_logits = cells.permute(0, 1, 6, 2, 4, 3, 5).reshape(b, t, c, v, v)
         flat_views = views.reshape(b * t, c, v, v)
+        moves, entered = actions, None
+        if cfg.move_rules:
+            entered, moves = self.moves.outcome(kinds, actions)
         if self.action_conv is not None:
             view_logits = view_logits + conv_for_choice(self.action_conv, flat_views,
-                                                         actions.reshape(-1)).view_as(view_logits)
+                                                         moves.reshape(-1)).view_as(view_logits)
         if self.memory_conv is not None and bool(has_prev.any()):
             pair = (prev_actions * cfg.num_actions + actions).reshape(-1)
             chosen = conv_for_choice(self.memory_conv, prev_views.reshape(b * t, c, v, v), pair)
@@ -286,7 +300,11 @@ class WorldModel(nn.Module):
             view_logits = view_logits + memory
         reward = None
         if self.reward_head is not None:
-            reward = self.reward_head(torch.cat([global_, patches[:, :, self.centre_patch]], -1))
+            inputs = [global_, patches[:, :, self.centre_patch]]
+            if entered is not None:
+                # HIDDEN (-1) and the kinds 0..C-1 as C + 1 classes
+                inputs.append(F.one_hot(entered + 1, c + 1).to(global_.dtype))
+            reward = self.reward_head(torch.cat(inputs, -1))
         if isinstance(self.action_head, FrameStackActionHead):
             predicted = view_logits.detach().float().softmax(2).to(views.dtype)[:, :, None]
             stack = predicted if frames is None else torch.cat([frames, predicted], 2)
@@ -411,14 +429,15 @@ class WorldModel(nn.Module):
         prev_action = state.prev_action[:, None] if started else actions
         frames, recent = imagined_frames(view, state.recent_views, self.cfg.action_frames)
         memory, kept = None, None
+        kinds = None if self.moves is None else cell_kinds(views)
         if self.memory_map is not None:
-            kinds, acts = cell_kinds(views), actions
+            history, acts = kinds, actions
             if state.memory is not None:
-                kinds, acts = torch.cat([state.memory[0], kinds], 1), torch.cat([state.memory[1], acts], 1)
-            memory = self.memory_map(kinds, acts, 1)
-            kept = (kinds[:, 1 - t_window:], acts[:, 1 - t_window:]) if t_window > 1 else None
+                history, acts = torch.cat([state.memory[0], kinds], 1), torch.cat([state.memory[1], acts], 1)
+            memory = self.memory_map(history, acts, 1, self.moves)
+            kept = (history[:, 1 - t_window:], acts[:, 1 - t_window:]) if t_window > 1 else None
         out = self._heads(patches, previous, self.norm_global(global_), views, actions, prev_view,
-                          prev_action, has_prev, frames, memory)
+                          prev_action, has_prev, frames, memory, kinds)
         return out, replace(state, past=tuple(past), step=state.step + 1, prev_view=view, prev_action=action,
                             prev_patches=patches[:, 0], recent_views=recent, memory=kept)
 
