@@ -4,8 +4,8 @@
 floor, the motion oracle and the memory oracle, with its next-action accuracy and training time.
 
 Every row has the memory map and the movement table (`model.memory_map`, `model.move_rules`, the
-default); a baseline row trains the previous default (5 frames, neither: ``--baseline`` sets its
-overrides). Every model trains the
+default); a baseline row trains the previous default (5 frames, neither, and the two-step memory
+convolution: ``--baseline`` sets its overrides). Every model trains the
 same number of steps on the same train games; the batch shrinks as the
 context grows (``batch_size = 320 // num_frames``, at least 4) so that every step scores about
 the same number of predictions (320) at about the same cost. Evaluation is the pipeline's
@@ -36,7 +36,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA = Path("runs/benchmarks/dqn_1500.h5")
 CATEGORIES = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen", "spawned", "other_agent")
 PREDICTORS = ("model", "memory_oracle", "motion_oracle")
-BASELINE_LABEL = "T5_previous_default"  # 5 frames, no memory map, no movement table: the default before
+BASELINE_LABEL = "T5_previous_default"  # 5 frames, the two-step conv, no map or table: the default before
 
 
 def ensure_data(path: Path, games: int) -> Path:
@@ -165,7 +165,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "worldmodel_context.json")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for every row, e.g. model.memory_map=false")
-    parser.add_argument("--baseline", nargs="*", default=["model.memory_map=false", "model.move_rules=false"],
+    parser.add_argument("--baseline", nargs="*",
+                        default=["model.memory_map=false", "model.move_rules=false",
+                                 "model.memory_conv=true"],
                         metavar="KEY=VALUE",
                         help="overrides of the 5-frame baseline row (the previous default); "
                         "given empty: no baseline row")

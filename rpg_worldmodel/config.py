@@ -88,7 +88,8 @@ class ModelConfig:
     max_agents: int = setting(8, "size of that embedding table (agent ids must be < max_agents)")
     action_conv: bool = setting(True, "add an action-conditioned 3x3 conv of view t to the view-t+1 logits")
     memory_conv: bool = setting(
-        True, "add a 5x5 conv of view t-1, conditioned on actions (t-1, t), to the view-t+1 logits")
+        False, "add a 5x5 conv of view t-1, conditioned on actions (t-1, t), to the view-t+1 logits "
+        "(before the memory map, which subsumes it)")
     position: str = setting(
         "rope", "how steps know their order: rope (rotary, relative: imagination caches past steps "
         "while its window slides) or learned (an absolute table, as in checkpoints of schema 1)")

@@ -228,10 +228,11 @@ def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
         model.loss({**batch, "rewards": torch.full((4, 5), 7.0)})
 
 
-@pytest.mark.parametrize("memory", [False, True])
+@pytest.mark.parametrize("memory", ["map", "conv"])
 @pytest.mark.parametrize("num_frames", [1, 3])
 def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames, memory):
-    model = _model(num_frames=num_frames, agent_embedding=True, **(MEMORY_MAP if memory else {}))
+    extra = MEMORY_MAP if memory == "map" else dict(memory_map=False, memory_conv=True)
+    model = _model(num_frames=num_frames, agent_embedding=True, **extra)
     views, actions, ids = _views(3, 9, seed=4), torch.randint(0, 4, (3, 9)), torch.tensor([0, 1, 0])
     reference = model(views, actions, ids)  # a sliding band of num_frames steps over 9 steps
     state = None
@@ -304,3 +305,26 @@ def test_the_action_head_reads_a_policys_frame_stack_with_the_predicted_view():
     linear = _model(action_frames=0)
     assert isinstance(linear.action_head, torch.nn.Linear)
     assert linear(views[:, :4], actions[:, :4]).action.shape == (2, 4, 4)
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_the_fast_unfold_is_torchs_unfold(k):
+    from rpg_worldmodel.models.heads import unfold_same
+
+    x = torch.randn(7, 6, 9, 9)
+    torch.testing.assert_close(unfold_same(x, k), F.unfold(x, k, padding=k // 2), rtol=0, atol=0)
+
+
+def test_codes_and_kinds_are_the_set_channel_of_one_hot_views():
+    from rpg_worldmodel.models.moves import HIDDEN, cell_kinds
+    from rpg_worldmodel.models.world_model import view_codes
+
+    views = _views(4, 3, seed=7)
+    views[0, 0, :, 2, 2] = 0  # a hidden cell (a masked input)
+    want = views.argmax(2)
+    assert torch.equal(view_codes(views), want) and torch.equal(view_codes(views.to(torch.uint8)), want)
+    kinds = cell_kinds(views)
+    assert kinds[0, 0, 2, 2] == HIDDEN and (kinds[..., 4, 4] == 6).all()  # 6: the agent's own cell
+    shown = views.amax(2) > 0
+    shown[..., 4, 4] = False
+    assert torch.equal(kinds[shown], want[shown])
