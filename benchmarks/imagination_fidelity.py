@@ -14,7 +14,8 @@ of ``Treasurehunt-v0`` with the same policies for the same number of turns and c
 Policies: ``dqn`` (the shipped expert whose games the model learned), ``greedy``, ``random``, and
 ``left``: always the same action, which presses into the border wall for most of the episode
 (the expert almost never bumps a wall: 0.09% of its steps). Imagined worlds start from a real
-greedy burn-in, as the dream's do; real games from turn 0; both with a random co-player.
+greedy burn-in of ``num_frames - 1`` turns, as the dream's do, and so do the real games (the
+burn-in is not counted); both with a random co-player.
 
     python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--worlds 64] [--steps 60]
 
@@ -61,12 +62,15 @@ def policy(name: str) -> BatchPolicy:
     return make_policy(str(pretrained_path(name)) if name == "dqn" else name)
 
 
-def play(venv, name: str, steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``steps`` turns of policy ``name`` from a seeded reset: rewards (steps, N) and cell codes
-    (steps, N, V, V)."""
+def play(venv, name: str, steps: int, seed: int, burn_in: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``steps`` turns of policy ``name`` from a seeded reset after ``burn_in`` turns of greedy
+    (not counted): rewards (steps, N) and cell codes (steps, N, V, V)."""
     pol = policy(name)
     pol.seed(np.random.default_rng(seed))
     obs, _ = venv.reset(seed=seed)
+    greedy = make_policy("greedy")
+    for _ in range(burn_in):
+        obs, *_ = venv.step(greedy.act(obs))
     start = np.ones(venv.num_envs, dtype=bool)
     rewards, codes = [], []
     for _ in range(steps):
@@ -98,7 +102,9 @@ def compare(checkpoint: str, worlds: int, steps: int, seed: int) -> dict:
     tail = slice(2 * steps // 3, steps)
     out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "policies": {}}
     for name in POLICIES:
-        (r_im, c_im), (r_re, c_re) = play(imagined, name, steps, seed), play(real, name, steps, seed)
+        # real games get the same greedy burn-in as the imagined worlds' real context
+        burn_in = loaded.config.model.num_frames - 1
+        (r_im, c_im), (r_re, c_re) = play(imagined, name, steps, seed), play(real, name, steps, seed, burn_in)
         v = c_im.shape[-1] // 2
         invalid = (c_im[..., v, v] != agent) | ((c_im == agent).sum((-1, -2)) > num_agents)
         row = {
