@@ -27,6 +27,7 @@ from rpg_env.policies import BatchPolicy, make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
 from rpg_worldmodel.data import DataSource, EpisodeStore, check_data_matches
 from rpg_worldmodel.evaluation.episodes import select_episodes
+from rpg_worldmodel.models.sampling import ViewSampler, sample_cells
 from rpg_worldmodel.models.state import Imagination
 from rpg_worldmodel.models.world_model import WorldModel
 
@@ -130,20 +131,15 @@ class GivenContext:
         return self.start
 
 
-def sample_cells(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One class per cell from ``probs`` ``(..., K)`` (inverse CDF with uniforms from ``generator``)."""
-    uniform = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=probs.device)
-    return (uniform > probs.cumsum(-1)).sum(-1).clamp_max(probs.shape[-1] - 1)
-
-
 class ImaginedWorlds:
     """N worlds imagined by a world model, stepped by one batched forward pass per step.
 
     ``reset(rows, rng)`` starts the worlds ``rows`` from the context; ``step(actions)`` advances
     every world one turn. The next view is sampled per cell from the model's distribution
     (softened by ``temperature``) or taken as its arg-max (``sample=False``), and so is the
-    reward class; the generator is reseeded by each full reset, so the same seed and actions
-    give the same imagined worlds, bit for bit on CPU.
+    reward class; sampled views are views the game can show (`rpg_worldmodel.models.sampling`:
+    at most ``num_agents - 1`` other agents). The generator is reseeded by each full reset, so the same
+    seed and actions give the same imagined worlds, bit for bit on CPU.
     """
 
     def __init__(self, loaded: LoadedCheckpoint, num_worlds: int, context: Context, *, sample: bool = True,
@@ -159,6 +155,8 @@ class ImaginedWorlds:
         self.sample, self.temperature = bool(sample), float(temperature)
         self.num_frames, self.max_turns = cfg.num_frames, int(loaded.meta["data"]["env_kwargs"]["max_turns"])
         self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
+        data = loaded.meta["data"]
+        self.sample_view = ViewSampler.for_game(data.get("channel_names", ()), data["env_kwargs"])
         self.generator = torch.Generator(device=self.device)
         self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,
                                  device=self.device)  # the view each world is in, one-hot float
@@ -193,7 +191,7 @@ class ImaginedWorlds:
         self.entropy = -(log_probs.exp() * log_probs).sum(-1).mean((1, 2)).double().cpu().numpy()
         reward_logits = out.reward[:, 0].float()
         if self.sample:
-            cells = sample_cells(torch.softmax(logits / self.temperature, -1), self.generator)
+            cells = self.sample_view(torch.softmax(logits / self.temperature, -1), self.generator)
             reward_class = sample_cells(torch.softmax(reward_logits / self.temperature, -1), self.generator)
         else:
             cells, reward_class = logits.argmax(-1), reward_logits.argmax(-1)

@@ -5,7 +5,8 @@ rolls forward ``horizon`` steps on the *recorded* actions, feeding back its own 
 is scored at every horizon k = 1..H against the real view and reward of that step:
 
 - ``model``: the world model, its arg-max view fed back (``WorldModel.imagine_step``, cached);
-- ``model_sampled``: the same, a sampled view fed back (one sample per start, seeded);
+- ``model_sampled``: the same, a sampled view fed back (one sample per start, seeded; drawn as
+  the imagined env draws them, `rpg_worldmodel.models.sampling`);
 - ``teacher_forced``: the model given the *real* history at every k (today's one-step figure,
   at the same steps): the gap to ``model`` is what feeding back its own predictions costs;
 - ``motion_oracle``: the motion rule applied to its own previous prediction;
@@ -30,6 +31,7 @@ from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines, copy_view, views_to_codes
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.scoring import reward_targets
+from rpg_worldmodel.models.sampling import ViewSampler
 from rpg_worldmodel.models.world_model import WorldModel
 
 PREDICTORS = ("model", "model_sampled", "teacher_forced", "motion_oracle", "copy")
@@ -71,7 +73,8 @@ def _one_hot(codes: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 @torch.no_grad()
 def _model_rollouts(model: WorldModel, starts: Starts, num_frames: int, horizon: int, seed: int,
-                    device: torch.device) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+                    device: torch.device, sampler: ViewSampler
+                    ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
     """Per predictor of the model: view log-probs (S, H, C, V, V) and reward log-probs (S, H, K)."""
     views = torch.as_tensor(starts.views, device=device).float()
     actions = torch.as_tensor(starts.actions, device=device)
@@ -94,10 +97,7 @@ def _model_rollouts(model: WorldModel, starts: Starts, num_frames: int, horizon:
             elif name == "model":
                 inputs[name] = _one_hot(log_probs.argmax(1), c)
             else:
-                probs = log_probs.exp().movedim(1, -1)
-                cells = (torch.rand(probs.shape[:-1] + (1,), generator=generator, device=device)
-                         > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)
-                inputs[name] = _one_hot(cells, c)
+                inputs[name] = _one_hot(sampler(log_probs.exp().movedim(1, -1), generator), c)
     return {name: (np.stack(v, 1), np.stack(r, 1) if r else None) for name, (v, r) in out.items()}
 
 
@@ -172,7 +172,8 @@ def rollout_table(model: WorldModel, config, es: EvalSet, baselines: FittedBasel
     items = [i for i, name in enumerate(channels) if name in M.item_names(channels)]
     values = config.model.reward_values if config.model.reward_head else ()
     reward_values = np.asarray(values, dtype=np.float64)
-    predictions = {**_model_rollouts(model, starts, num_frames, horizon, seed, device),
+    sampler = ViewSampler.for_game(channels, es.store().meta.get("env_kwargs") or {})
+    predictions = {**_model_rollouts(model, starts, num_frames, horizon, seed, device, sampler),
                    **_baseline_rollouts(baselines, starts, num_frames, horizon)}
     units, unit_of_row = np.unique(es.game_ids, return_inverse=True)
     unit_index = unit_of_row[starts.rows]
