@@ -108,6 +108,9 @@ class ModelConfig:
         True, "condition on the game's movement table: the action convolution chooses by the move's "
         "outcome (a blocked move is its own choice) and the reward head reads the entered cell's kind "
         "(models/moves.py)")
+    entered_rewards: tuple[float, ...] = setting(
+        (), "with move_rules and the reward head: the points of entering each channel's kind (a wall: "
+        "the bump's penalty), which start the reward prior; filled from the training file's env_kwargs")
     move_deltas: tuple[int, ...] = setting(
         (), "with memory_map or move_rules: the (row, col) move of each action, flattened; filled from "
         "the training file's action names when empty")
@@ -156,6 +159,14 @@ class ModelConfig:
         if self.move_deltas and len(self.move_deltas) != 2 * self.num_actions:
             raise ConfigError(f"model.move_deltas holds a (row, col) pair per action: {2 * self.num_actions} "
                               f"numbers for {self.num_actions} actions, got {len(self.move_deltas)}")
+        rewards = set(self.entered_rewards)
+        if rewards and len(self.entered_rewards) != self.num_channels:
+            raise ConfigError(f"model.entered_rewards holds one value per channel ({self.num_channels}), "
+                              f"got {len(self.entered_rewards)}; leave it empty to read it from the "
+                              f"training file")
+        if rewards and self.reward_values and not rewards <= set(self.reward_values):
+            raise ConfigError(f"model.entered_rewards {list(self.entered_rewards)} must be among "
+                              f"model.reward_values {list(self.reward_values)}")
         if any(not 0 <= k < self.num_channels for k in self.blocking_kinds):
             raise ConfigError(f"model.blocking_kinds must be channel indices in 0..{self.num_channels - 1}, "
                               f"got {list(self.blocking_kinds)}")

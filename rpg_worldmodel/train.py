@@ -65,9 +65,8 @@ from rpg_worldmodel.data import (
     check_data_matches,
     collate_batch,
     data_record,
+    fill_game_settings,
     item_codes,
-    movement_rules,
-    reward_classes,
     split_data_args,
     training_splits,
     training_windows,
@@ -215,16 +214,13 @@ class Run:
 
 def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[str, np.ndarray], dict]:
     """The training files (every rank the same: checked), their split and data record; fills in
-    the model's reward classes from the game when the config leaves them empty."""
+    the model's settings that come from the game (`fill_game_settings`) when the config leaves
+    them empty."""
     files = DataFiles.open(cfg.data.path)
     procs.same_everywhere(files.fingerprints, "the training data",
                           shown=[f"{s.path} ({fp[:12]})" for s, fp in zip(files.sources, files.fingerprints,
                                                                           strict=True)])
-    if cfg.model.reward_head and not cfg.model.reward_values:
-        # The classes are the game's: resolved from the training files once, then part of the config.
-        cfg.model.reward_values = reward_classes(files.meta).values
-    if (cfg.model.memory_map or cfg.model.move_rules) and not cfg.model.move_deltas:
-        cfg.model.move_deltas, cfg.model.blocking_kinds = movement_rules(files.meta)
+    fill_game_settings(cfg.model, files.meta)
     check_data_matches(cfg.model, files.meta, data_path=files.describe())
     return files, training_splits(files, cfg.data), data_record(files)
 

@@ -173,3 +173,24 @@ def test_a_blocked_move_chooses_its_own_convolution():
         shifted = model(view, actions).view
     torch.testing.assert_close(shifted[:, 0] - base[:, 0], torch.ones_like(base[:, 0]))
     torch.testing.assert_close(shifted[:, 1], base[:, 1])
+
+
+def test_the_reward_prior_starts_at_the_games_rule_and_trains_without_decay(tiny_world_model):
+    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.models.heads import RULE_LOGIT
+
+    loaded = load_checkpoint(tiny_world_model[0])
+    cfg = loaded.config.model
+    assert cfg.entered_rewards == (0.0, -1.0, 10.0, -10.0, 5.0, 0.0)  # filled from the file: a wall costs 1
+    model = WorldModel(cfg)
+    prior = model.reward_prior.weight
+    wall_row = prior[WALL + 1]
+    assert wall_row[list(cfg.reward_values).index(-1.0)] == RULE_LOGIT and wall_row.abs().sum() == RULE_LOGIT
+    assert prior[0].abs().sum() == 0  # a hidden cell: no prior
+    decay, _ = model.param_groups(0.1)
+    assert all(p is not prior for p in decay["params"])
+    with pytest.raises(ConfigError, match="one value per channel"):
+        ModelConfig(entered_rewards=(0.0, -1.0)).validate()
+    with pytest.raises(ConfigError, match="must be among model.reward_values"):
+        ModelConfig(entered_rewards=(0.0, -3.0, 10.0, -10.0, 5.0, 0.0),
+                    reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0)).validate()

@@ -187,11 +187,13 @@ def test_param_groups_decay_matrices_and_kernels_only():
     decay, no_decay = model.param_groups(0.05)
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
     assert {p.dim() for p in decay["params"]} == {2, 4}
-    assert {p.dim() for p in no_decay["params"]} == {1, 3}
+    assert {p.dim() for p in no_decay["params"]} == {1, 2, 3}
+    assert [id(p) for p in no_decay["params"] if p.dim() == 2] == [id(model.reward_prior.weight)]
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
     # The same groups, in the same order, as the former rule by name (which decided the runs so far).
     named = list(model.named_parameters())
-    old = [p for n, p in named if p.dim() >= 2 and "position" not in n and "temporal" not in n]
+    old = [p for n, p in named if p.dim() >= 2 and "position" not in n and "temporal" not in n
+           and n != "reward_prior.weight"]
     assert [id(p) for p in decay["params"]] == [id(p) for p in old]
     rank3 = {n for n, p in named if p.dim() == 3}
     assert rank3 == {"embed.patch_position"}  # the additive table; rotary positions have none

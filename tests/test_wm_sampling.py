@@ -63,3 +63,10 @@ def test_the_sampler_follows_the_games_vocabulary():
     alone = ViewSampler.for_game(["empty", "wall"], {})
     probs = torch.full((2, V, V, 2), 0.5)
     assert alone.agent is None and alone(probs, torch.Generator().manual_seed(0)).shape == (2, V, V)
+
+
+def test_the_centre_is_always_the_agent_itself():
+    probs = _probs(200, agent_mass=0.1, seed=4)
+    probs[:, V // 2, V // 2] = torch.tensor([0.3, 0.3, 0.1, 0.1, 0.1, 0.1])  # a model unsure of it
+    kinds = sample_view(probs, torch.Generator().manual_seed(2), AGENT, 1)
+    assert (kinds[:, V // 2, V // 2] == AGENT).all()

@@ -21,6 +21,7 @@ from rpg_worldmodel.data.sources import (
     DataSource,
     check_data_matches,
     file_digest,
+    fill_game_settings,
     item_codes,
     kind_values,
     movement_rules,
@@ -39,6 +40,7 @@ from rpg_worldmodel.data.windows import (
 from rpg_worldmodel.models.world_model import view_codes
 
 __all__ = [
+    "fill_game_settings",
     "kind_values",
     "movement_rules",
     "reward_classes",

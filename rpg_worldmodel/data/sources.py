@@ -129,6 +129,18 @@ def movement_rules(meta: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ..
                          f"model.blocking_kinds") from None
 
 
+def fill_game_settings(model: ModelConfig, meta: dict[str, Any]) -> None:
+    """Fill the model settings a config leaves empty that are the game's, from a trajectory file's
+    metadata: the reward classes, the points of entering each kind and the movement table. They
+    are resolved from the training files once, then part of the config (and of every checkpoint)."""
+    if model.reward_head and not model.reward_values:
+        model.reward_values = reward_classes(meta).values
+    if model.move_rules and model.reward_head and not model.entered_rewards:
+        model.entered_rewards = tuple(float(x) for x in kind_values(meta))
+    if (model.memory_map or model.move_rules) and not model.move_deltas:
+        model.move_deltas, model.blocking_kinds = movement_rules(meta)
+
+
 def reward_classes(meta: dict[str, Any]) -> RewardClasses:
     """The reward classes of a trajectory file's game, from its ``channel_names`` and ``env_kwargs``
     (`kind_values`): one class per distinct value, 0 ("nothing": an empty cell, a blocked move)

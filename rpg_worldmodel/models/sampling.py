@@ -3,8 +3,9 @@
 The model predicts each cell of the next view as its own distribution over kinds. Sampled one
 cell at a time, a co-player whose next cell is uncertain appears in several cells at once (each
 of its possible cells draws "agent" on its own), and the memory map then remembers every copy:
-imagined views fill with agents that no game state gives. `sample_view` places the other agents
-first, at most as many as the game has, then draws every other cell without the agent kind. The
+imagined views fill with agents that no game state gives. `sample_view` puts the agent itself at
+the centre (where an egocentric view always has it), places the other agents, at most as many as
+the game has, then draws every other cell without the agent kind. The
 placement is the model's own factorised distribution conditioned on that constraint: exact for
 one other agent (cell i alone, with odds ``p_i / (1 - p_i)``, or nobody, with odds 1); for more,
 one draw after another without replacement, which approximates it.
@@ -29,9 +30,8 @@ def sample_cells(probs: torch.Tensor, generator: torch.Generator) -> torch.Tenso
 
 
 def sample_view(probs: torch.Tensor, generator: torch.Generator, agent: int, others: int) -> torch.Tensor:
-    """Kinds ``(N, V, V)`` sampled from per-cell ``probs`` ``(N, V, V, C)``: at most ``others``
-    cells besides the centre hold the ``agent`` kind (the centre, the agent itself, is drawn from
-    its own distribution)."""
+    """Kinds ``(N, V, V)`` sampled from per-cell ``probs`` ``(N, V, V, C)``: the centre holds the
+    ``agent`` kind, and at most ``others`` other cells do."""
     n, v, _, c = probs.shape
     centre = (v // 2) * v + v // 2
     flat = probs.reshape(n, v * v, c)
@@ -45,8 +45,9 @@ def sample_view(probs: torch.Tensor, generator: torch.Generator, agent: int, oth
         if not bool(placed.any()):
             break
         is_agent[placed.nonzero()[:, 0], pick[placed]] = True
+    is_agent[:, centre] = True
     rest = flat + 1e-12  # a cell that was all agent becomes uniform over the other kinds
-    rest[:, torch.arange(v * v, device=probs.device) != centre, agent] = 0
+    rest[..., agent] = 0
     cells = sample_cells(rest / rest.sum(-1, keepdim=True), generator)
     return torch.where(is_agent, agent, cells).view(n, v, v)
 
