@@ -8,7 +8,9 @@ of ``Treasurehunt-v0`` with the same policies for the same number of turns and c
 - **reward per step**, imagined and real, and their difference with a 95% bootstrap interval over
   worlds: a positive gap under a fixed policy is what an agent trained in the dream can exploit;
 - **invalid frames**: the share of imagined views that no game state gives (the centre is not the
-  agent, or more agents than the game has); real views are always valid;
+  agent, or more agents than the game has); real views are always valid, and so are views drawn
+  with ``--views game`` (the default sampler) by construction: ``--views cells`` samples every cell
+  on its own and measures how often the model itself puts its mass on impossible views;
 - **item and wall shares** of the views over the last third of the turns, imagined and real.
 
 Policies: ``dqn`` (the shipped expert whose games the model learned), ``greedy``, ``random``, and
@@ -17,7 +19,8 @@ Policies: ``dqn`` (the shipped expert whose games the model learned), ``greedy``
 greedy burn-in of ``num_frames - 1`` turns, as the dream's do, and so do the real games (the
 burn-in is not counted); both with a random co-player.
 
-    python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--worlds 64] [--steps 60]
+    python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--views game cells]
+        [--worlds 64] [--steps 60]
 
 Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png``.
 """
@@ -39,6 +42,7 @@ from rpg_env.game.constants import ACTION_NAMES
 from rpg_env.policies import BatchPolicy, make_policy
 from rpg_env.provenance import provenance
 from rpg_worldmodel.checkpoint import load_checkpoint
+from rpg_worldmodel.envs.imagination import VIEWS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = ("dqn", "greedy", "random", "left")
@@ -69,6 +73,7 @@ def play(venv, name: str, steps: int, seed: int, burn_in: int = 0) -> tuple[np.n
     pol.seed(np.random.default_rng(seed))
     obs, _ = venv.reset(seed=seed)
     greedy = make_policy("greedy")
+    greedy.seed(np.random.default_rng(seed + 1))  # it breaks ties at random: unseeded, real rows drift
     for _ in range(burn_in):
         obs, *_ = venv.step(greedy.act(obs))
     start = np.ones(venv.num_envs, dtype=bool)
@@ -89,18 +94,19 @@ def interval(per_world: np.ndarray, seed: int, reps: int = 2000) -> dict:
     return {"value": float(per_world.mean()), "lo": float(lo), "hi": float(hi)}
 
 
-def compare(checkpoint: str, worlds: int, steps: int, seed: int) -> dict:
-    """Every policy in the imagined game of ``checkpoint`` and in the real game."""
+def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> dict:
+    """Every policy in the imagined game of ``checkpoint`` (views drawn by ``views``) and in the
+    real game."""
     loaded = load_checkpoint(checkpoint)
     names = list(loaded.meta["data"]["channel_names"])
     agent, wall = names.index(AGENT), names.index(WALL)
     items = [names.index(k) for k in ITEMS]
     num_agents = int(loaded.meta["data"]["env_kwargs"].get("num_agents", 2))
     imagined = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, num_envs=worlds, checkpoint=checkpoint,
-                            sample=True)
+                            sample=True, views=views)
     real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds)
     tail = slice(2 * steps // 3, steps)
-    out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "policies": {}}
+    out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "views": views, "policies": {}}
     for name in POLICIES:
         # real games get the same greedy burn-in as the imagined worlds' real context
         burn_in = loaded.config.model.num_frames - 1
@@ -120,7 +126,8 @@ def compare(checkpoint: str, worlds: int, steps: int, seed: int) -> dict:
         out["policies"][name] = row
         gap = row["imagined_minus_real"]
         im, rl = row["imagined_reward_per_step"], row["real_reward_per_step"]
-        print(f"{checkpoint}  {name:>6}: reward/step imagined {im['value']:+.3f} real {rl['value']:+.3f} "
+        print(f"{checkpoint} [{views}]  {name:>6}: reward/step imagined {im['value']:+.3f} "
+              f"real {rl['value']:+.3f} "
               f"gap {gap['value']:+.3f} [{gap['lo']:+.3f}, {gap['hi']:+.3f}]  "
               f"invalid {row['invalid_frames']['value']:.3f}", flush=True)
     imagined.close()
@@ -139,6 +146,7 @@ def plot(rows: list[dict], path: Path) -> None:
     width = 0.8 / len(rows)
     for i, row in enumerate(rows):
         label = Path(row["checkpoint"]).name if row["checkpoint"] != "pretrained" else "pretrained"
+        label += f" ({row['views']})"
         for ax, key in ((axes[0], "imagined_minus_real"), (axes[1], "invalid_frames")):
             figs = [row["policies"][p][key] for p in POLICIES]
             values = np.array([f["value"] for f in figs])
@@ -161,6 +169,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", nargs="+", default=["pretrained"],
                         help="world models to compare (run folders, checkpoint folders or 'pretrained')")
+    parser.add_argument("--views", nargs="+", default=["game"], choices=VIEWS,
+                        help="samplers: 'game' (as the dream trains) and/or 'cells' (each cell on its own)")
     parser.add_argument("--worlds", type=int, default=64)
     parser.add_argument("--steps", type=int, default=60, help="turns played (< the episode's 100)")
     parser.add_argument("--seed", type=int, default=0)
@@ -168,7 +178,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "imagination_fidelity.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rows = [compare(ck, args.worlds, args.steps, args.seed) for ck in args.checkpoint]
+    rows = [compare(ck, views, args.worlds, args.steps, args.seed)
+            for ck in args.checkpoint for views in args.views]
     record = provenance(seed=args.seed, worlds=args.worlds, steps=args.steps, policies=list(POLICIES),
                         rows=rows)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

@@ -132,3 +132,27 @@ def test_bad_input_is_refused_clearly(tiny_world_model, tmp_path):
     venv.reset(seed=0)
     with pytest.raises(InputError, match=r"shape \(2,\)"):
         venv.step(np.zeros(3, dtype=np.int64))
+
+
+def test_sampled_views_are_views_the_game_can_show(tiny_world_model):
+    # A barely trained model is unsure of every cell: drawn cell by cell its views hold agents
+    # anywhere; drawn as the game shows them, the agent at the centre and at most one other.
+    run, _ = tiny_world_model
+    agent = list(load_checkpoint(run).meta["data"]["channel_names"]).index("agent")
+    rng = np.random.default_rng(0)
+    counts = {}
+    for views in ("game", "cells"):
+        venv = gym.make_vec(ID, num_envs=16, checkpoint=run, views=views, temperature=3.0)
+        obs, _ = venv.reset(seed=1)
+        centre = obs.shape[-1] // 2
+        agents = []
+        for _ in range(6):
+            obs, *_ = venv.step(rng.integers(0, 4, 16))
+            codes = obs.argmax(1)
+            agents.append((codes == agent).sum((1, 2)))
+            if views == "game":
+                assert (codes[:, centre, centre] == agent).all()
+        counts[views] = np.concatenate(agents)
+    assert counts["game"].max() <= 2 and counts["cells"].max() > 2
+    with pytest.raises(InputError, match="views must be one of game, cells"):
+        gym.make(ID, checkpoint=run, views="pixels")

@@ -131,6 +131,10 @@ class GivenContext:
         return self.start
 
 
+#: How sampled views are drawn: as the game can show them, or every cell on its own (diagnosis).
+VIEWS = ("game", "cells")
+
+
 class ImaginedWorlds:
     """N worlds imagined by a world model, stepped by one batched forward pass per step.
 
@@ -143,20 +147,23 @@ class ImaginedWorlds:
     """
 
     def __init__(self, loaded: LoadedCheckpoint, num_worlds: int, context: Context, *, sample: bool = True,
-                 temperature: float = 1.0, device: str | torch.device = "cpu") -> None:
+                 temperature: float = 1.0, device: str | torch.device = "cpu", views: str = "game") -> None:
         cfg = loaded.config.model
         if not cfg.reward_head or not cfg.reward_values:
             raise InputError(f"checkpoint {loaded.path} has no reward head (schema 1 or reward_head=false): "
                              f"an imagined game needs rewards; retrain it with this version")
         if not temperature > 0:
             raise InputError(f"temperature must be > 0, got {temperature}")
+        if views not in VIEWS:
+            raise InputError(f"views must be one of {', '.join(VIEWS)}, got {views!r}")
         self.model: WorldModel = loaded.model.to(device).eval()
         self.device, self.context, self.num_worlds = torch.device(device), context, int(num_worlds)
         self.sample, self.temperature = bool(sample), float(temperature)
         self.num_frames, self.max_turns = cfg.num_frames, int(loaded.meta["data"]["env_kwargs"]["max_turns"])
         self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
         data = loaded.meta["data"]
-        self.sample_view = ViewSampler.for_game(data.get("channel_names", ()), data["env_kwargs"])
+        self.sample_view = (ViewSampler.for_game(data.get("channel_names", ()), data["env_kwargs"])
+                            if views == "game" else ViewSampler(None, 0))
         self.generator = torch.Generator(device=self.device)
         self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,
                                  device=self.device)  # the view each world is in, one-hot float

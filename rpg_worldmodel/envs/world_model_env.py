@@ -34,8 +34,8 @@ ENV_ID = "TreasurehuntImagined-v0"
 
 
 def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_from: str | Path | None,
-            co_policy: Any, sample: bool, temperature: float,
-            device: str) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
+            co_policy: Any, sample: bool, temperature: float, device: str,
+            views: str) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
     loaded = load_checkpoint(checkpoint, map_location=device)
     context: Context
     if reset_from is not None:
@@ -44,7 +44,7 @@ def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_fr
         context = RealGameContext(loaded.config.model.num_frames, loaded.meta["data"]["env_kwargs"],
                                   burn_in_policy, co_policy)
     return ImaginedWorlds(loaded, num_envs, context, sample=sample, temperature=temperature,
-                          device=device), loaded
+                          device=device, views=views), loaded
 
 
 def _metadata(base: dict[str, Any], loaded: LoadedCheckpoint) -> dict[str, Any]:
@@ -72,17 +72,21 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
         co_policy: the real game's co-player during the burn-in.
         sample: sample the next view per cell and the reward (True) or take the arg-max.
         temperature: softens (> 1) or sharpens (< 1) the sampled distributions.
+        views: how sampled views are drawn: ``"game"``, as the game can show them (the agent at the
+            centre, at most ``num_agents - 1`` others; `rpg_worldmodel.models.sampling`), or
+            ``"cells"``, every cell on its own (a factorised model's plain sample, for diagnosis).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
 
     def __init__(self, checkpoint: str | Path, *, burn_in_policy: Any = "greedy",
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
-                 temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None) -> None:
+                 temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
+                 views: str = "game") -> None:
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, co_policy, sample,
-                                      temperature, device)
+                                      temperature, device, views)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.observation_space, self.action_space = _spaces(loaded)
         self.render_mode = render_mode
@@ -131,14 +135,14 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
     def __init__(self, num_envs: int = 1, *, checkpoint: str | Path, burn_in_policy: Any = "greedy",
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
                  temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, views: str = "game") -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise InputError(f"num_envs must be a positive int, got {num_envs!r}")
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.num_envs = int(num_envs)
         self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, co_policy,
-                                      sample, temperature, device)
+                                      sample, temperature, device, views)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self.metadata["autoreset_mode"] = self.autoreset_mode
