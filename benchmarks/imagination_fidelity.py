@@ -104,7 +104,7 @@ def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> 
     num_agents = int(loaded.meta["data"]["env_kwargs"].get("num_agents", 2))
     imagined = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, num_envs=worlds, checkpoint=checkpoint,
                             sample=True, views=views)
-    real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds)
+    real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds, **loaded.meta["data"]["env_kwargs"])  # its game
     tail = slice(2 * steps // 3, steps)
     out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "views": views, "policies": {}}
     for name in POLICIES:

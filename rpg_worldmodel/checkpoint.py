@@ -284,6 +284,12 @@ def migrate(meta: dict[str, Any], folder: Path | str = "checkpoint") -> dict[str
             f"{folder} was written by a newer rpg_worldmodel (checkpoint schema {version}; this one reads "
             f"up to {CHECKPOINT_VERSION}); upgrade the package to use it"
         )
+    if version == 5 and "move_rules" not in dict((meta.get("config") or {}).get("model") or {}):
+        # schema 5 gained the movement table (and a map that leaves the centre alone) before it was
+        # released; a checkpoint of the interim development form would load into the wrong model
+        raise CheckpointError(f"{folder} is a schema-5 checkpoint from before the movement table (its config "
+                              f"has no model.move_rules), a development form this package cannot rebuild: "
+                              f"retrain it")
     if version == CHECKPOINT_VERSION:
         return meta
     config = dict(meta.get("config") or {})

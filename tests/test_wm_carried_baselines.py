@@ -4,6 +4,7 @@ a damaged file, are refused with what to do."""
 
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -38,7 +39,8 @@ def _fit(meta, data, reward_values):
     trained = training_files(meta)[0]
     fb = fit_baselines(data, trained.part(checkpoint_split(meta))["train"], EvalOptions().baseline_episodes,
                        EvalOptions().seed, reward_values)
-    return fb, {"path": str(data), "fingerprint": trained.fingerprint}
+    return fb, {"path": str(data), "fingerprint": trained.fingerprint, "seed": EvalOptions().seed,
+                "max_episodes": EvalOptions().baseline_episodes}
 
 
 def test_carried_baselines_score_exactly_as_the_ones_fitted_on_the_training_file(moved_run):
@@ -58,6 +60,14 @@ def test_carried_baselines_score_exactly_as_the_ones_fitted_on_the_training_file
         for name in ("motion_oracle", "memory_oracle", "copy", "majority_action", "reward_rule"):
             assert a["predictors"][name] == b["predictors"][name], name
         assert "carried by the checkpoint" in carried.metrics()["baselines"]["fitted_on"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            Evaluation(run, [fresh], opts)  # fitted as this evaluation asks: no warning
+        # another seed cannot refit them here: it uses them and says they were fitted otherwise
+        with pytest.warns(UserWarning, match="fitted with seed 0 .* not seed 3 .* --data"):
+            other = Evaluation(run, [fresh], EvalOptions(num_boot=20, floor="bound", theory_of_mind=False,
+                                                         seed=3))
+        assert "fitted with seed 0" in other.train_path
     finally:
         (folder / BASELINES_FILE).unlink()
 

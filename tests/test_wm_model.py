@@ -39,6 +39,23 @@ def test_output_shapes_for_full_and_shorter_windows():
     assert vl.shape == (2, 3, 6, 12, 12) and al.shape == (2, 3, 5)
 
 
+def test_a_stay_move_gets_a_reward_without_a_rule_prior():
+    # "stay" enters the agent's own cell, which no rule prices: the reward prior adds nothing there
+    # (the hidden cell's row), while a move into a gem gets the gem's rule logit.
+    model = _model(num_actions=5, move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1, 0, 0), blocking_kinds=(1, 5),
+                   entered_rewards=(0.0, -1.0, 10.0, -10.0, 5.0, 0.0))
+    views = torch.zeros(1, 2, 6, 9, 9)
+    views[:, :, 0] = 1
+    views[:, :, :, 3, 4] = 0
+    views[:, :, 2, 3, 4] = 1  # a gem above the agent
+    stay, up = model(views, torch.tensor([[4, 4]])), model(views, torch.tensor([[0, 0]]))
+    assert torch.isfinite(stay.reward).all()
+    rule = model.reward_prior.weight
+    assert rule[0].abs().sum() == 0  # the row stay shares
+    assert up.reward[0, 1].argmax() == model.cfg.reward_values.index(10.0)
+    assert stay.reward[0, 1].argmax() != model.cfg.reward_values.index(10.0)
+
+
 def test_patch_layout_maps_each_cell_back_to_its_place():
     # With a one-patch-per-view grid and a head that copies the patch token, a cell's logit
     # must depend on that cell's input only through the right patch: perturb one cell and

@@ -116,3 +116,18 @@ def test_a_schema_4_checkpoint_has_no_memory_map():
     meta = migrate({"version": 4, "config": {"model": {"action_frames": 5}}, "data": {"files": []}})
     assert meta["migrated_from"] == 4 and meta["config"]["model"] == {"action_frames": 5, "memory_map": False,
                                                                        "move_rules": False}
+
+
+def test_an_interim_schema_5_checkpoint_without_the_movement_table_is_refused(tiny_world_model, tmp_path):
+    # schema 5 gained model.move_rules before release; a meta without it would load wrong silently
+    run, _ = tiny_world_model
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    for meta_file in copy.rglob("meta.json"):
+        meta = json.loads(meta_file.read_text())
+        assert meta["version"] == 5
+        del meta["config"]["model"]["move_rules"]
+        meta_file.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="before the movement table.*retrain"):
+        load_checkpoint(copy)
+    assert load_checkpoint(run).config.model.move_rules  # the untouched run still loads

@@ -49,6 +49,17 @@ def test_one_other_agent_is_placed_as_the_conditioned_distribution_says():
     assert (kinds[:, a[0], a[1]][kinds[:, a[0], a[1]] != AGENT] == 0).all()
 
 
+def test_a_world_that_draws_nobody_places_no_further_agent():
+    # One candidate cell with agent probability 0.5 and room for two others: the constraint does
+    # not bind, so the cell is an agent half the time (a second draw after "nobody" would make it
+    # three quarters).
+    probs = torch.zeros(20000, V, V, C)
+    probs[..., 0] = 1.0
+    probs[:, 1, 1] = torch.tensor([0.5, 0, 0, 0, 0, 0.5])
+    kinds = sample_view(probs, torch.Generator().manual_seed(2), AGENT, 2)
+    assert abs(float((kinds[:, 1, 1] == AGENT).float().mean()) - 0.5) < 0.015
+
+
 def test_no_agent_probability_places_no_agent_and_sampling_is_seeded():
     probs = _probs(64, agent_mass=0.0, seed=3)
     kinds = sample_view(probs, torch.Generator().manual_seed(5), AGENT, 1)

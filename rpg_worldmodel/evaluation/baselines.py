@@ -177,6 +177,7 @@ class FittedBaselines:
     previous: ActionFrequencies
     train_episodes_used: int
     reward_rule: RewardRule | None = None  # with a model that predicts rewards
+    fitted_on: dict | None = None  # loaded from a file: where and how they were fitted (`save_baselines`)
 
     @property
     def codes(self) -> dict[str, int]:
@@ -299,7 +300,7 @@ def load_baselines(path: str | Path, fingerprints: Sequence[str | None]) -> Fitt
                                table(CalibratedCells(c, num_regions=NUM_REGIONS), doc["memory_oracle"]),
                                table(ActionFrequencies(a, 0), doc["majority_action"]),
                                table(ActionFrequencies(a, 1), doc["previous_action"]),
-                               int(doc["train_episodes_used"]), rule)
+                               int(doc["train_episodes_used"]), rule, dict(fitted_on))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not usable baselines of this checkpoint: {exc}; delete the file and pass "
                          "the checkpoint's training file as --data to fit them again") from None

@@ -12,6 +12,7 @@ plus the caller's own section, e.g. the pipeline's settings and timings) and ``e
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +126,16 @@ class Evaluation:
         carried = Path(folder) / BASELINES_FILE
         if carried.is_file():
             fb = load_baselines(carried, [f.fingerprint for f in training_files(self.meta)])
-            return f"{carried} (carried by the checkpoint: its training files are not here)", fb
+            fitted = fb.fitted_on or {}
+            seed, most = fitted.get("seed"), fitted.get("max_episodes")
+            if (seed, most) != (opts.seed, opts.baseline_episodes):
+                # the training file is not here to fit them as asked: use them, and say so
+                warnings.warn(f"{carried}: the carried baselines were fitted with seed {seed} on at most "
+                              f"{most} training episodes, not seed {opts.seed} and {opts.baseline_episodes} "
+                              f"as this evaluation asks; pass the checkpoint's training file as --data to "
+                              f"fit them so", stacklevel=2)
+            return (f"{carried} (carried by the checkpoint: its training files are not here; fitted with "
+                    f"seed {seed} on at most {most} training episodes)"), fb
         recorded = ", ".join(str(f.path) for f in training_files(self.meta))
         raise FileNotFoundError(
             f"the checkpoint's training files ({recorded}) are not found and none of --data is one; "

@@ -8,7 +8,7 @@ the centre (where an egocentric view always has it), places the other agents, at
 the game has, then draws every other cell without the agent kind. The
 placement is the model's own factorised distribution conditioned on that constraint: exact for
 one other agent (cell i alone, with odds ``p_i / (1 - p_i)``, or nobody, with odds 1); for more,
-one draw after another without replacement, which approximates it.
+one draw after another without replacement until a draw gives nobody, which approximates it.
 
 Used by the imagined env (`rpg_worldmodel.envs.imagination`) and by the sampled open-loop
 rollouts of the evaluation (`rpg_worldmodel.evaluation.rollouts`), so both imagine alike.
@@ -38,11 +38,13 @@ def sample_view(probs: torch.Tensor, generator: torch.Generator, agent: int, oth
     is_agent = torch.zeros(n, v * v, dtype=torch.bool, device=probs.device)
     odds = flat[..., agent] / (1 - flat[..., agent]).clamp_min(1e-6)
     odds[:, centre] = 0
+    open_ = torch.ones(n, dtype=torch.bool, device=probs.device)  # rows that have not drawn "nobody"
     for _ in range(others):
         weights = torch.cat([odds.masked_fill(is_agent, 0), torch.ones_like(odds[:, :1])], 1)
         pick = sample_cells(weights / weights.sum(1, keepdim=True), generator)  # v * v: nobody
-        placed = pick < v * v
-        if not bool(placed.any()):
+        placed = (pick < v * v) & open_
+        open_ &= placed
+        if not bool(open_.any()):
             break
         is_agent[placed.nonzero()[:, 0], pick[placed]] = True
     is_agent[:, centre] = True
