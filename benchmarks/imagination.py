@@ -10,7 +10,10 @@ N worlds; random actions):
 - ``uncached``: the same worlds, but each step recomputes the model over every past step its
   prediction depends on (`WorldModel.predict_last`, ``context_steps`` steps), as a world model
   without a cache does; the same sampling;
-- ``real``: the native vector env of the real game (``Treasurehunt-v0``), for scale.
+- ``real``: the native vector env of the real game (``Treasurehunt-v0``), for scale;
+- ``cached_baseline``: the cached path of the default before the memory map and the movement
+  table (``--baseline`` sets its overrides; ``--baseline ""`` leaves the row out), so what those
+  cost per step is a ratio within this run, whatever the machine's speed.
 
 The model has the default configuration (``rpg_worldmodel/configs/default.yaml``); its weights
 are a few training steps old (speed does not depend on training). Rounds alternate between the
@@ -29,6 +32,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import gymnasium as gym
@@ -46,14 +50,19 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (1, 64, 256, 1024)
 
 
-def build_checkpoint(root: Path, device: str) -> Path:
-    """A default-configuration world model trained for a few steps on 40 greedy games."""
+PREVIOUS_DEFAULT = "model.memory_map=false model.move_rules=false model.memory_conv=true"
+
+
+def build_checkpoint(root: Path, device: str, overrides: Sequence[str] = (), name: str = "run") -> Path:
+    """A default-configuration world model (with ``overrides``) trained for a few steps on 40 greedy
+    games."""
     data = root / "greedy.h5"
-    record("greedy", data, 40, seed=0, num_envs=20, mode="w", progress=False)
+    if not data.exists():
+        record("greedy", data, 40, seed=0, num_envs=20, mode="w", progress=False)
     cfg = load_config(DEFAULT_CONFIG_PATH, ["train.max_steps=3", "train.warmup_steps=1", "train.eval_every=3",
                                             "train.checkpoint_every=3", "train.progress=false",
-                                            f"train.device={device}", "data.max_val_windows=32"])
-    cfg.data.path, cfg.out_dir = str(data), str(root / "run")
+                                            f"train.device={device}", "data.max_val_windows=32", *overrides])
+    cfg.data.path, cfg.out_dir = str(data), str(root / name)
     return Path(train(cfg).checkpoint)
 
 
@@ -89,16 +98,22 @@ def steps_per_second(venv, steps: int, seed: int) -> float:
     return venv.num_envs * steps / (time.perf_counter() - start)
 
 
-def measure(checkpoint: Path, sizes: tuple[int, ...], steps: int, repeats: int, device: str) -> dict:
+def measure(checkpoint: Path, sizes: tuple[int, ...], steps: int, repeats: int, device: str,
+            baseline: Path | None = None) -> dict:
     rows: dict[str, dict[int, list[float]]] = {"cached": {}, "uncached": {}, "real": {}}
+    if baseline is not None:
+        rows["cached_baseline"] = {}
     for n in sizes:
         make = {"num_envs": n, "checkpoint": checkpoint, "device": device}
-        cached = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make)
-        uncached = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make)
-        Uncached(uncached)
-        real = gym.make_vec(rpg_env.ENV_ID, num_envs=n)
+        envs = {"cached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
+                "uncached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
+                "real": gym.make_vec(rpg_env.ENV_ID, num_envs=n)}
+        Uncached(envs["uncached"])
+        if baseline is not None:
+            envs["cached_baseline"] = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID,
+                                                   **{**make, "checkpoint": baseline})
         for r in range(repeats):
-            for name, venv in (("cached", cached), ("uncached", uncached), ("real", real)):
+            for name, venv in envs.items():
                 rows[name].setdefault(n, []).append(steps_per_second(venv, steps, seed=r))
         medians = ", ".join(f"{k} {statistics.median(v[n]):,.0f}" for k, v in rows.items())
         print(f"N={n}: {medians}", flush=True)
@@ -113,6 +128,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--steps", type=int, default=0, help="timed steps per round (default: by N)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", default=PREVIOUS_DEFAULT,
+                        help="overrides of the cached_baseline row's model ('' leaves the row out)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -120,24 +137,35 @@ def main() -> None:
     steps = args.steps or (5 if args.quick else 30)
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp), args.device)
+        baseline = (build_checkpoint(Path(tmp), args.device, args.baseline.split(), "baseline")
+                    if args.baseline.strip() else None)
         cfg = load_config(DEFAULT_CONFIG_PATH)
-        results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device)
+        results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device, baseline)
     at = "256" if "256" in results["cached"] else str(sizes[-1])
     summary = {
         f"cached_steps_per_s_at_{at}": results["cached"][at]["median"],
         f"cached_over_uncached_at_{at}": results["cached"][at]["median"] / results["uncached"][at]["median"],
         "goal": ">= 5,000 imagined steps/s at N = 256 and >= 3x the uncached path (2-core CPU)",
     }
+    if baseline is not None:
+        summary[f"cached_over_baseline_at_{at}"] = (results["cached"][at]["median"]
+                                                    / results["cached_baseline"][at]["median"])
+        summary["baseline_overrides"] = args.baseline
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size")
     shape = {k: getattr(cfg.model, k) for k in keys}
     record_ = provenance(seed=0, device=args.device, device_name=device_name,
                          torch_threads=torch.get_num_threads(), model=shape,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
-    print("\nworlds  cached/s  uncached/s  real/s  cached/uncached")
+    print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"
+                                                                     if baseline is not None else ""))
     for n in results["cached"]:
         c, u, r = (results[k][n]["median"] for k in ("cached", "uncached", "real"))
-        print(f"{n:>6}  {c:>8,.0f}  {u:>10,.0f}  {r:>8,.0f}  {c / u:>6.1f}x")
+        line = f"{n:>6}  {c:>8,.0f}  {u:>10,.0f}  {r:>8,.0f}  {c / u:>6.1f}x"
+        if baseline is not None:
+            b = results["cached_baseline"][n]["median"]
+            line += f"  {b:>10,.0f}  {c / b:>14.2f}"
+        print(line)
     out = RESULTS / ("imagination_gpu.json" if args.device.startswith("cuda") else "imagination.json")
     if not args.quick:
         out.write_text(json.dumps(record_, indent=1) + "\n")
