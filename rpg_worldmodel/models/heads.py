@@ -65,6 +65,13 @@ def start_rule_prior(prior: nn.Embedding, cfg: ModelConfig) -> None:
             prior.weight[kind + 1, list(cfg.reward_values).index(points)] = RULE_LOGIT
 
 
+def rule_logits(prior: nn.Embedding, entered: torch.Tensor, num_channels: int) -> torch.Tensor:
+    """The prior's reward logits (B, T, K) for the entered cells' kinds (B, T): row 0 for a hidden
+    cell (-1). A move that stays enters the agent's own cell (kind ``num_channels``), which no rule
+    prices: it shares the hidden cell's row, which starts at zero."""
+    return prior(torch.where(entered >= num_channels, -1, entered) + 1)
+
+
 def unfold_same(x: torch.Tensor, k: int) -> torch.Tensor:
     """``F.unfold(x, k, padding=k // 2)`` (stride 1) as one strided copy: (N, C, H, W) ->
     (N, C*k*k, H*W). F.unfold takes 3-4x longer on CPU at these sizes (3 ms for a batch of 9x9

@@ -50,11 +50,12 @@ from rpg_worldmodel.models.heads import (
     conv_for_choice,
     frames_before,
     imagined_frames,
+    rule_logits,
     rule_prior,
     start_rule_prior,
 )
 from rpg_worldmodel.models.memory import MemoryMap
-from rpg_worldmodel.models.moves import HIDDEN, MoveRules, cell_kinds
+from rpg_worldmodel.models.moves import MoveRules, cell_kinds
 from rpg_worldmodel.models.state import Imagination
 
 
@@ -318,10 +319,7 @@ class WorldModel(nn.Module):
         if self.reward_head is not None:
             reward = self.reward_head(torch.cat([global_, patches[:, :, self.centre_patch]], -1))
             if self.reward_prior is not None:
-                # row 0: HIDDEN (-1). A move that stays enters the agent's own cell (kind C), which
-                # no rule prices: it shares the hidden cell's row, which starts at zero.
-                own = entered >= cfg.num_channels
-                reward = reward + self.reward_prior(torch.where(own, HIDDEN, entered) + 1)
+                reward = reward + rule_logits(self.reward_prior, entered, cfg.num_channels)
         if isinstance(self.action_head, FrameStackActionHead):
             predicted = view_logits.detach().float().softmax(2).to(views.dtype)[:, :, None]
             stack = predicted if frames is None else torch.cat([frames, predicted], 2)
