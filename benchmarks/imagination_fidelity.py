@@ -43,6 +43,7 @@ from rpg_env.policies import BatchPolicy, make_policy
 from rpg_env.provenance import provenance
 from rpg_worldmodel.checkpoint import load_checkpoint
 from rpg_worldmodel.envs.imagination import VIEWS
+from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weights
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = ("dqn", "greedy", "random", "left")
@@ -87,11 +88,9 @@ def play(venv, name: str, steps: int, seed: int, burn_in: int = 0) -> tuple[np.n
 
 
 def interval(per_world: np.ndarray, seed: int, reps: int = 2000) -> dict:
-    """Mean over worlds with a 95% percentile bootstrap interval."""
-    rng = np.random.default_rng(seed)
-    means = per_world[rng.integers(0, len(per_world), (reps, len(per_world)))].mean(1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return {"value": float(per_world.mean()), "lo": float(lo), "hi": float(hi)}
+    """Mean over worlds with a 95% percentile bootstrap interval (the evaluation's bootstrap)."""
+    means = resample_weights(len(per_world), reps, seed) @ per_world / len(per_world)
+    return bootstrap_interval(per_world.mean(), means).as_dict()
 
 
 def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> dict:
@@ -107,9 +106,8 @@ def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> 
     real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds, **loaded.meta["data"]["env_kwargs"])  # its game
     tail = slice(2 * steps // 3, steps)
     out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "views": views, "policies": {}}
+    burn_in = loaded.config.model.num_frames - 1  # real games get the imagined worlds' greedy burn-in
     for name in POLICIES:
-        # real games get the same greedy burn-in as the imagined worlds' real context
-        burn_in = loaded.config.model.num_frames - 1
         (r_im, c_im), (r_re, c_re) = play(imagined, name, steps, seed), play(real, name, steps, seed, burn_in)
         v = c_im.shape[-1] // 2
         invalid = (c_im[..., v, v] != agent) | ((c_im == agent).sum((-1, -2)) > num_agents)

@@ -37,15 +37,22 @@ def game_moves(action_names: Sequence[str] = ACTION_NAMES, channel_names: Sequen
     return tuple(int(x) for x in deltas.reshape(-1)), blocking
 
 
+def view_codes(views: torch.Tensor) -> torch.Tensor:
+    """One-hot views (..., C, V, V) -> entity codes (..., V, V) int64 (the channel that is set; 0
+    where none is, as argmax gives)."""
+    # A channel-weighted sum: exact for one-hot views, and ~40x faster on CPU than an argmax over
+    # the strided channel axis (4 ms a training batch).
+    c = views.shape[-3]
+    weights = torch.arange(c, device=views.device).view(c, 1, 1)
+    return (views * weights.to(views.dtype if views.is_floating_point() else torch.int64)).sum(-3).long()
+
+
 def cell_kinds(views: torch.Tensor) -> torch.Tensor:
     """One-hot views (..., C, V, V) -> kinds (..., V, V) long: the set channel, ``HIDDEN`` where
     none is set, and ``C`` for the centre, where the agent itself stands (it has left that cell
     by the time the cell is seen again)."""
     c, v = views.shape[-3], views.shape[-1]
-    # The channel-weighted sum is the set channel of a one-hot cell (an argmax over the strided
-    # channel axis costs ~40x more on CPU).
-    kinds = (views * torch.arange(c, device=views.device, dtype=views.dtype).view(c, 1, 1)).sum(-3).long()
-    kinds = torch.where(views.amax(-3) > 0.5, kinds, HIDDEN)
+    kinds = torch.where(views.amax(-3) > 0.5, view_codes(views), HIDDEN)
     kinds[..., v // 2, v // 2] = c
     return kinds
 

@@ -55,7 +55,7 @@ from rpg_worldmodel.models.heads import (
     start_rule_prior,
 )
 from rpg_worldmodel.models.memory import MemoryMap
-from rpg_worldmodel.models.moves import MoveRules, cell_kinds
+from rpg_worldmodel.models.moves import MoveRules, cell_kinds, view_codes
 from rpg_worldmodel.models.state import Imagination
 
 
@@ -132,16 +132,6 @@ class StarBlock(nn.Module):
         seq = torch.stack([summary, global_], 2).view(b, 2 * t, d)
         out, kv = self.global_(seq, **attention)
         return local, out[:, 1::2], kv
-
-
-def view_codes(views: torch.Tensor) -> torch.Tensor:
-    """One-hot views (..., C, V, V) -> entity codes (..., V, V) int64 (the channel that is set; 0
-    where none is, as argmax gives)."""
-    # A channel-weighted sum: exact for one-hot views, and ~40x faster on CPU than an argmax over
-    # the strided channel axis (4 ms a training batch).
-    c = views.shape[-3]
-    weights = torch.arange(c, device=views.device).view(c, 1, 1)
-    return (views * weights.to(views.dtype if views.is_floating_point() else torch.int64)).sum(-3).long()
 
 
 class Outputs(NamedTuple):
