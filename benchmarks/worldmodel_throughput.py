@@ -147,15 +147,18 @@ class Ours:
         import numpy as np
         import torch
 
+        from rpg_env.game.constants import vocabulary
         from rpg_worldmodel.config import load_config
         from rpg_worldmodel.data import EpochBatchSampler, TrajectoryWindows
+        from rpg_worldmodel.distributed import autocast_context, to_device
         from rpg_worldmodel.model import WorldModel
-        from rpg_worldmodel.train import compute_losses
+        from rpg_worldmodel.train import loss_weights
 
         if threads:
             torch.set_num_threads(threads)
-        self.torch, self.compute_losses = torch, compute_losses
+        self.torch, self.autocast, self.to_device = torch, autocast_context, to_device
         self.cfg = load_config(None, [f"data.path={data}"])
+        self.weights = loss_weights(self.cfg, vocabulary().cell_names)
         with_ref = self.cfg.model
         assert (with_ref.width, with_ref.num_layers, with_ref.num_heads, with_ref.num_frames) == (
             REFERENCE["width"],
@@ -182,7 +185,8 @@ class Ours:
 
     def train_step(self) -> None:
         batch = self.dataset.get_batch(next(self.batches))
-        loss, _ = self.compute_losses(self.model, batch, self.cfg, self.device)
+        with self.autocast(self.device, self.cfg.train.amp):
+            loss, _ = self.model.loss(self.to_device(batch, self.device), self.weights)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)

@@ -204,6 +204,9 @@ class TrainConfig:
     train_mask: str = setting("none", f"input mask during training: one of {', '.join(MASK_KINDS)}")
     mask_prob: float = setting(0.15, "fraction of cells hidden by the random_cells mask")
     progress: bool = setting(True, "show a tqdm progress bar")
+    init_from: str = setting(
+        "", "checkpoint (or run folder: its best) whose weights start this run, to fine-tune it: same "
+        "model config and data; its split is kept; fresh optimizer and schedule; empty = random init")
 
     def validate(self) -> None:
         """Ranges of the optimiser, loss weights, mask and device."""

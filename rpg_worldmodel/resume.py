@@ -2,6 +2,9 @@
 check that the checkpoint fits the run (model config, data fingerprints) and restore the optimizer,
 RNG and grad-scaler states, so a resumed run continues with exactly the losses an uninterrupted one
 would have had (under torchrun too: every rank's random state is saved, `training_state`).
+
+`start_from` is the lighter form behind ``train.init_from``: a new run (fresh optimizer and
+schedule) that starts from a checkpoint's weights, on the same data and split, to fine-tune it.
 """
 
 from __future__ import annotations
@@ -72,17 +75,16 @@ class Resume:
         return self.folder.parent.parent
 
 
-def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, Any]) -> Resume:
-    """Read the checkpoint a run resumes from; refuse it (`CheckpointError`, both sides named) when
-    its model config differs from ``cfg.model`` or it was trained on other data than ``data``
-    (a data record, `rpg_worldmodel.data.data_record`: the same files' contents, in any order)."""
-    folder = resolve_checkpoint(path, "latest")
+def _checked(folder: Path, cfg: WorldModelConfig, data: dict[str, Any], doing: str) -> dict[str, Any]:
+    """The meta of checkpoint ``folder``; refused (`CheckpointError`, both sides named) when its
+    model config differs from ``cfg.model`` or it was trained on other data than ``data`` (a data
+    record, `rpg_worldmodel.data.data_record`: the same files' contents, in any order)."""
     meta = read_meta(folder)
     saved = WorldModelConfig.from_dict(meta["config"], source=str(folder))
     diffs = config_differences(saved.model, cfg.model)
     if diffs:
         raise CheckpointError(
-            f"cannot resume {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}"
+            f"cannot {doing} {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}"
         )
     trained = {f["fingerprint"]: f["path"] for f in meta["data"]["files"]}
     given = {f["fingerprint"]: f["path"] for f in data["files"]}
@@ -90,11 +92,31 @@ def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, 
         new = [f"{p} has fingerprint {fp[:12]}" for fp, p in given.items() if fp not in trained]
         gone = [f"{p} (fingerprint {fp[:12]})" for fp, p in trained.items() if fp not in given]
         raise CheckpointError(
-            f"cannot resume {folder}: it was trained on {', '.join(gone) or 'fewer files'}, but "
+            f"cannot {doing} {folder}: it was trained on {', '.join(gone) or 'fewer files'}, but "
             f"{'; '.join(new) or 'those files are not given'}; pass the same data files"
         )
-    splits = {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
-    return Resume(folder, int(meta["step"]), splits, load_training_state(folder))
+    return meta
+
+
+def _splits(meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
+
+
+def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, Any]) -> Resume:
+    """Read the checkpoint a run resumes from (its latest); refused as `_checked` says."""
+    folder = resolve_checkpoint(path, "latest")
+    meta = _checked(folder, cfg, data, "resume")
+    return Resume(folder, int(meta["step"]), _splits(meta), load_training_state(folder))
+
+
+def start_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, Any]
+               ) -> tuple[Path, dict[str, np.ndarray]]:
+    """``train.init_from``: the checkpoint folder whose weights start a new run (a run folder
+    gives its best) and its recorded split, which the new run keeps so that the games it held out
+    stay unseen; refused as `_checked` says (other data would need another split)."""
+    folder = resolve_checkpoint(path, "best")
+    meta = _checked(folder, cfg, data, "fine-tune (train.init_from)")
+    return folder, _splits(meta)
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor]:

@@ -51,6 +51,7 @@ from rpg_worldmodel.checkpoint import (
     Choice,
     best_val_loss,
     choose_checkpoint,
+    load_model_weights,
     mark_best,
     prune_checkpoints,
     resolve_checkpoint,
@@ -89,6 +90,7 @@ from rpg_worldmodel.resume import (
     resume_config,
     resume_from,
     rng_state,
+    start_from,
     training_state,
 )
 from rpg_worldmodel.runlog import Meter, MetricsLog
@@ -122,17 +124,6 @@ def loss_weights(cfg: WorldModelConfig, channel_names: Sequence[str]) -> LossWei
     t = cfg.train
     return LossWeights(t.view_loss_weight, t.action_loss_weight, t.item_weight, item_codes(channel_names),
                        t.reward_loss_weight)
-
-
-def compute_losses(
-    model: WorldModel, batch: dict[str, torch.Tensor], cfg: WorldModelConfig, device: torch.device
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Compatibility (benchmarks): `WorldModel.loss` of an unmasked batch moved to ``device``,
-    with the game's own channel names."""
-    from rpg_env.game.constants import vocabulary
-
-    with autocast_context(device, cfg.train.amp):
-        return model.loss(to_device(batch, device), loss_weights(cfg, vocabulary().cell_names))
 
 
 @torch.no_grad()
@@ -236,15 +227,20 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     seed_everything(cfg.train.seed)
     files, splits, record = open_data(cfg, procs)
     resumed: Resume | None = None
+    start: Path | None = None
     if resume is not None:
         resumed = resume_from(resume, cfg, record)
         splits, run_dir = resumed.splits, resumed.run_dir
+    elif cfg.train.init_from:
+        start, splits = start_from(cfg.train.init_from, cfg, record)
     train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.num_frames)
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
     )
     device = procs.device
     model = WorldModel(cfg.model).to(device)
+    if start is not None:
+        load_model_weights(model, start, device)
     if procs.rank > 0:  # the same dropout masks on every rank's slice would correlate their noise
         torch.manual_seed(rank_seed(cfg.train.seed, procs.rank))
     optimizer = torch.optim.AdamW(
@@ -256,7 +252,8 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(device, cfg.train.amp) == torch.float16)
     if resumed is not None:
         restore_training(resumed, model, optimizer, scaler, device, procs.rank if procs.launched else None)
-    meta = {"splits": splits, "data": record, "seed": cfg.train.seed, "versions": package_versions()}
+    meta = {"splits": splits, "data": record, "seed": cfg.train.seed, "versions": package_versions(),
+            **({"init_from": str(start)} if start is not None else {})}
     return Run(cfg, procs, run_dir, resumed.step if resumed else 0, model, wrap(model, procs), optimizer,
                scaler, train_set, val_set, val_idx, loss_weights(cfg, record["channel_names"]), meta,
                data_summary)

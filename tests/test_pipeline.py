@@ -81,6 +81,12 @@ def test_quick_pipeline_outputs(quick_run):
     table = metrics["masking"]["table"]
     assert set(table) == {"none", "random_cells"}  # rows: train masks
     assert all(set(row) == {"none", "random_cells", "gem"} for row in table.values())  # columns: eval masks
+    # The probe model is the main model fine-tuned with the mask, so the rows share their start.
+    main_checkpoint = metrics["checkpoint"]
+    assert metrics["masking"]["fine_tuned_from"] == {"random_cells": main_checkpoint}
+    probe = json.loads((Path(metrics["pipeline"]["masked_checkpoint"]) / "meta.json").read_text())
+    assert probe["init_from"] == main_checkpoint and probe["config"]["train"]["train_mask"] == "random_cells"
+    assert probe["splits"] == json.loads((Path(main_checkpoint) / "meta.json").read_text())["splits"]
     for name in ("entity_f1.png", "view_strip.png", "learning_curves.png", "masking.png"):
         assert (out / name).stat().st_size > 1000, name
     transfer_png = list(out.glob("transfer_*.png"))
@@ -91,6 +97,7 @@ def test_quick_pipeline_outputs(quick_run):
         assert f"]({name})" in report, name
     for section in ("## Held-out table", "## Cross-agent transfer", "## Masking probes"):
         assert section in report
+    assert "| random_cells (fine-tuned " in report and f"started from `{main_checkpoint}`" in report
 
 
 def test_quick_pipeline_reports_every_headline_figure_across_seeds(quick_run):

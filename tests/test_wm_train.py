@@ -211,6 +211,37 @@ def test_best_falls_back_to_the_last_and_a_step_folder_is_taken_as_given(files, 
         load_checkpoint(out)
 
 
+def test_init_from_fine_tunes_a_checkpoint_on_its_split(files, tmp_path):
+    greedy, _ = files
+    T.train(_cfg(greedy, tmp_path / "base", "train.max_steps=6", "data.split_seed=3"))
+    start = load_checkpoint(tmp_path / "base")
+    # Zero steps of learning rate: the fine-tuned run starts, and stays, at the base's weights.
+    tuned = T.train(_cfg(greedy, tmp_path / "tuned", "train.max_steps=3", "train.lr=1e-12",
+                         "train.weight_decay=0", f"train.init_from={tmp_path / 'base'}"))
+    meta = json.loads((tuned.checkpoint / "meta.json").read_text())
+    assert meta["init_from"] == str(start.path)
+    assert meta["config"]["train"]["init_from"] == str(tmp_path / "base")
+    # The split is the base's (split_seed 3), not the one its own split_seed 0 would draw.
+    assert meta["splits"] == json.loads((start.path / "meta.json").read_text())["splits"]
+    a, b = start.model.state_dict(), load_checkpoint(tuned.checkpoint).model.state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    start_val = json.loads((start.path / "meta.json").read_text())["metrics"]["loss"]
+    assert tuned.val["loss"] == pytest.approx(start_val, rel=1e-4)
+    # A fresh run of the same config (no init_from) starts elsewhere.
+    fresh = T.train(_cfg(greedy, tmp_path / "fresh", "train.max_steps=3", "train.lr=1e-12",
+                         "train.weight_decay=0"))
+    c = load_checkpoint(fresh.checkpoint).model.state_dict()
+    assert not all(torch.allclose(a[k], c[k], atol=1e-6) for k in a)
+    # Another model or other data is refused, naming what differs.
+    with pytest.raises(CheckpointError, match=r"cannot fine-tune \(train.init_from\) .*width: 24 vs 32"):
+        T.train(_cfg(greedy, tmp_path / "wide", "model.width=32", f"train.init_from={tmp_path / 'base'}"))
+    other = tmp_path / "other.h5"
+    record("greedy", other, 4, seed=5, num_envs=4, mode="w", progress=False, env_kwargs={"max_turns": 30})
+    with pytest.raises(CheckpointError, match=r"trained on .*greedy.h5 .* but .*other.h5 has fingerprint"):
+        T.train(_cfg(other, tmp_path / "elsewhere", f"train.init_from={tmp_path / 'base'}"))
+    assert not any((tmp_path / name / "checkpoints").exists() for name in ("wide", "elsewhere"))
+
+
 def test_checkpoint_and_data_mismatches_name_both_sides(files, tmp_path):
     greedy, small_view = files
     out = tmp_path / "run"

@@ -126,14 +126,18 @@ def masking_table(models: dict[str, tuple[WorldModel, WorldModelConfig]], es: Ev
     (the same cells hidden for every model). ``table`` cells: figures with intervals;
     ``cost`` cells (when ``"none"`` is among the columns): the paired increase of each figure
     over the same model's unmasked input, which compares rows trained for different lengths
-    more fairly than the raw figures. ``train_steps``: each row's training length.
+    more fairly than the raw figures. ``train_steps``: each row's training length;
+    ``fine_tuned_from``: the checkpoint a row's model started from (``train.init_from``), if any.
     """
     table: dict = {}
     cost: dict = {}
     steps: dict = {}
+    starts: dict = {}
     for train_mask, (model, config) in models.items():
         table[train_mask], cost[train_mask] = {}, {}
         steps[train_mask] = int(getattr(config.train, "max_steps", 0))
+        if getattr(config.train, "init_from", ""):
+            starts[train_mask] = config.train.init_from
         counts = {}
         for eval_mask in eval_masks:
             scores = score_eval_set(model, config, es, None, mask_kind=eval_mask, mask_seed=seed,
@@ -148,5 +152,6 @@ def masking_table(models: dict[str, tuple[WorldModel, WorldModelConfig]], es: Ev
                 diff = M.bootstrap_differences(counts[eval_mask], counts["none"], fn, num_boot, seed)
                 cost[train_mask][eval_mask] = {k: diff[k].as_dict() for k in MASK_FIGURES if k in diff}
     return {"rows": "train mask", "columns": "eval mask", "file": str(es.path), "selection": es.label,
-            "episodes": len(es.episodes), "context": context, "train_steps": steps, "table": table,
+            "episodes": len(es.episodes), "context": context, "train_steps": steps,
+            "fine_tuned_from": starts, "table": table,
             "cost": cost if any(cost.values()) else {}}

@@ -174,7 +174,7 @@ def _transfer_section(key: str, tr: dict) -> list[str]:
 
 def _masking_section(mk: dict) -> list[str]:
     """Train mask x eval mask: view CE with mean item F1, then each mask's paired cost."""
-    steps = mk.get("train_steps", {})
+    steps, starts = mk.get("train_steps", {}), mk.get("fine_tuned_from", {})
     lines = ["## Masking probes", "",
              f"On {mk.get('episodes', '?')} test episodes ({mk.get('context', 'full')} windows). "
              "Rows: mask used in training (with its training steps); columns: mask applied to the "
@@ -188,9 +188,13 @@ def _masking_section(mk: dict) -> list[str]:
             f1s = [cells[c].get(f"f1_{e}", {}).get("value") for e in ITEM_NAMES]
             f1s = [f for f in f1s if f is not None]
             rendered.append(fmt_interval(cells[c].get("view_ce")) + (f" ({np.mean(f1s):.2f})" if f1s else ""))
-        label = f"{row} ({steps[row]} steps)" if row in steps else row
+        how = "fine-tuned " if row in starts else ""
+        label = f"{row} ({how}{steps[row]} steps)" if row in steps else row
         lines.append(f"| {label} | " + " | ".join(rendered) + " |")
     lines.append("")
+    lines += [f"The `{row}` row's model started from `{start}` (`train.init_from`), so it differs from "
+              "that model by its mask and those steps only." for row, start in starts.items()]
+    lines += [""] if starts else []
     if mk.get("cost"):
         lines += ["Cost of each mask: increase in view CE over the same model's unmasked input "
                   "(paired bootstrap). Rows trained for different lengths are compared through this "
