@@ -9,7 +9,7 @@ Stages (each a function, so tests and notebooks can run them one by one):
              stand in (with a warning) where a shipped expert is missing.
 2. record    each expert's games to an HDF5 trajectory file (`rpg_env.record.record`).
 3. train     the world model on the self file with the default config
-             (`rpg_worldmodel.train`), and a shorter run with an input mask for the probes.
+             (`rpg_worldmodel.train`), and that model fine-tuned with an input mask for the probes.
 4. evaluate  held-out test split of the self file, beside the baselines (`rpg_worldmodel.evaluate`).
 5. transfer  the same model on the cross expert's games: self-vs-cross table and relative gap.
 6. probes    masking table: models trained with / without a mask x masks at evaluation.
@@ -322,7 +322,8 @@ def pipeline_section(p: dict) -> list[str]:
              f"- self expert: {rec['self']['policy_id']}, {rec['self']['games']} games "
              f"(mean return {rec['self']['mean_return']:.2f}); cross expert: {rec['cross']['policy_id']}, "
              f"{rec['cross']['games']} games (mean return {rec['cross']['mean_return']:.2f})",
-             f"- training run: `{p['run_dir']}`; probe model trained with a mask: `{p['masked_checkpoint']}`",
+             f"- training run: `{p['run_dir']}`; probe model (that model fine-tuned with a mask): "
+             f"`{p['masked_checkpoint']}`",
              "- stage timings (s): " + ", ".join(f"{k} {v}" for k, v in p["timings_s"].items()), ""]
     return lines
 
