@@ -42,8 +42,9 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: episode ids counting over all of them in that order (one file: its own ids); 4 added the
 #: frame-stack action head (model.action_frames; older checkpoints have the linear head, 0); 5 the
 #: memory map and the movement table (model.memory_map, model.move_rules, model.move_deltas,
-#: model.blocking_kinds; older ones have neither).
-CHECKPOINT_VERSION = 5
+#: model.blocking_kinds; older ones have neither); 6 fine-tuning (train.init_from; older runs
+#: started from random weights).
+CHECKPOINT_VERSION = 6
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
 #: (schema 2's one data file becomes a list of one by `migrate`).
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
@@ -51,6 +52,7 @@ MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     2: {},
     3: {"model": {"action_frames": 0}},
     4: {"model": {"memory_map": False, "move_rules": False}},
+    5: {"train": {"init_from": ""}},
 }
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
 BEST_FILE = "best.json"

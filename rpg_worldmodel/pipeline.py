@@ -12,7 +12,7 @@ Stages (each a function, so tests and notebooks can run them one by one):
              (`rpg_worldmodel.train`), and that model fine-tuned with an input mask for the probes.
 4. evaluate  held-out test split of the self file, beside the baselines (`rpg_worldmodel.evaluate`).
 5. transfer  the same model on the cross expert's games: self-vs-cross table and relative gap.
-6. probes    masking table: models trained with / without a mask x masks at evaluation.
+6. probes    masking table: the model and its mask-fine-tuned probe x masks at evaluation.
 7. rollouts  the model rolled open-loop 15 steps from held-out starts, scored at every step.
 8. seeds     with ``--seeds A B C``: one more model per further training seed (``run_seed_B``...),
              each scored on the same held-out and cross games; every headline figure per seed,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,12 @@ from rpg_worldmodel.checkpoint import (
 from rpg_worldmodel.config import WorldModelConfig, apply_override
 from rpg_worldmodel.models.world_model import WorldModel
 
-#: Settings a resumed run takes from its checkpoint (its folder, its recorded split): an
-#: override of one of them would be ignored, so it is refused.
-FIXED_ON_RESUME = ("out_dir", "data.split_fractions", "data.split_seed", "data.agent_id")
+#: The settings that draw a run's split: a fine-tuned run (``train.init_from``) takes them from its
+#: checkpoint along with the split itself, so its config says how its split was drawn.
+SPLIT_SETTINGS = ("data.split_fractions", "data.split_seed", "data.agent_id")
+#: Settings a resumed run takes from its checkpoint (its folder, its recorded split, where its
+#: weights started): an override of one of them would be ignored, so it is refused.
+FIXED_ON_RESUME = ("out_dir", *SPLIT_SETTINGS, "train.init_from")
 
 
 def _setting(cfg: WorldModelConfig, name: str) -> Any:
@@ -63,16 +66,22 @@ def resume_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...
 @dataclass
 class Resume:
     """Where a resumed run continues: the checkpoint ``folder`` (``RUN/checkpoints/step_N``), its
-    ``step``, recorded ``splits`` (sorted episode ids) and ``training`` state."""
+    ``step``, recorded ``splits`` (sorted episode ids), ``training`` state and ``meta``."""
 
     folder: Path
     step: int
     splits: dict[str, np.ndarray]
     training: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
         return self.folder.parent.parent
+
+    @property
+    def started_from(self) -> str | None:
+        """The checkpoint folder the resumed run was fine-tuned from (``train.init_from``), if any."""
+        return self.meta.get("init_from")
 
 
 def _checked(folder: Path, cfg: WorldModelConfig, data: dict[str, Any], doing: str) -> dict[str, Any]:
@@ -84,7 +93,9 @@ def _checked(folder: Path, cfg: WorldModelConfig, data: dict[str, Any], doing: s
     diffs = config_differences(saved.model, cfg.model)
     if diffs:
         raise CheckpointError(
-            f"cannot {doing} {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}"
+            f"cannot {doing} {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}; "
+            f"use the checkpoint's model settings (its run folder's config.yaml: --config "
+            f"{folder.parent.parent / 'config.yaml'}, or drop those model.* overrides)"
         )
     trained = {f["fingerprint"]: f["path"] for f in meta["data"]["files"]}
     given = {f["fingerprint"]: f["path"] for f in data["files"]}
@@ -106,17 +117,27 @@ def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, 
     """Read the checkpoint a run resumes from (its latest); refused as `_checked` says."""
     folder = resolve_checkpoint(path, "latest")
     meta = _checked(folder, cfg, data, "resume")
-    return Resume(folder, int(meta["step"]), _splits(meta), load_training_state(folder))
+    return Resume(folder, int(meta["step"]), _splits(meta), load_training_state(folder), meta)
 
 
-def start_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, Any]
-               ) -> tuple[Path, dict[str, np.ndarray]]:
-    """``train.init_from``: the checkpoint folder whose weights start a new run (a run folder
-    gives its best) and its recorded split, which the new run keeps so that the games it held out
-    stay unseen; refused as `_checked` says (other data would need another split)."""
-    folder = resolve_checkpoint(path, "best")
-    meta = _checked(folder, cfg, data, "fine-tune (train.init_from)")
-    return folder, _splits(meta)
+def starting_checkpoint(cfg: WorldModelConfig) -> Path:
+    """``train.init_from``'s checkpoint folder (a run folder gives its best), read before the data:
+    ``cfg.data`` takes its `SPLIT_SETTINGS`, since the new run keeps its split (`start_from`)."""
+    try:
+        folder = resolve_checkpoint(cfg.train.init_from, "best")
+        saved = WorldModelConfig.from_dict(read_meta(folder)["config"], source=str(folder / META_FILE))
+    except CheckpointError as exc:
+        raise CheckpointError(f"train.init_from={cfg.train.init_from}: {exc}") from None
+    for name in SPLIT_SETTINGS:
+        setattr(cfg.data, name.partition(".")[2], copy.deepcopy(_setting(saved, name)))
+    return folder
+
+
+def start_from(folder: Path, cfg: WorldModelConfig, data: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The recorded split of `starting_checkpoint` ``folder``, which the fine-tuned run keeps so
+    that the games its start held out stay unseen; refused as `_checked` says (other data would
+    need another split)."""
+    return _splits(_checked(folder, cfg, data, "fine-tune (train.init_from)"))
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor]:

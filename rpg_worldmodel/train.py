@@ -91,6 +91,7 @@ from rpg_worldmodel.resume import (
     resume_from,
     rng_state,
     start_from,
+    starting_checkpoint,
     training_state,
 )
 from rpg_worldmodel.runlog import Meter, MetricsLog
@@ -224,15 +225,15 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
             f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose another "
             f"out_dir (nothing was overwritten)"
         )
+    start = starting_checkpoint(cfg) if resume is None and cfg.train.init_from else None
     seed_everything(cfg.train.seed)
     files, splits, record = open_data(cfg, procs)
     resumed: Resume | None = None
-    start: Path | None = None
     if resume is not None:
         resumed = resume_from(resume, cfg, record)
         splits, run_dir = resumed.splits, resumed.run_dir
-    elif cfg.train.init_from:
-        start, splits = start_from(cfg.train.init_from, cfg, record)
+    elif start is not None:
+        splits = start_from(start, cfg, record)
     train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.num_frames)
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
@@ -252,8 +253,9 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(device, cfg.train.amp) == torch.float16)
     if resumed is not None:
         restore_training(resumed, model, optimizer, scaler, device, procs.rank if procs.launched else None)
+    started = resumed.started_from if resumed is not None else (str(start) if start is not None else None)
     meta = {"splits": splits, "data": record, "seed": cfg.train.seed, "versions": package_versions(),
-            **({"init_from": str(start)} if start is not None else {})}
+            **({"init_from": started} if started else {})}
     return Run(cfg, procs, run_dir, resumed.step if resumed else 0, model, wrap(model, procs), optimizer,
                scaler, train_set, val_set, val_idx, loss_weights(cfg, record["channel_names"]), meta,
                data_summary)

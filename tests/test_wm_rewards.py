@@ -118,6 +118,14 @@ def test_a_schema_4_checkpoint_has_no_memory_map():
                                                                        "move_rules": False}
 
 
+def test_a_schema_5_checkpoint_started_from_random_weights():
+    from rpg_worldmodel.checkpoint import migrate
+
+    meta = migrate({"version": 5, "config": {"model": {"move_rules": True}, "train": {"lr": 0.01}},
+                    "data": {"files": []}})
+    assert meta["migrated_from"] == 5 and meta["config"]["train"] == {"init_from": "", "lr": 0.01}
+
+
 def test_an_interim_schema_5_checkpoint_without_the_movement_table_is_refused(tiny_world_model, tmp_path):
     # schema 5 gained model.move_rules before release; a meta without it would load wrong silently
     run, _ = tiny_world_model
@@ -125,7 +133,8 @@ def test_an_interim_schema_5_checkpoint_without_the_movement_table_is_refused(ti
     shutil.copytree(run, copy)
     for meta_file in copy.rglob("meta.json"):
         meta = json.loads(meta_file.read_text())
-        assert meta["version"] == 5
+        assert meta["version"] == CHECKPOINT_VERSION
+        meta["version"] = 5
         del meta["config"]["model"]["move_rules"]
         meta_file.write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="before the movement table.*retrain"):

@@ -25,6 +25,7 @@ from rpg_worldmodel.checkpoint import (
 from rpg_worldmodel.config import ConfigError, ModelConfig, load_config
 from rpg_worldmodel.data import EpochBatchSampler, TrajectoryWindows, check_data_matches
 from rpg_worldmodel.evaluation.episodes import EvalSet
+from rpg_worldmodel.evaluation.run import Evaluation
 from rpg_worldmodel.evaluation.scoring import iter_windows
 from rpg_worldmodel.models.world_model import WorldModel
 
@@ -221,8 +222,10 @@ def test_init_from_fine_tunes_a_checkpoint_on_its_split(files, tmp_path):
     meta = json.loads((tuned.checkpoint / "meta.json").read_text())
     assert meta["init_from"] == str(start.path)
     assert meta["config"]["train"]["init_from"] == str(tmp_path / "base")
-    # The split is the base's (split_seed 3), not the one its own split_seed 0 would draw.
+    # The split is the base's (split_seed 3), not the one its own split_seed 0 would draw, and its
+    # config says so.
     assert meta["splits"] == json.loads((start.path / "meta.json").read_text())["splits"]
+    assert meta["config"]["data"]["split_seed"] == 3
     a, b = start.model.state_dict(), load_checkpoint(tuned.checkpoint).model.state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     start_val = json.loads((start.path / "meta.json").read_text())["metrics"]["loss"]
@@ -232,8 +235,20 @@ def test_init_from_fine_tunes_a_checkpoint_on_its_split(files, tmp_path):
                          "train.weight_decay=0"))
     c = load_checkpoint(fresh.checkpoint).model.state_dict()
     assert not all(torch.allclose(a[k], c[k], atol=1e-6) for k in a)
+    # ... on its own split, so it may not be scored as a masking probe on the base's test games.
+    with pytest.raises(InputError, match=r"another split .* train.init_from="):
+        Evaluation(tmp_path / "base", [greedy]).masking(["none"], [fresh.checkpoint])
+    # Resuming a fine-tuned run keeps where it started; that setting cannot be changed on resume.
+    T.train(_cfg(greedy, tmp_path / "cut", "train.max_steps=6", f"train.init_from={tmp_path / 'base'}"),
+            stop_at=3)
+    with pytest.raises(CheckpointError, match="a resumed run keeps the train.init_from"):
+        T.main(["--resume", str(tmp_path / "cut"), "train.init_from=/elsewhere"])
+    assert command_status(T.main, ["--resume", str(tmp_path / "cut")]) == 0
+    resumed = json.loads((resolve_checkpoint(tmp_path / "cut", "latest") / "meta.json").read_text())
+    assert resumed["step"] == 6 and resumed["init_from"] == str(start.path)
     # Another model or other data is refused, naming what differs.
-    with pytest.raises(CheckpointError, match=r"cannot fine-tune \(train.init_from\) .*width: 24 vs 32"):
+    refused = r"cannot fine-tune \(train.init_from\) .*width: 24 vs 32.*--config"
+    with pytest.raises(CheckpointError, match=refused):
         T.train(_cfg(greedy, tmp_path / "wide", "model.width=32", f"train.init_from={tmp_path / 'base'}"))
     other = tmp_path / "other.h5"
     record("greedy", other, 4, seed=5, num_envs=4, mode="w", progress=False, env_kwargs={"max_turns": 30})

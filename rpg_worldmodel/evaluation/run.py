@@ -65,6 +65,13 @@ class EvalOptions:
     theory_of_mind: bool = True  # the expert-through-oracle ceiling, for files a shipped expert played
 
 
+def _training_games(meta: dict) -> tuple:
+    """What decides which games a checkpoint trained on: its data files' fingerprints, in order (the
+    split's episode ids count over them in that order), and its split."""
+    files = tuple(f.get("fingerprint") for f in (meta.get("data") or {}).get("files", []))
+    return files, meta.get("splits")
+
+
 class Evaluation:
     """One checkpoint evaluated on ``data`` (trajectory files), step by step: `evaluate_file` for
     each file, then `transfer` and `masking`; `metrics` assembles the result and `write` saves it.
@@ -178,6 +185,11 @@ class Evaluation:
         models = {train_mask_of(self.config): (self.model, self.config)}
         for extra in masked_checkpoints:
             other = load_checkpoint(extra)
+            if _training_games(other.meta) != _training_games(self.meta):
+                raise InputError(
+                    f"masked checkpoint {other.path} was trained on other data or another split than "
+                    f"{self.checkpoint_used}, so the test games scored here may be its training games; "
+                    f"fine-tune that model: train.init_from={self.checkpoint_used} train.train_mask=M")
             models.setdefault(train_mask_of(other.config), (other.model, other.config))
         es = self.scores[self.self_key][0]
         if opts.mask_episodes is not None:
