@@ -68,8 +68,7 @@ class EvalOptions:
 def _training_games(meta: dict) -> tuple:
     """What decides which games a checkpoint trained on: its data files' fingerprints, in order (the
     split's episode ids count over them in that order), and its split."""
-    files = tuple(f.get("fingerprint") for f in (meta.get("data") or {}).get("files", []))
-    return files, meta.get("splits")
+    return tuple(f.fingerprint for f in training_files(meta)), meta.get("splits")
 
 
 class Evaluation:
