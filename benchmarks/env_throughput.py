@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env  # noqa: F401  (registers Treasurehunt-v0)
-from rpg_env.provenance import provenance
+from rpg_base.provenance import provenance
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_throughput.json"
 VECTOR_SIZES = (1, 4, 16, 64, 256, 1024, 4096)

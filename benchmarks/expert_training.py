@@ -31,12 +31,12 @@ import numpy as np
 import torch
 
 import rpg_env
+from rpg_base.provenance import provenance
 from rpg_env.experts import pretrained_path
 from rpg_env.experts.config import load_config
 from rpg_env.experts.train import build_model, make_training_env
-from rpg_env.policies import GreedyPolicy
 from rpg_env.policies.sb3 import SB3Policy
-from rpg_env.provenance import provenance
+from rpg_env.policies.scripted import GreedyPolicy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "expert_training.json"
 

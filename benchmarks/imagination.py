@@ -41,7 +41,7 @@ import torch
 
 import rpg_env
 import rpg_worldmodel
-from rpg_env.provenance import provenance
+from rpg_base.provenance import provenance
 from rpg_env.record import record
 from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
 from rpg_worldmodel.train import train

@@ -37,10 +37,11 @@ import torch
 
 import rpg_env
 import rpg_worldmodel
+from rpg_base.provenance import provenance
 from rpg_env.experts import pretrained_path
 from rpg_env.game.constants import ACTION_NAMES
-from rpg_env.policies import BatchPolicy, make_policy
-from rpg_env.provenance import provenance
+from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import load_checkpoint
 from rpg_worldmodel.envs.imagination import VIEWS
 from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weights

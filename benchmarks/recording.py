@@ -37,16 +37,16 @@ from pathlib import Path
 
 import numpy as np
 
-from rpg_env.provenance import provenance
+from rpg_base.provenance import provenance
 from rpg_env.record import record
-from rpg_env.trajectories import (
+from rpg_env.trajectories.format import (
     DEFAULT_COMPRESSION_LEVEL,
     DEFAULT_OBS_CHUNK_ROWS,
     STEP_DATASETS,
     Stream,
-    TrajectoryFile,
-    TrajectoryWriter,
 )
+from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_env.trajectories.writer import TrajectoryWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results" / "recording.json"

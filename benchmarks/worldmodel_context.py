@@ -12,7 +12,7 @@ the same number of predictions (320) at about the same cost. Evaluation is the p
 (`rpg_worldmodel.evaluation.run.Evaluation`: every held-out transition once, with full history,
 the floor from a replay of the recorded games).
 
-Goals (issue 14): on cells seen 6-20 steps ago the 20-frame model closes at least half of the
+Goals: on cells seen 6-20 steps ago the 20-frame model closes at least half of the
 gap between the motion oracle and the memory oracle; overall excess over the floor falls by at
 least 25% from the previous default's (the baseline row).
 
@@ -153,7 +153,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     import torch
 
-    from rpg_env.provenance import provenance
+    from rpg_base.provenance import provenance
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, nargs="+", default=[5, 10, 20, 50])

@@ -87,7 +87,7 @@ class Trainer:
     def loader(self, dataset, start_step: int, num_steps: int, workers: int):
         from torch.utils.data import DataLoader
 
-        from rpg_worldmodel.data import EpochBatchSampler, collate_batch
+        from rpg_worldmodel.data.windows import EpochBatchSampler, collate_batch
         from rpg_worldmodel.distributed import pinned
 
         sampler = EpochBatchSampler(len(dataset), self.cfg.train.batch_size, 0, start_step, num_steps)
@@ -138,7 +138,8 @@ def measure(data: Path, args: argparse.Namespace) -> tuple[dict, dict]:
     """Alternating memory / disk rounds; the rows and what was measured on."""
     import numpy as np
 
-    from rpg_worldmodel.data import DataFiles, TrajectoryWindows, training_splits
+    from rpg_worldmodel.data.shards import DataFiles, training_splits
+    from rpg_worldmodel.data.windows import TrajectoryWindows
     from rpg_worldmodel.train import loss_weights
 
     trainer = Trainer(args.device)
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from rpg_env.provenance import provenance
+    from rpg_base.provenance import provenance
     from rpg_worldmodel.pipeline import PipelineSettings
 
     pipeline_games = PipelineSettings().self_games

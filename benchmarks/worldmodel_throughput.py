@@ -149,9 +149,9 @@ class Ours:
 
         from rpg_env.game.constants import vocabulary
         from rpg_worldmodel.config import load_config
-        from rpg_worldmodel.data import EpochBatchSampler, TrajectoryWindows
+        from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows
         from rpg_worldmodel.distributed import autocast_context, to_device
-        from rpg_worldmodel.model import WorldModel
+        from rpg_worldmodel.models.world_model import WorldModel
         from rpg_worldmodel.train import loss_weights
 
         if threads:
@@ -166,7 +166,7 @@ class Ours:
             REFERENCE["num_heads"],
             REFERENCE["num_frames"],
         )
-        from rpg_env.trajectories import TrajectoryFile
+        from rpg_env.trajectories.reader import TrajectoryFile
 
         with TrajectoryFile(data) as tf:
             episodes = np.arange(len(tf))
@@ -235,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from rpg_env.provenance import provenance
+    from rpg_base.provenance import provenance
     from rpg_env.record import record
-    from rpg_env.trajectories import TrajectoryFile
+    from rpg_env.trajectories.reader import TrajectoryFile
 
     # Both sides run with the same thread count (record() below may change torch's setting).
     threads = args.threads or torch.get_num_threads()

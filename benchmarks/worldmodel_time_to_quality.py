@@ -59,7 +59,9 @@ def held_out(data: Path, num_frames: int, max_windows: int = 0) -> HeldOut:
     """The test split's windows (every transition once, full history); ``max_windows`` > 0 keeps
     that many, evenly spaced (a cheaper estimate, for sweeps)."""
     from rpg_worldmodel.config import DataConfig
-    from rpg_worldmodel.data import DataFiles, EpisodeStore, plan_windows, training_splits
+    from rpg_worldmodel.data.shards import DataFiles, training_splits
+    from rpg_worldmodel.data.stores import EpisodeStore
+    from rpg_worldmodel.data.windows import plan_windows
 
     test = training_splits(DataFiles.open(str(data)), DataConfig())["test"]
     store = EpisodeStore.load(data, test)
@@ -105,7 +107,7 @@ class Candidate:
 
     def start(self, data: Path) -> None:
         """`rpg_worldmodel.train.setup` on ``data``: seeds, split, model, optimizer, as a run has them."""
-        from rpg_worldmodel.data import EpochBatchSampler
+        from rpg_worldmodel.data.windows import EpochBatchSampler
         from rpg_worldmodel.distributed import Processes
         from rpg_worldmodel.train import setup
 
@@ -215,7 +217,8 @@ def run_sorrel(python: str, data: Path, steps: int, eval_every: int, threads: in
     """Sorrel's curve: its buffer holds the train games' learner views back to back (its sampler
     draws windows across episode ends too, as in the reference)."""
     from rpg_worldmodel.config import DataConfig
-    from rpg_worldmodel.data import DataFiles, EpisodeStore, training_splits
+    from rpg_worldmodel.data.shards import DataFiles, training_splits
+    from rpg_worldmodel.data.stores import EpisodeStore
 
     splits = training_splits(DataFiles.open(str(data)), DataConfig())
     store = EpisodeStore.load(data, splits["train"])
@@ -336,7 +339,7 @@ def main() -> None:
     if args.sorrel_worker:
         sorrel_worker(args.sorrel_worker, args.sorrel_steps, args.eval_every, args.threads)
         return
-    from rpg_env.provenance import provenance
+    from rpg_base.provenance import provenance
 
     data = ensure_data(args.data)
     eval_every = 20 if args.quick else args.eval_every

@@ -18,10 +18,11 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
-from rpg_env.policies import BatchPolicy, GreedyPolicy, RandomPolicy
-from rpg_env.provenance import provenance
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
+from rpg_base.provenance import provenance
+from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 from rpg_env.render import annotate, save_animation, save_png
 from rpg_env.rollout import rollout
 

@@ -26,9 +26,9 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
-from rpg_env.trajectories import TrajectoryFile
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
+from rpg_env.trajectories.reader import TrajectoryFile
 
 BATCH_EPISODES = 256
 

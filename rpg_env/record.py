@@ -29,13 +29,14 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
+from rpg_base.provenance import pinned_torch_threads
 from rpg_env.game.world import WorldParams
-from rpg_env.policies import BatchPolicy, make_policy
-from rpg_env.provenance import pinned_torch_threads
+from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.registry import make_policy
 from rpg_env.rollout import Step, rollout
-from rpg_env.trajectories import HDF5VectorRecorder
+from rpg_env.trajectories.recorders import HDF5VectorRecorder
 
 DEFAULT_NUM_ENVS = 64
 

@@ -30,8 +30,8 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.errors import InputError
-from rpg_env.trajectories import TrajectoryFile
+from rpg_base.errors import InputError
+from rpg_env.trajectories.reader import TrajectoryFile
 
 #: The co-players' policy of files whose ``/runs`` record does not name it (the env's default).
 DEFAULT_CO_POLICY = "random"

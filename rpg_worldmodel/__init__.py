@@ -2,13 +2,12 @@
 written by `rpg_env` (the HDF5 schema in docs/trajectory-format.md).
 
 ``import rpg_worldmodel`` registers ``TreasurehuntImagined-v0``: the model as a Gymnasium
-environment (`rpg_worldmodel.envs.world_model_env`). `pretrained_path` finds the world model
-(and the agent trained in it) that ship with the package. Nothing heavy is imported here.
+environment (`rpg_worldmodel.envs.world_model_env`). `rpg_worldmodel.shipped.pretrained_path`
+finds the world model (and the agent trained in it) that ship with the package. Nothing else is
+imported here.
 """
 
 from gymnasium.envs.registration import register, registry
-
-from rpg_worldmodel.shipped import pretrained_path
 
 __version__ = "0.2.0"
 
@@ -21,4 +20,4 @@ if IMAGINED_ENV_ID not in registry:
         vector_entry_point="rpg_worldmodel.envs.world_model_env:TreasurehuntImaginedVectorEnv",
     )
 
-__all__ = ["IMAGINED_ENV_ID", "pretrained_path"]
+__all__ = ["IMAGINED_ENV_ID", "__version__"]

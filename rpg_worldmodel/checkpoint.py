@@ -30,8 +30,9 @@ from typing import Any
 
 import torch
 
-from rpg_env.errors import InputError
-from rpg_worldmodel.config import ConfigError, ModelConfig, WorldModelConfig
+from rpg_base.errors import InputError
+from rpg_base.typed_config.values import ConfigError
+from rpg_worldmodel.config import ModelConfig, WorldModelConfig
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.shipped import PRETRAINED_NAME, pretrained_path
 

@@ -4,7 +4,7 @@
 
 Overrides name a field as ``section.key`` (sections: data, model, train) or, when the key is
 unique, just ``key``; values are parsed as YAML (``true``, ``3e-4``, ``[0.8, 0.1, 0.1]``).
-The rules are `rpg_env.typed_config`'s: every mistake (unknown key, wrong type, incompatible
+The rules are `rpg_base.typed_config`'s: every mistake (unknown key, wrong type, incompatible
 sizes) raises ``ConfigError`` saying what to change, and
 ``typed_config.format_keys(WorldModelConfig)`` lists every key with its type, default and help.
 """
@@ -17,8 +17,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from rpg_env import typed_config as tc
-from rpg_env.typed_config import ConfigError, section, setting
+from rpg_base.typed_config import config as tc
+from rpg_base.typed_config.config import section, setting
+from rpg_base.typed_config.values import ConfigError
 
 __all__ = ["MASK_KINDS", "DEFAULT_CONFIG_PATH", "ConfigError", "DataConfig", "ModelConfig", "TrainConfig",
            "WorldModelConfig", "SECTIONS", "apply_override", "load_config", "save_config"]

@@ -28,8 +28,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rpg_worldmodel.config import ConfigError
-from rpg_worldmodel.models.world_model import LossWeights, WorldModel, view_codes
+from rpg_base.typed_config.values import ConfigError
+from rpg_worldmodel.models.moves import view_codes
+from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
 
 class RankMismatchError(ConfigError):

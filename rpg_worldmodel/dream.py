@@ -32,8 +32,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
 from rpg_worldmodel import IMAGINED_ENV_ID
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
@@ -84,7 +84,7 @@ def imagined_envs(world: World):
 
 def imagined_returns(model_zip: Path, world: World, episodes: int, seed: int) -> np.ndarray:
     """Returns ``(episodes,)`` of the agent in imagination (greedy actions), from fresh contexts."""
-    from rpg_env.policies import SB3Policy
+    from rpg_env.policies.sb3 import SB3Policy
     from rpg_env.rollout import rollout
 
     policy = SB3Policy.load(model_zip)
@@ -100,7 +100,7 @@ def real_and_imagined(model_zip: Path, cfg, world: World) -> dict[str, dict[str,
     same seeds (`rpg_env.experts.evaluate`), and the agent in imagination (``"imagined"``)."""
     from rpg_env.experts import pretrained_path
     from rpg_env.experts.evaluate import compare, run_episodes, summarize
-    from rpg_env.policies import SB3Policy
+    from rpg_env.policies.sb3 import SB3Policy
 
     episodes, seed = cfg.eval.final_episodes, cfg.eval.seed
     results = compare(model_zip, episodes=episodes, seed=seed)
@@ -152,8 +152,8 @@ def dream(cfg, world: World, out: str | Path | None = None, command: str | None 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rpg_base.typed_config.config import format_keys
     from rpg_env.experts.config import ALGOS, ExpertConfig
-    from rpg_env.typed_config import format_keys
 
     parser = ArgumentParser(prog="python -m rpg_worldmodel.dream", description=__doc__.split("\n\n")[0],
                             formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -25,7 +25,7 @@ the game allows (`rpg_worldmodel.evaluation.cells`; ``--floor``), beside the mem
 Outputs (``--out``): ``metrics.json`` (every figure with its interval, plus provenance) and
 ``examples.npz`` (a few held-out views: last input, predicted, true) for the report.
 
-The work is done by `rpg_worldmodel.evaluation` (this module re-exports its public names).
+The work is done by `rpg_worldmodel.evaluation`; this module is its command line only.
 """
 
 from __future__ import annotations
@@ -34,50 +34,16 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
 from rpg_worldmodel.config import MASK_KINDS
-from rpg_worldmodel.data import CONTEXTS, window_plan
-from rpg_worldmodel.evaluation.baselines import (
-    MOTION_ORACLE_TEXT,
-    FittedBaselines,
-    baselines_summary,
-    fit_baselines,
-)
+from rpg_worldmodel.data.windows import CONTEXTS
 from rpg_worldmodel.evaluation.cells import FLOOR_MODES
 from rpg_worldmodel.evaluation.episodes import (
     SPLITS,
-    EvalSet,
-    TrainingEpisodesError,
-    checkpoint_split,
-    is_training_file,
-    select_episodes,
-    train_mask_of,
-    training_file,
-    training_files,
 )
-from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation, run_evaluation, write_outputs
-from rpg_worldmodel.evaluation.scoring import Batch, Scores, iter_windows, score_eval_set
-from rpg_worldmodel.evaluation.tables import (
-    MASK_FIGURES,
-    QUALITY_BAR,
-    TRANSFER_FIGURES,
-    evaluate_file,
-    figure_table,
-    masking_table,
-    quality_checks,
-    transfer_table,
-)
-from rpg_worldmodel.report import evaluation_summary, fmt_interval, format_table
-
-__all__ = [
-    "CONTEXTS", "MASK_FIGURES", "MOTION_ORACLE_TEXT", "QUALITY_BAR", "SPLITS", "TRANSFER_FIGURES",
-    "Batch", "EvalOptions", "EvalSet", "Evaluation", "FittedBaselines", "Scores", "TrainingEpisodesError",
-    "baselines_summary", "checkpoint_split", "evaluate_file", "figure_table",
-    "fit_baselines", "fmt_interval", "format_table", "is_training_file", "iter_windows", "masking_table",
-    "quality_checks", "run_evaluation", "score_eval_set", "select_episodes", "train_mask_of",
-    "training_file", "training_files", "transfer_table", "window_plan", "write_outputs", "main",
-]
+from rpg_worldmodel.evaluation.run import run_evaluation
+from rpg_worldmodel.report.text import evaluation_summary
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
 
@@ -61,7 +61,7 @@ def imitate(checkpoint: str = PRETRAINED_NAME, sample: bool = False, episodes: i
     """The figures of the module docstring, as a dict (the JSON written by ``--json``)."""
     from rpg_env.experts import pretrained_path
     from rpg_env.experts.evaluate import compare, run_episodes, summarize
-    from rpg_env.policies import SB3Policy
+    from rpg_env.policies.sb3 import SB3Policy
     from rpg_worldmodel.checkpoint import load_checkpoint
     from rpg_worldmodel.policy import WorldModelPolicy
 

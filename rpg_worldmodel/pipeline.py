@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
 from rpg_worldmodel.config import WorldModelConfig
 
 DEFAULT_OUT_ROOT = "runs/pipeline"
@@ -227,7 +227,8 @@ def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path,
 def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     """Run every stage; returns the path of ``report.md``."""
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
-    from rpg_worldmodel.report import format_table, quality_lines, rollout_line, transfer_line, write_report
+    from rpg_worldmodel.report.document import write_report
+    from rpg_worldmodel.report.text import format_table, quality_lines, rollout_line, transfer_line
 
     s = settings
     out = Path(s.out or default_out())
@@ -296,7 +297,7 @@ def stage_seeds(first, cfg: WorldModelConfig, self_file: Path, cross_file: Path,
 
     from rpg_worldmodel.evaluation.run import Evaluation
     from rpg_worldmodel.evaluation.seeds import across_seeds
-    from rpg_worldmodel.report import seeds_line
+    from rpg_worldmodel.report.text import seeds_line
 
     own, cross = [first.scores[str(self_file)][1]], [first.scores[str(cross_file)][1]]
     runs = [str(out / "run")]

@@ -30,8 +30,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
 KEYS_HELP = "arrows/WASD move  ·  R restart  ·  Space sampled/arg-max  ·  Esc quit"
@@ -79,7 +79,7 @@ class RealOpening(ShownWorld):
     ``opener``) and hands it to ``context`` (a `GivenContext`), so the dream starts from it."""
 
     def __init__(self, env: gym.Env, turns: int, opener: Any, context) -> None:
-        from rpg_env.policies import make_policy
+        from rpg_env.policies.registry import make_policy
 
         super().__init__(env)
         self.turns, self.opener, self.context = turns, make_policy(opener), context
@@ -172,7 +172,7 @@ def play_by_keys(worlds: Worlds, seed: int | None, max_frames: int | None = None
     """The keyboard session (`rpg_env.play.play`) over the worlds; its `PlaySummary`."""
     import pygame
 
-    from rpg_env.play import play
+    from rpg_env.play.loop import play
 
     return play(worlds.screens(), seed=seed, side_by_side=worlds.real is not None,
                 extra_keys={pygame.K_SPACE: worlds.dream.toggle_sampling}, status=status_lines,
@@ -183,7 +183,7 @@ def play_by_agent(worlds: Worlds, agent: str, steps: int, seed: int, out: str | 
     """``agent`` plays ``steps`` steps in every world (its own copy each), shown in a window or
     recorded to ``out``; returns ``{"returns": {world: [finished episode returns]}, "frames": n}``."""
     from rpg_env.play.loop import describe_step
-    from rpg_env.policies import make_policy
+    from rpg_env.policies.registry import make_policy
     from rpg_env.render import PygameWindow, save_animation
 
     screens = worlds.screens()

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rpg_env.policies import BatchPolicy
+from rpg_env.policies.base import BatchPolicy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint, load_checkpoint
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
@@ -47,7 +47,7 @@ class WorldModelPolicy(BatchPolicy):
         return cls(load_checkpoint(checkpoint), sample=sample)
 
     def check_view_shape(self, shape: tuple[int, ...]) -> None:
-        from rpg_env.errors import InputError
+        from rpg_base.errors import InputError
 
         if tuple(shape) != self.view_shape:
             raise InputError(f"the world model reads views {self.view_shape} but the env gives "

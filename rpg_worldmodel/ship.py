@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
-from rpg_env.provenance import provenance
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
+from rpg_base.provenance import provenance
 from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, choose_checkpoint
 from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, fit_baselines, save_baselines
 from rpg_worldmodel.evaluation.episodes import checkpoint_split, training_files

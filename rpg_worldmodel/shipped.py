@@ -2,8 +2,8 @@
 on the shipped DQN expert's games (with its provenance and held-out evaluation beside it), and the
 best agent trained entirely inside it.
 
-    rpg_worldmodel.pretrained_path()          the world model's checkpoint folder
-    rpg_worldmodel.pretrained_path("dream")   the dream agent's model.zip (an SB3 expert)
+    pretrained_path()          the world model's checkpoint folder
+    pretrained_path("dream")   the dream agent's model.zip (an SB3 expert)
 
 Wherever a checkpoint is accepted (evaluate, the imagined env, play, dream, imitate),
 ``"pretrained"`` names the shipped world model. Rebuild it with ``python -m rpg_worldmodel.ship``.

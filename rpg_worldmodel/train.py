@@ -42,9 +42,10 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from rpg_env import typed_config as tc
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.provenance import package_versions, pinned_torch_threads, provenance
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.provenance import package_versions, pinned_torch_threads, provenance
+from rpg_base.typed_config import config as tc
+from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import (
     LATEST_FILE,
     CheckpointError,
@@ -57,21 +58,17 @@ from rpg_worldmodel.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, ConfigError, WorldModelConfig, load_config, save_config
-from rpg_worldmodel.data import (
+from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, WorldModelConfig, load_config, save_config
+from rpg_worldmodel.data.masks import apply_input_mask
+from rpg_worldmodel.data.shards import (
     DataFiles,
-    EpochBatchSampler,
-    TrajectoryWindows,
-    apply_input_mask,
-    check_data_matches,
-    collate_batch,
     data_record,
-    fill_game_settings,
-    item_codes,
     split_data_args,
     training_splits,
     training_windows,
 )
+from rpg_worldmodel.data.sources import check_data_matches, fill_game_settings, item_codes
+from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows, collate_batch
 from rpg_worldmodel.distributed import (
     Processes,
     autocast_context,

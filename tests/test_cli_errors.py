@@ -14,7 +14,7 @@ import h5py
 import pytest
 import torch
 
-from rpg_env.cli import command_status
+from rpg_base.cli import command_status
 from rpg_env.record import record
 
 COMMANDS = {

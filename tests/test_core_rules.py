@@ -15,19 +15,9 @@ import numpy as np
 import pytest
 from gymnasium.error import ResetNeeded
 
-from rpg_env.core import (
-    AGENT,
-    BONE,
-    EMPTY,
-    FOOD,
-    GEM,
-    ITEM_CODES,
-    WALL,
-    WorldBatch,
-    WorldParams,
-    parse_layout,
-)
-from rpg_env.env import TreasurehuntEnv
+from rpg_env.envs.treasurehunt import TreasurehuntEnv
+from rpg_env.game.constants import AGENT, BONE, EMPTY, FOOD, GEM, ITEM_CODES, WALL
+from rpg_env.game.world import WorldBatch, WorldParams, parse_layout
 
 UP, DOWN, LEFT, RIGHT = range(4)
 MOVES = {UP: (-1, 0), DOWN: (1, 0), LEFT: (0, -1), RIGHT: (0, 1)}

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rpg_env.cli import command_status
+from rpg_base.cli import command_status
 from rpg_env.demo import main, play_episode, run_demo
-from rpg_env.policies import GreedyPolicy, RandomPolicy
+from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 
 
 def test_demo_command_writes_gif_png_and_scores(tmp_path):

@@ -12,10 +12,11 @@ import pytest
 from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env as gym_check_env
 
-import rpg_env
-from rpg_env.core import AGENT, EMPTY, GEM, WALL, WorldParams
-from rpg_env.env import TreasurehuntEnv
-from rpg_env.policies import BatchPolicy, GreedyPolicy, RandomPolicy
+from rpg_env.envs.treasurehunt import TreasurehuntEnv
+from rpg_env.game.constants import AGENT, EMPTY, GEM, WALL
+from rpg_env.game.world import WorldParams
+from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 
 REFERENCE_DEFAULTS = {
     "height": 20, "width": 20, "vision_radius": 4, "num_agents": 2, "spawn_prob": 0.01,
@@ -426,7 +427,7 @@ def test_observation_modes_agree():
     assert rgb.shape == (12, 12, 3) and rgb.dtype == np.uint8
     assert rgb_env.observation_space.contains(rgb)
     # Each 4x4 tile of the RGB view is the tile of the code in the one-hot view.
-    from rpg_env.observation import tile_atlas
+    from rpg_env.game.observation import tile_atlas
 
     atlas = tile_atlas(4)
     codes = onehot.argmax(axis=0)
@@ -445,10 +446,3 @@ def test_render_modes_shapes():
     env.reset(seed=0)
     text = env.render()
     assert isinstance(text, str) and "A" in text and "B" in text
-
-
-def test_lazy_exports():
-    assert rpg_env.TreasurehuntEnv is TreasurehuntEnv
-    assert rpg_env.WorldParams is WorldParams
-    with pytest.raises(AttributeError):
-        rpg_env.does_not_exist  # noqa: B018

@@ -13,7 +13,7 @@ from rpg_env.envs.protocol import describe
 from rpg_env.experts import pretrained_path
 from rpg_env.experts.evaluate import compare
 from rpg_env.record import record
-from rpg_env.trajectories import TrajectoryFile
+from rpg_env.trajectories.reader import TrajectoryFile
 
 HIDDEN_ID = "HiddenTreasurehunt-v0"
 

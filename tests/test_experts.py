@@ -12,14 +12,17 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecFrameStack
 
 import rpg_env
-from rpg_env.cli import command_status
+from rpg_base.cli import command_status
+from rpg_base.typed_config.config import read_yaml
+from rpg_base.typed_config.values import ConfigError
 from rpg_env.experts import PRETRAINED, pretrained_path
 from rpg_env.experts.__main__ import main
-from rpg_env.experts.config import ConfigError, apply_overrides, from_dict, load_config, read_yaml
+from rpg_env.experts.config import apply_overrides, from_dict, load_config
 from rpg_env.experts.evaluate import compare, run_episodes, summarize, t_quantile_975
-from rpg_env.experts.policy import ExpertLoadError, SB3Policy, load_expert
 from rpg_env.experts.train import stackable_views
-from rpg_env.policies import RandomPolicy, make_policy
+from rpg_env.policies.registry import make_policy
+from rpg_env.policies.sb3 import ExpertLoadError, SB3Policy, load_expert
+from rpg_env.policies.scripted import RandomPolicy
 
 MB = 1 << 20
 
@@ -292,3 +295,17 @@ def test_profile_cli_tells_policies_apart(tmp_path, capsys):
     assert rows["random"]["bumps_per_episode"] > rows["dqn/model.zip"]["bumps_per_episode"] + 2
     assert rows["random"]["bone_per_episode"] > rows["dqn/model.zip"]["bone_per_episode"]
     assert 0.0 < result["agreement"]["dqn/model.zip | ppo/model.zip"] < 1.0
+
+
+def test_shipped_zips_still_load_with_stable_baselines3_itself():
+    # The shipped zips name `rpg_env.experts.features.GridCNN` in their pickled policy_kwargs: the one
+    # alias path the project keeps. SB3's own loader (which unpickles) must still find it.
+    from stable_baselines3 import DQN
+
+    from rpg_env.policies.features import GridCNN
+
+    model = DQN.load(pretrained_path("dqn"), device="cpu", custom_objects={"buffer_size": 1})
+    assert type(model.policy.q_net.features_extractor) is GridCNN
+    ours = load_expert(pretrained_path("dqn"))
+    for mine, theirs in zip(ours.policy.parameters(), model.policy.parameters(), strict=True):
+        assert np.array_equal(mine.detach().numpy(), theirs.detach().numpy())

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import yaml
 
-from rpg_env.cli import command_status
+from rpg_base.cli import command_status
 from rpg_env.experts.__main__ import main
 from rpg_env.experts.config import from_dict
-from rpg_env.experts.policy import SB3Policy, load_expert
+from rpg_env.policies.sb3 import SB3Policy, load_expert
 
 TINY = ["n_envs=2", "progress_bar=false", "net.channels=[4]", "net.features_dim=16",
         "eval.freq=600", "eval.episodes=2", "eval.final_episodes=4", "checkpoint_freq=600"]

@@ -12,9 +12,10 @@ from gymnasium.utils.env_checker import check_env
 
 import rpg_env
 import rpg_worldmodel
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.experts import pretrained_path
-from rpg_env.policies import GreedyPolicy, SB3Policy
+from rpg_env.policies.sb3 import SB3Policy
+from rpg_env.policies.scripted import GreedyPolicy
 from rpg_env.record import record
 from rpg_env.rollout import rollout
 from rpg_worldmodel.checkpoint import load_checkpoint

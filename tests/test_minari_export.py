@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rpg_env.cli import command_status
+from rpg_base.cli import command_status
 
 minari = pytest.importorskip("minari")
 
 from rpg_env.export_minari import main  # noqa: E402
 from rpg_env.record import main as record_main  # noqa: E402
-from rpg_env.trajectories import TrajectoryFile  # noqa: E402
+from rpg_env.trajectories.reader import TrajectoryFile  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -66,3 +66,18 @@ def test_export_all_agents_policy_filter_and_errors(source, capsys):
     junk.write_bytes(b"junk" * 100)
     assert command_status(main, [str(junk), "--dataset-id", "treasurehunt/junk-v0", "--no-progress"]) == 2
     assert "not an HDF5 file" in capsys.readouterr().err
+
+
+def test_an_old_dataset_spec_still_makes_the_env():
+    # Minari datasets exported before the envs moved to rpg_env.envs store this entry point and
+    # rebuild the env from it: the one alias path rpg_env keeps for them.
+    import gymnasium as gym
+    from gymnasium.envs.registration import EnvSpec
+
+    from rpg_env.envs.treasurehunt import TreasurehuntEnv
+
+    spec = EnvSpec("Treasurehunt-v0", entry_point="rpg_env.env:TreasurehuntEnv", kwargs={"vision_radius": 3})
+    env = gym.make(spec)
+    assert isinstance(env.unwrapped, TreasurehuntEnv)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (6, 7, 7)

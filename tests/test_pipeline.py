@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_worldmodel.pipeline import PipelineSettings, resolve_expert, run_pipeline, training_config
 
 

@@ -10,8 +10,9 @@ import pygame
 import pytest
 
 import rpg_env  # noqa: F401  (registers Treasurehunt-v0)
-from rpg_env.cli import command_status
-from rpg_env.play import main, play
+from rpg_base.cli import command_status
+from rpg_env.play.__main__ import main
+from rpg_env.play.loop import play
 from rpg_env.render import PLAY_HELP, PygameWindow
 
 LAYOUT = [
@@ -238,7 +239,8 @@ def test_main_reports_a_bad_map_size(capsys):
 
 
 def test_record_writes_the_human_games_to_a_trajectory_file(tmp_path, capsys):
-    from rpg_env.trajectories import FLAG_INTERRUPTED, FLAG_TRUNCATED, TrajectoryFile
+    from rpg_env.trajectories.format import FLAG_INTERRUPTED, FLAG_TRUNCATED
+    from rpg_env.trajectories.reader import TrajectoryFile
 
     path = tmp_path / "human.h5"
     pygame.display.init()

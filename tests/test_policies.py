@@ -9,16 +9,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rpg_env.core import AGENT, BONE, EMPTY, FOOD, GEM, NUM_CELL_KINDS, WALL
-from rpg_env.env import TreasurehuntEnv
-from rpg_env.policies import (
-    BatchPolicy,
-    CallablePolicy,
-    GreedyPolicy,
-    RandomPolicy,
-    check_policy_actions,
-    make_policy,
-)
+from rpg_env.envs.treasurehunt import TreasurehuntEnv
+from rpg_env.game.constants import AGENT, BONE, EMPTY, FOOD, GEM, NUM_CELL_KINDS, WALL
+from rpg_env.policies.base import BatchPolicy, CallablePolicy, check_policy_actions
+from rpg_env.policies.registry import make_policy
+from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 
 MOVES = [(-1, 0), (1, 0), (0, -1), (0, 1)]
 Z_CRIT = 3.89  # two-sided p = 1e-4

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import rpg_env
-from rpg_env.cli import command_status
-from rpg_env.policies import make_policy
+from rpg_base.cli import command_status
+from rpg_env.policies.registry import make_policy
 from rpg_env.record import main, wave_seed
-from rpg_env.trajectories import TrajectoryFile
+from rpg_env.trajectories.reader import TrajectoryFile
 
 SMALL = ["--height", "8", "--width", "8", "--vision-radius", "2", "--max-turns", "5",
          "--spawn-prob", "0.1", "--no-progress"]

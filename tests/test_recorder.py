@@ -14,18 +14,16 @@ import numpy as np
 import pytest
 
 import rpg_env
-from rpg_env.trajectories import (
+from rpg_env.trajectories.format import (
     FLAG_INTERRUPTED,
     FLAG_TRUNCATED,
     EnvMismatchError,
-    HDF5Recorder,
-    HDF5VectorRecorder,
-    TrajectoryFile,
     TrajectoryFormatError,
     UncleanFileError,
-    repair,
-    validate,
 )
+from rpg_env.trajectories.maintenance import repair, validate
+from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_env.trajectories.recorders import HDF5Recorder, HDF5VectorRecorder
 
 SMALL = {"height": 8, "width": 8, "vision_radius": 2, "max_turns": 6, "spawn_prob": 0.1}
 
@@ -205,7 +203,7 @@ def test_vector_recorder_learner_only_and_max_games(tmp_path):
 # --------------------------------------------------------------------------- SIGKILL
 CHILD = textwrap.dedent("""
     import sys, numpy as np, gymnasium as gym, rpg_env
-    from rpg_env.trajectories import HDF5Recorder
+    from rpg_env.trajectories.recorders import HDF5Recorder
     env = HDF5Recorder(gym.make(rpg_env.ENV_ID, **{small!r}), sys.argv[1], policy_id="random")
     rng = np.random.default_rng(0)
     env.reset(seed=3)
@@ -294,13 +292,6 @@ def test_three_agents_give_three_streams_per_game(tmp_path):
 
 
 # --------------------------------------------------------------------------- envs that hide the game
-def test_old_import_path_still_works():
-    from rpg_env import recorder
-
-    assert recorder.HDF5Recorder is HDF5Recorder and recorder.HDF5VectorRecorder is HDF5VectorRecorder
-    assert rpg_env.HDF5Recorder is HDF5Recorder
-
-
 class HiddenGame(gym.Env):
     """Treasurehunt-v0 behind a plain `gym.Env`: no spec, no world, no params, only the spaces,
     the metadata of the env protocol and the Gymnasium methods."""

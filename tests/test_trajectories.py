@@ -15,22 +15,21 @@ import h5py
 import numpy as np
 import pytest
 
-from rpg_env.cli import command_status
-from rpg_env.trajectories import (
+from rpg_base.cli import command_status
+from rpg_env.trajectories.__main__ import main
+from rpg_env.trajectories.format import (
     FLAG_COMMITTED,
     FLAG_TRUNCATED,
     SCHEMA_VERSION,
     EnvMismatchError,
     Stream,
-    TrajectoryFile,
     TrajectoryFormatError,
-    TrajectoryWriter,
     UncleanFileError,
-    main,
-    repair,
-    split_episodes,
-    validate,
 )
+from rpg_env.trajectories.maintenance import repair, validate
+from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_env.trajectories.splits import split_episodes
+from rpg_env.trajectories.writer import TrajectoryWriter
 
 C, V = 6, 5
 META = {
@@ -268,9 +267,10 @@ def test_pickle_reopens_by_path(written):
 
 
 def test_package_does_not_import_the_game():
-    code = ("import sys, rpg_env.trajectories as t; "
+    code = ("import sys, rpg_env.trajectories.reader, rpg_env.trajectories.recorders, "
+            "rpg_env.trajectories.maintenance, rpg_env.trajectories.splits; "
             "game = ('rpg_env.game', 'rpg_env.envs.treasurehunt', 'rpg_env.envs.vector', 'rpg_env.policies', "
-            "'rpg_env.render', 'rpg_env.core', 'torch');"
+            "'rpg_env.render', 'torch');"
             "bad = [m for m in sys.modules if m.startswith(game)];"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -309,7 +309,7 @@ CHILD = textwrap.dedent("""
     import sys, time, h5py, numpy as np
     sys.path.insert(0, {tests!r})
     from test_trajectories import META, make_stream
-    from rpg_env.trajectories import TrajectoryWriter
+    from rpg_env.trajectories.writer import TrajectoryWriter
     stop_after = int(sys.argv[2])
     original = h5py.Dataset.resize
     calls = {{"n": 0}}

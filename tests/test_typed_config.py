@@ -1,4 +1,4 @@
-"""The shared config mechanism (rpg_env.typed_config), and the project's configs built on it."""
+"""The shared config mechanism (rpg_base.typed_config), and the project's configs built on it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from rpg_env import typed_config as tc
-from rpg_env.errors import InputError
-from rpg_env.typed_config import ConfigError, dict_section, section, setting
+from rpg_base.errors import InputError
+from rpg_base.typed_config import config as tc
+from rpg_base.typed_config.config import dict_section, section, setting
+from rpg_base.typed_config.values import ConfigError
 
 KIND_KEYS = {"a": {"alpha": 0.5, "count": 3, "mode": "x", "anything": None},
              "b": {"beta": 1.0, "count": 2}}

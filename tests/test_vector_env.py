@@ -9,9 +9,9 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import FlattenObservation, RecordEpisodeStatistics
 
-from rpg_env.core import AGENT, BONE, EMPTY, FOOD, GEM, ITEM_CODES, WALL
-from rpg_env.policies import BatchPolicy
-from rpg_env.vector import TreasurehuntVectorEnv
+from rpg_env.envs.vector import TreasurehuntVectorEnv
+from rpg_env.game.constants import AGENT, BONE, EMPTY, FOOD, GEM, ITEM_CODES, WALL
+from rpg_env.policies.base import BatchPolicy
 
 MOVES = np.array([(-1, 0), (1, 0), (0, -1), (0, 1)])
 VALUES = {GEM: 10.0, FOOD: 5.0, BONE: -10.0, EMPTY: 0.0}
@@ -341,7 +341,7 @@ def test_other_observation_modes(obs_mode, shape):
 def test_keywords_and_defaults_match_the_single_env():
     import inspect
 
-    from rpg_env.env import TreasurehuntEnv
+    from rpg_env.envs.treasurehunt import TreasurehuntEnv
 
     single = inspect.signature(TreasurehuntEnv.__init__).parameters
     vector = inspect.signature(TreasurehuntVectorEnv.__init__).parameters

@@ -11,7 +11,7 @@ import rpg_env  # noqa: F401  (registers Treasurehunt-v0)
 from rpg_env.game import constants
 from rpg_env.game.constants import CellKind, Vocabulary, vocabulary
 from rpg_env.game.world import WorldParams, parse_layout
-from rpg_env.policies import GreedyPolicy
+from rpg_env.policies.scripted import GreedyPolicy
 from rpg_env.render import game_legend, render_ansi
 
 KEY = CellKind("key", "k", (230, 200, 40), "diamond", passable=True, pickup=True, spawns=True,
@@ -85,7 +85,8 @@ def test_a_new_kind_spawns_and_is_sought(with_key):
 
 def test_a_new_kind_round_trips_through_a_trajectory_file(with_key, tmp_path):
     from rpg_env.record import record
-    from rpg_env.trajectories import TrajectoryFile, validate
+    from rpg_env.trajectories.maintenance import validate
+    from rpg_env.trajectories.reader import TrajectoryFile
 
     summary = record("greedy", tmp_path / "keys.h5", 4, seed=0, num_envs=4, progress=False,
                      env_kwargs={"height": 9, "width": 9, "vision_radius": 2, "spawn_prob": 0.05,

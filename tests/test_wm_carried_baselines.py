@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.record import record
 from rpg_worldmodel.checkpoint import META_FILE, load_checkpoint
 from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, fit_baselines, load_baselines, save_baselines

@@ -12,7 +12,8 @@ import pytest
 import rpg_env
 from rpg_env.record import record
 from rpg_env.replay import ReplayError, replay_streams, replayable
-from rpg_env.trajectories import HDF5Recorder, TrajectoryFile
+from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_env.trajectories.recorders import HDF5Recorder
 from rpg_worldmodel.evaluation.baselines import fit_baselines
 from rpg_worldmodel.evaluation.cells import annotate, floor_ce
 from rpg_worldmodel.evaluation.episodes import EvalSet

@@ -2,14 +2,8 @@
 
 import pytest
 
-from rpg_worldmodel.config import (
-    DEFAULT_CONFIG_PATH,
-    ConfigError,
-    ModelConfig,
-    WorldModelConfig,
-    load_config,
-    save_config,
-)
+from rpg_base.typed_config.values import ConfigError
+from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, ModelConfig, WorldModelConfig, load_config, save_config
 
 
 def test_shipped_default_yaml_equals_the_dataclass_defaults():

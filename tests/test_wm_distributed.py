@@ -12,11 +12,12 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from rpg_base.typed_config.values import ConfigError
 from rpg_env.record import record
 from rpg_worldmodel import distributed as D
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import load_checkpoint
-from rpg_worldmodel.config import ConfigError, load_config
+from rpg_worldmodel.config import load_config
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.resume import Resume, restore_training
 

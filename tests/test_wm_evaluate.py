@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from rpg_env.cli import command_status
-from rpg_env.errors import InputError
+from rpg_base.cli import command_status
+from rpg_base.errors import InputError
 from rpg_env.record import record
-from rpg_env.trajectories import TrajectoryFile, split_episodes
+from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel import evaluate as E
 from rpg_worldmodel.config import WorldModelConfig
-from rpg_worldmodel.data import CONTEXTS, window_plan
+from rpg_worldmodel.data.windows import CONTEXTS, window_plan
 from rpg_worldmodel.evaluation.baselines import fit_baselines
 from rpg_worldmodel.evaluation.episodes import TrainingEpisodesError, select_episodes
 from rpg_worldmodel.evaluation.scoring import iter_windows, score_eval_set
@@ -200,8 +201,6 @@ def test_cli_refuses_training_episodes_and_evaluates_held_out(files, trained, tm
     assert metrics["provenance"]["seed"] == 0 and "torch" in metrics["provenance"]["versions"]
     with pytest.raises(InputError, match="invalid choice: 'everything'"):
         E.main(["--checkpoint", str(trained), "--data", str(greedy), "--masks", "everything"])
-    # The library functions are still reachable under their former module.
-    assert E.select_episodes is select_episodes and E.fmt_interval(None) == "-"
 
 
 def test_training_file_is_recognised_by_content(files, trained, tmp_path):

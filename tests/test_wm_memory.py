@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rpg_worldmodel.config import ConfigError, ModelConfig
+from rpg_base.typed_config.values import ConfigError
+from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.memory import memory_canvas
 from rpg_worldmodel.models.moves import HIDDEN, cell_kinds, game_moves
 from rpg_worldmodel.models.world_model import WorldModel

@@ -6,14 +6,8 @@ import numpy as np
 import pytest
 
 from rpg_worldmodel.evaluation import metrics as M
-from rpg_worldmodel.evaluation.baselines import (
-    ActionFrequencies,
-    CalibratedCells,
-    action_deltas,
-    copy_view,
-    shift_view,
-    views_to_codes,
-)
+from rpg_worldmodel.evaluation.baselines import ActionFrequencies, CalibratedCells
+from rpg_worldmodel.evaluation.oracles import action_deltas, copy_view, shift_view, views_to_codes
 
 CHANNELS = ("empty", "wall", "gem", "bone", "food", "agent")
 EMPTY, WALL, GEM, BONE, FOOD, AGENT = range(6)

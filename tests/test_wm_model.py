@@ -218,19 +218,6 @@ def test_param_groups_decay_matrices_and_kernels_only():
         "embed.patch_position", "embed.temporal"}
 
 
-def test_old_import_paths_still_work():
-    import rpg_worldmodel.baselines as old_baselines
-    import rpg_worldmodel.data as old_data
-    import rpg_worldmodel.metrics as old_metrics
-    import rpg_worldmodel.model as old_model
-    from rpg_worldmodel.evaluation import baselines, metrics
-
-    assert old_model.WorldModel is WorldModel
-    assert old_data.apply_input_mask is apply_input_mask and old_data.MASK_KINDS == MASK_KINDS
-    assert old_baselines.shift_view is baselines.shift_view
-    assert old_metrics.bootstrap_figures is metrics.bootstrap_figures
-
-
 # ------------------------------------------------------------------------------ rewards and imagination
 def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
     model = _model().train()
@@ -335,8 +322,7 @@ def test_the_fast_unfold_is_torchs_unfold(k):
 
 
 def test_codes_and_kinds_are_the_set_channel_of_one_hot_views():
-    from rpg_worldmodel.models.moves import HIDDEN, cell_kinds
-    from rpg_worldmodel.models.world_model import view_codes
+    from rpg_worldmodel.models.moves import HIDDEN, cell_kinds, view_codes
 
     views = _views(4, 3, seed=7)
     views[0, 0, :, 2, 2] = 0  # a hidden cell (a masked input)

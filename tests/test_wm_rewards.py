@@ -11,13 +11,14 @@ import pytest
 import torch
 from conftest import TINY_WORLD_MODEL
 
-from rpg_env.trajectories import TrajectoryFile
+from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_worldmodel.checkpoint import CHECKPOINT_VERSION, CheckpointError, load_checkpoint, read_meta
 from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
-from rpg_worldmodel.data import reward_classes
-from rpg_worldmodel.evaluate import run_evaluation
-from rpg_worldmodel.evaluation.baselines import RewardRule, views_to_codes
-from rpg_worldmodel.report import write_report
+from rpg_worldmodel.data.sources import reward_classes
+from rpg_worldmodel.evaluation.baselines import RewardRule
+from rpg_worldmodel.evaluation.oracles import views_to_codes
+from rpg_worldmodel.evaluation.run import run_evaluation
+from rpg_worldmodel.report.document import write_report
 from rpg_worldmodel.train import train
 
 

@@ -10,24 +10,18 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.record import record
-from rpg_env.trajectories import TrajectoryFile, split_episodes
+from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel import evaluate as E
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import CHECKPOINT_VERSION, CheckpointError, load_checkpoint, migrate
 from rpg_worldmodel.config import DataConfig, load_config
-from rpg_worldmodel.data import (
-    DataFiles,
-    DataMismatchError,
-    EpochBatchSampler,
-    StreamedEpisodes,
-    TrajectoryWindows,
-    collate_batch,
-    expand_paths,
-    training_splits,
-    views_nbytes,
-)
+from rpg_worldmodel.data.shards import DataFiles, expand_paths, training_splits
+from rpg_worldmodel.data.sources import DataMismatchError
+from rpg_worldmodel.data.stores import StreamedEpisodes, views_nbytes
+from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows, collate_batch
 from rpg_worldmodel.evaluation.episodes import select_episodes, training_files
 
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from rpg_env.cli import command_status
-from rpg_env.errors import InputError
+from rpg_base.cli import command_status
+from rpg_base.errors import InputError
+from rpg_base.typed_config.values import ConfigError
 from rpg_env.record import record
-from rpg_env.trajectories import TrajectoryFile, split_episodes
+from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import (
     BEST_FILE,
@@ -22,8 +24,9 @@ from rpg_worldmodel.checkpoint import (
     mark_best,
     resolve_checkpoint,
 )
-from rpg_worldmodel.config import ConfigError, ModelConfig, load_config
-from rpg_worldmodel.data import EpochBatchSampler, TrajectoryWindows, check_data_matches
+from rpg_worldmodel.config import ModelConfig, load_config
+from rpg_worldmodel.data.sources import check_data_matches
+from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.run import Evaluation
 from rpg_worldmodel.evaluation.scoring import iter_windows

@@ -11,9 +11,9 @@ import pygame
 import pytest
 
 import rpg_env
-from rpg_env.cli import command_status
-from rpg_env.errors import InputError
-from rpg_env.policies import make_policy
+from rpg_base.cli import command_status
+from rpg_base.errors import InputError
+from rpg_env.policies.registry import make_policy
 from rpg_env.render import PygameWindow
 from rpg_worldmodel import play as P
 from rpg_worldmodel.checkpoint import load_checkpoint
@@ -104,10 +104,10 @@ def test_the_action_head_is_a_policy_of_the_real_game(tiny_world_model):
 def test_the_shipped_world_model_beats_the_motion_oracle_on_fresh_games(tmp_path):
     from rpg_env.experts import pretrained_path
     from rpg_env.record import record
-    from rpg_worldmodel import pretrained_path as shipped
     from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, load_baselines
     from rpg_worldmodel.evaluation.episodes import training_files
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+    from rpg_worldmodel.shipped import pretrained_path as shipped
 
     folder = shipped()
     assert sum(p.stat().st_size for p in folder.parent.rglob("*") if p.is_file()) <= 8 * 2**20

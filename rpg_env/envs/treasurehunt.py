@@ -1,4 +1,4 @@
-"""`TreasurehuntEnv`: the Treasurehunt rules (`rpg_env.core`) as a Gymnasium environment, N = 1.
+"""`TreasurehuntEnv`: the Treasurehunt rules (`rpg_env.game.world`) as a Gymnasium environment, N = 1.
 
 The learner is agent 0; agents 1..A-1 are co-players driven by ``co_policy``. Every step
 the co-players act on their own one-hot views, then all agents move in index order.
@@ -17,14 +17,9 @@ from gymnasium.error import ResetNeeded
 from rpg_env.game.constants import Vocabulary, vocabulary
 from rpg_env.game.observation import codes_to_rgb, full_map_observation, observation_space_for, one_hot
 from rpg_env.game.world import WorldBatch, WorldParams, parse_layout
-from rpg_env.policies import (
-    POLICY_NAMES,
-    BatchPolicy,
-    GreedyPolicy,
-    RandomPolicy,
-    check_policy_actions,
-    make_policy,
-)
+from rpg_env.policies.base import BatchPolicy, check_policy_actions
+from rpg_env.policies.registry import POLICY_NAMES, make_policy
+from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 from rpg_env.render import PygameWindow, game_legend, render_ansi, render_rgb
 
 RENDER_MODES = ("human", "rgb_array", "ansi")

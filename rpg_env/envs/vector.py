@@ -1,4 +1,4 @@
-"""`TreasurehuntVectorEnv`: a native `gymnasium.vector.VectorEnv` over `rpg_env.core`.
+"""`TreasurehuntVectorEnv`: a native `gymnasium.vector.VectorEnv` over `rpg_env.game.world`.
 
 All ``num_envs`` worlds advance in one batched NumPy call per step; co-players of every
 world act in one batched policy call. Registered as the vector entry point of
@@ -24,7 +24,8 @@ from rpg_env.envs.treasurehunt import (
 from rpg_env.game.constants import vocabulary
 from rpg_env.game.observation import codes_to_rgb, full_map_observation, observation_space_for, one_hot
 from rpg_env.game.world import WorldBatch, WorldParams
-from rpg_env.policies import BatchPolicy, GreedyPolicy, RandomPolicy, check_policy_actions
+from rpg_env.policies.base import BatchPolicy, check_policy_actions
+from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 from rpg_env.render import render_ansi, render_rgb
 
 

@@ -1,8 +1,8 @@
 """Stable-Baselines3 experts for Treasurehunt-v0: train, evaluate, watch, and shipped models.
 
-``python -m rpg_env.experts train|evaluate|watch`` (see docs/experts.md). The library side:
-`SB3Policy` (a trained model as a batched co-player / recording policy), `load_expert`
-(safe loading), `pretrained_path` (the experts that ship with the package).
+``python -m rpg_env.experts train|evaluate|watch`` (see docs/experts.md). The library side
+lives in `rpg_env.policies.sb3` (`SB3Policy`, a trained model as a batched co-player or recording
+policy; `load_expert`, safe loading); here: `pretrained_path`, the experts that ship with the package.
 """
 
 from __future__ import annotations
@@ -27,12 +27,4 @@ def pretrained_path(name: str = "dqn") -> Path:
     return path
 
 
-def __getattr__(name: str):
-    if name in ("SB3Policy", "load_expert", "ExpertLoadError"):
-        from rpg_env.policies import sb3
-
-        return getattr(sb3, name)
-    raise AttributeError(f"module 'rpg_env.experts' has no attribute {name!r}")
-
-
-__all__ = ["PRETRAINED", "PRETRAINED_DIR", "ExpertLoadError", "SB3Policy", "load_expert", "pretrained_path"]
+__all__ = ["PRETRAINED", "PRETRAINED_DIR", "pretrained_path"]

@@ -6,10 +6,10 @@ import argparse
 import shlex
 import sys
 
-from rpg_env.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.typed_config.config import format_keys
 from rpg_env.experts.config import ALGOS, ExpertConfig
 from rpg_env.experts.evaluate import DEFAULT_EPISODES, DEFAULT_SEED
-from rpg_env.typed_config import format_keys
 
 
 def build_parser() -> argparse.ArgumentParser:

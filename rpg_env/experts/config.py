@@ -14,7 +14,7 @@ A config has four sections besides the top-level run settings::
 Overrides use dotted keys (``env.vision_radius=3``, ``hyperparams.gamma=0.95``); a bare key
 that names exactly one setting (``seed=1``, ``vision_radius=3``, ``learning_rate=3e-4``) is
 resolved to it, and ``timesteps`` is short for ``total_timesteps``. Values are parsed as
-YAML scalars/lists. The rules are `rpg_env.typed_config`'s; every unknown key or ill-typed
+YAML scalars/lists. The rules are `rpg_base.typed_config`'s; every unknown key or ill-typed
 value raises `ConfigError` saying what to change. ``typed_config.format_keys(ExpertConfig)``
 lists every key with its type, default and help.
 """
@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpg_env import typed_config as tc
+from rpg_base.typed_config import config as tc
+from rpg_base.typed_config.config import dict_section, parse_override, read_yaml, section, setting
+from rpg_base.typed_config.values import ConfigError
 from rpg_env.policies import sb3
-from rpg_env.typed_config import ConfigError, dict_section, parse_override, read_yaml, section, setting
 
 __all__ = ["ALGOS", "VEC_ENVS", "CONFIG_DIR", "ALIASES", "ConfigError", "NetConfig", "EvalConfig",
            "ExpertConfig", "env_defaults", "algo_class", "hyperparam_defaults", "from_dict", "validate",

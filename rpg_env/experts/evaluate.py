@@ -22,7 +22,9 @@ import numpy as np
 
 import rpg_env
 from rpg_env.envs.protocol import EnvDescription, describe
-from rpg_env.policies import BatchPolicy, GreedyPolicy, RandomPolicy, SB3Policy
+from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.sb3 import SB3Policy
+from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 from rpg_env.rollout import Step, rollout
 
 MAX_BATCH = 100

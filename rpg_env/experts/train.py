@@ -29,9 +29,10 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
 
 import rpg_env
-from rpg_env.experts.config import ConfigError, ExpertConfig, algo_class, env_defaults
+from rpg_base.provenance import pinned_torch_threads, provenance
+from rpg_base.typed_config.values import ConfigError
+from rpg_env.experts.config import ExpertConfig, algo_class, env_defaults
 from rpg_env.policies.sb3 import expert_spec, policy_kwargs_from_net
-from rpg_env.provenance import pinned_torch_threads, provenance
 
 #: Offset of the EvalCallback's env seeds from the training seed (disjoint streams).
 EVAL_CALLBACK_SEED_OFFSET = 1_000_003

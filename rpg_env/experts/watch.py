@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.policies.sb3 import SB3Policy
 from rpg_env.render import VIDEO_SUFFIXES, save_animation
 from rpg_env.rollout import rollout

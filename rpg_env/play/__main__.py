@@ -15,10 +15,10 @@ from pathlib import Path
 import gymnasium as gym
 
 import rpg_env
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
+from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.errors import InputError
 from rpg_env.play.loop import DEFAULT_FPS, PlaySummary, play
-from rpg_env.trajectories import HDF5Recorder
+from rpg_env.trajectories.recorders import HDF5Recorder
 
 
 def _co_policy_arg(value: str) -> str:

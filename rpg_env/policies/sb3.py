@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.game.constants import vocabulary
 from rpg_env.policies.base import BatchPolicy
 

@@ -91,50 +91,10 @@ class GreedyPolicy(BatchPolicy):
 
     def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
         obs = np.asarray(obs)
-        b, _, side, _ = obs.shape
-        vocab = vocabulary()
-        target_key, never_passed, hazard, m = _greedy_tables(vocab)
-        num_actions = vocab.num_actions
-        c = side // 2
-        big = _UNREACHABLE
-        codes = obs.argmax(axis=1)  # (B, V, V) cell codes: one gather per table below
-        # Distance-to-target field with a border of "unreachable" around the view, so each
-        # relaxation is four shifted minimums. Keys: m * steps + rank of the item kind (m
-        # kinds worth going for), so the nearer item wins and the more valuable wins ties.
-        padded = np.full((b, side + 2, side + 2), big, dtype=np.int16)
-        dist = padded[:, 1:-1, 1:-1]
-        dist[...] = target_key.take(codes)
-        dist[:, c, c] = big  # standing still is not a target
-        never = never_passed.take(codes)  # hazards and agents stay unreachable
-        if side == 1:  # the agent sees only itself: no target, every move unknown
-            nxt = np.full((b, num_actions), big, dtype=np.int16)
-            unsafe = np.ones((b, num_actions), dtype=bool)
-        else:
-            # The cell each move enters.
-            rows, cols = (c + vocab.action_deltas).T.tolist()
-            changed = np.ones(b, dtype=bool)
-            # After k relaxations every path of length <= k is in the field, so a move key
-            # <= m * k + m - 1 is exact and no other move can beat it: a row is done then, or
-            # when its field stops changing. Most views have a target a few steps away, so this
-            # stops long before the whole field settles. At most V * V relaxations (a
-            # winding corridor) are ever needed.
-            for k in range(side * side + 1):
-                done = (dist[:, rows, cols].min(axis=1) <= m * k + m - 1) | ~changed
-                if done.all():
-                    break
-                relaxed = np.minimum(padded[:, :-2, 1:-1], padded[:, 2:, 1:-1])
-                np.minimum(relaxed, padded[:, 1:-1, :-2], out=relaxed)
-                np.minimum(relaxed, padded[:, 1:-1, 2:], out=relaxed)
-                relaxed += m
-                np.maximum(relaxed, never, out=relaxed)
-                np.minimum(relaxed, dist, out=relaxed)
-                changed = (relaxed != dist).any(axis=(1, 2))
-                dist[...] = relaxed
-            # Score of each move: the distance key at the next cell.
-            nxt = dist[:, rows, cols]
-            unsafe = hazard.take(codes[:, rows, cols])
-        nxt = np.where(unsafe, big, nxt)
-        has_target = nxt.min(axis=1) < big
+        b = len(obs)
+        num_actions = vocabulary().num_actions
+        nxt, unsafe = _move_keys(obs)
+        has_target = nxt.min(axis=1) < _UNREACHABLE
 
         if self._heading is None or len(self._heading) != b:
             # No heading yet (or a new batch size): every row starts afresh. Drawing only
@@ -155,3 +115,51 @@ class GreedyPolicy(BatchPolicy):
         actions = np.where(has_target, seek, explore).astype(np.int64)
         self._heading = actions
         return actions
+
+
+def _move_keys(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For one-hot views ``obs`` (B, C, V, V): the distance key of each move, (B, A) int16 (``m *
+    steps + rank`` of the nearest item worth going for that the move leads to; `_UNREACHABLE` when
+    none or when the move is unsafe), and which moves are unsafe (B, A) bool (they enter a hazard)."""
+    b, _, side, _ = obs.shape
+    vocab = vocabulary()
+    target_key, never_passed, hazard, m = _greedy_tables(vocab)
+    c = side // 2
+    big = _UNREACHABLE
+    codes = obs.argmax(axis=1)  # (B, V, V) cell codes: one gather per table below
+    # Distance-to-target field with a border of "unreachable" around the view, so each
+    # relaxation is four shifted minimums. Keys: m * steps + rank of the item kind (m
+    # kinds worth going for), so the nearer item wins and the more valuable wins ties.
+    padded = np.full((b, side + 2, side + 2), big, dtype=np.int16)
+    dist = padded[:, 1:-1, 1:-1]
+    dist[...] = target_key.take(codes)
+    dist[:, c, c] = big  # standing still is not a target
+    never = never_passed.take(codes)  # hazards and agents stay unreachable
+    if side == 1:  # the agent sees only itself: no target, every move unknown
+        nxt = np.full((b, vocab.num_actions), big, dtype=np.int16)
+        unsafe = np.ones((b, vocab.num_actions), dtype=bool)
+    else:
+        # The cell each move enters.
+        rows, cols = (c + vocab.action_deltas).T.tolist()
+        changed = np.ones(b, dtype=bool)
+        # After k relaxations every path of length <= k is in the field, so a move key
+        # <= m * k + m - 1 is exact and no other move can beat it: a row is done then, or
+        # when its field stops changing. Most views have a target a few steps away, so this
+        # stops long before the whole field settles. At most V * V relaxations (a
+        # winding corridor) are ever needed.
+        for k in range(side * side + 1):
+            done = (dist[:, rows, cols].min(axis=1) <= m * k + m - 1) | ~changed
+            if done.all():
+                break
+            relaxed = np.minimum(padded[:, :-2, 1:-1], padded[:, 2:, 1:-1])
+            np.minimum(relaxed, padded[:, 1:-1, :-2], out=relaxed)
+            np.minimum(relaxed, padded[:, 1:-1, 2:], out=relaxed)
+            relaxed += m
+            np.maximum(relaxed, never, out=relaxed)
+            np.minimum(relaxed, dist, out=relaxed)
+            changed = (relaxed != dist).any(axis=(1, 2))
+            dist[...] = relaxed
+        # Score of each move: the distance key at the next cell.
+        nxt = dist[:, rows, cols]
+        unsafe = hazard.take(codes[:, rows, cols])
+    return np.where(unsafe, big, nxt), unsafe

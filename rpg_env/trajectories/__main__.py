@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rpg_env.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, run_command
 from rpg_env.trajectories.maintenance import repair, validate
 from rpg_env.trajectories.reader import TrajectoryFile
 
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (1: `validate` found problems). Bad input
-    raises `rpg_env.errors.InputError` (e.g. `TrajectoryFormatError`) or a file-system error."""
+    raises `rpg_base.errors.InputError` (e.g. `TrajectoryFormatError`) or a file-system error."""
     args = build_parser().parse_args(argv)
     if args.command == "info":
         print(info(args.path))

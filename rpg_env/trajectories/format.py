@@ -26,7 +26,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 
 FORMAT_NAME = "rpg_env.trajectories"
 SCHEMA_VERSION = 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.trajectories.format import FLAG_TERMINATED, FLAG_TRUNCATED, superblock
 from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_env.trajectories.writer import TrajectoryWriter

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
-from rpg_env.provenance import package_versions, provenance
+from rpg_base.provenance import package_versions, provenance
 from rpg_env.trajectories.format import (
     DEFAULT_COMPRESSION_LEVEL,
     DEFAULT_OBS_CHUNK_ROWS,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.game.constants import vocabulary
 from rpg_worldmodel.config import MASK_KINDS
 

@@ -25,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from rpg_env.errors import InputError
-from rpg_env.trajectories import COMPATIBILITY_KEYS, split_episodes
-from rpg_worldmodel.config import ConfigError, DataConfig
+from rpg_base.errors import InputError
+from rpg_base.typed_config.values import ConfigError
+from rpg_env.trajectories.format import COMPATIBILITY_KEYS
+from rpg_env.trajectories.splits import split_episodes
+from rpg_worldmodel.config import DataConfig
 from rpg_worldmodel.data.sources import DataMismatchError, DataSource
 from rpg_worldmodel.data.stores import EpisodeShards, EpisodeStore, StreamedEpisodes, views_nbytes
 from rpg_worldmodel.data.windows import TrajectoryWindows

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
+from rpg_base.typed_config.values import ConfigError
 from rpg_env.game.constants import vocabulary
-from rpg_env.trajectories import TrajectoryFile
-from rpg_worldmodel.config import ConfigError, ModelConfig
+from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.moves import game_moves
 
 #: Channels that are not items: the loss weights every other channel's cells by

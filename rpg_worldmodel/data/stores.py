@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from rpg_env.trajectories import TrajectoryFile
+from rpg_env.trajectories.reader import TrajectoryFile
 
 #: Bytes of h5py chunk cache per streamed file and process: a batch's windows hit random chunks
 #: (32 views, 15.5 KiB each), so a larger cache buys little; it bounds the memory per file.

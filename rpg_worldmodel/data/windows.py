@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from rpg_env.trajectories import TrajectoryFormatError
+from rpg_env.trajectories.format import TrajectoryFormatError
 from rpg_worldmodel.data.stores import EpisodeStore, Store
 
 CONTEXTS = ("full", "stride")

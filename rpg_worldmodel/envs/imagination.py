@@ -21,11 +21,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from rpg_base.errors import InputError
 from rpg_env.envs.vector import TreasurehuntVectorEnv
-from rpg_env.errors import InputError
-from rpg_env.policies import BatchPolicy, make_policy
+from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
-from rpg_worldmodel.data import DataSource, EpisodeStore, check_data_matches
+from rpg_worldmodel.data.sources import DataSource, check_data_matches
+from rpg_worldmodel.data.stores import EpisodeStore
 from rpg_worldmodel.evaluation.episodes import select_episodes
 from rpg_worldmodel.models.sampling import ViewSampler, sample_cells
 from rpg_worldmodel.models.state import Imagination

@@ -25,7 +25,7 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.render import render_view
 from rpg_worldmodel.checkpoint import LoadedCheckpoint, load_checkpoint
 from rpg_worldmodel.envs.imagination import Context, FileContext, ImaginedWorlds, RealGameContext

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from rpg_env.errors import InputError
-from rpg_worldmodel.data import EpisodeStore, kind_values
+from rpg_base.errors import InputError
+from rpg_worldmodel.data.sources import kind_values
+from rpg_worldmodel.data.stores import EpisodeStore
 from rpg_worldmodel.evaluation.oracles import (
     NUM_REGIONS,
     action_deltas,

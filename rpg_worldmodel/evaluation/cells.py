@@ -102,7 +102,7 @@ def annotate(es: EvalSet, fb: FittedBaselines, floor: str = "auto") -> CellAnnot
     or does not replay bit for bit), ``"bound"`` (the analytic lower bound), or ``"auto"`` (replay
     when every stream can be replayed, else the bound; a replay that differs is still refused)."""
     from rpg_env.replay import replay_streams, replayable
-    from rpg_env.trajectories import TrajectoryFile
+    from rpg_env.trajectories.reader import TrajectoryFile
 
     if floor not in FLOOR_MODES:
         raise ValueError(f"floor must be one of {FLOOR_MODES}, got {floor!r}")

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rpg_env.errors import InputError
-from rpg_env.trajectories import split_episodes
+from rpg_base.errors import InputError
+from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel.checkpoint import CheckpointError
 from rpg_worldmodel.config import WorldModelConfig
-from rpg_worldmodel.data import DataSource, EpisodeStore, file_digest
+from rpg_worldmodel.data.sources import DataSource, file_digest
+from rpg_worldmodel.data.stores import EpisodeStore
 
 SPLITS = ("auto", "test", "val", "all", "train")
 

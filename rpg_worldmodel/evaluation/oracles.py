@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_env.game.constants import vocabulary
 
 

@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from rpg_worldmodel.evaluation import metrics as M
-from rpg_worldmodel.evaluation.baselines import FittedBaselines, copy_view, views_to_codes
+from rpg_worldmodel.evaluation.baselines import FittedBaselines
 from rpg_worldmodel.evaluation.episodes import EvalSet
+from rpg_worldmodel.evaluation.oracles import copy_view, views_to_codes
 from rpg_worldmodel.evaluation.scoring import reward_targets
 from rpg_worldmodel.models.sampling import ViewSampler
 from rpg_worldmodel.models.world_model import WorldModel

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from rpg_env.errors import InputError
-from rpg_env.provenance import provenance
+from rpg_base.errors import InputError
+from rpg_base.provenance import provenance
 from rpg_worldmodel.checkpoint import load_checkpoint
-from rpg_worldmodel.data import DataSource, check_data_matches
+from rpg_worldmodel.data.sources import DataSource, check_data_matches
 from rpg_worldmodel.evaluation.baselines import (
     BASELINES_FILE,
     FittedBaselines,

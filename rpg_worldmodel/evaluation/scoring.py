@@ -16,14 +16,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_worldmodel.config import WorldModelConfig
-from rpg_worldmodel.data import apply_input_mask, plan_windows, reward_classes
+from rpg_worldmodel.data.masks import apply_input_mask
+from rpg_worldmodel.data.sources import reward_classes
+from rpg_worldmodel.data.windows import plan_windows
 from rpg_worldmodel.evaluation import metrics as M
-from rpg_worldmodel.evaluation.baselines import FittedBaselines, copy_view, views_to_codes
+from rpg_worldmodel.evaluation.baselines import FittedBaselines
 from rpg_worldmodel.evaluation.cells import CellAnnotations, annotate
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.metrics import RETURN_BLOCK
+from rpg_worldmodel.evaluation.oracles import copy_view, views_to_codes
 from rpg_worldmodel.models.world_model import WorldModel
 
 

@@ -60,7 +60,7 @@ def theory_of_mind_counts(es: EvalSet, unit_ids: np.ndarray, rows: np.ndarray, s
         baselines: gives the motion oracle.
         expert_path: the expert's ``model.zip``.
     """
-    from rpg_env.policies import SB3Policy
+    from rpg_env.policies.sb3 import SB3Policy
 
     expert = SB3Policy.load(expert_path)
     store = es.store()

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from rpg_base.typed_config.values import ConfigError
 from rpg_env.game.constants import ACTION_NAMES, vocabulary
-from rpg_worldmodel.config import ConfigError, ModelConfig
+from rpg_worldmodel.config import ModelConfig
 
 HIDDEN = -1  # a cell the step did not show (masked input, or padding before a start)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rpg_env.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, run_command
 from rpg_worldmodel.report.document import write_report
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 from rpg_worldmodel.report.plots import (
     plot_cells,
     plot_entity_f1,

@@ -1,4 +1,4 @@
-"""Fields, building, overrides, YAML and listing of typed configs (see `rpg_env.typed_config`)."""
+"""Fields, building, overrides, YAML and listing of typed configs (see `rpg_base.typed_config`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
-from rpg_env.typed_config.values import ConfigError, _got, check_value, infer_type
+from rpg_base.typed_config.values import ConfigError, _got, check_value, infer_type
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""Checking one config value against its field's type (see `rpg_env.typed_config`)."""
+"""Checking one config value against its field's type (see `rpg_base.typed_config`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import typing
 from types import UnionType
 from typing import Any
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 
 _NONE = type(None)
 _UNIONS = (typing.Union, UnionType)

@@ -20,29 +20,3 @@ keys are ``section.key``, a top-level key, an alias, or a bare key naming exactl
 Every mistake raises `ConfigError` saying what to change ("did you mean" for unknown keys);
 an override that names nothing is refused.
 """
-
-from rpg_env.typed_config.config import (
-    DictKeys,
-    Setting,
-    aliases,
-    apply_overrides,
-    build,
-    describe,
-    dict_section,
-    format_keys,
-    load,
-    parse_override,
-    read_yaml,
-    resolve,
-    section,
-    setting,
-    to_dict,
-    to_yaml,
-    with_overrides,
-    write_yaml,
-)
-from rpg_env.typed_config.values import ConfigError, check_value, infer_type
-
-__all__ = ["ConfigError", "DictKeys", "Setting", "aliases", "apply_overrides", "build", "check_value",
-           "describe", "dict_section", "format_keys", "infer_type", "load", "parse_override", "read_yaml",
-           "resolve", "section", "setting", "to_dict", "to_yaml", "with_overrides", "write_yaml"]

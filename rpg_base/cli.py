@@ -1,6 +1,6 @@
 """The one entry point of every command line (``python -m rpg_env.record``, ``rpg_worldmodel.train``...).
 
-Every command fails the same way: bad input (an `rpg_env.errors.InputError`, or a missing,
+Every command fails the same way: bad input (an `rpg_base.errors.InputError`, or a missing,
 existing or unreadable path) becomes one line ``error: ...`` on stderr, saying what to change,
 and exit status 2; a genuine bug keeps its traceback. Set ``RPG_DEBUG=1`` to see the traceback
 of an input error too.
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from rpg_env.errors import InputError
+from rpg_base.errors import InputError
 
 #: What a user's input can cause: the project's own errors and the file-system errors of the
 #: paths they gave. Everything else is a bug.
