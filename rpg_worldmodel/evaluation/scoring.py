@@ -267,40 +267,53 @@ def score_eval_set(
     mask = _Masking(mask_kind, mask_prob, generator, channel_names)
     reward_values = np.asarray(config.model.reward_values, dtype=np.float64)
     cells = annotate(es, baselines, floor) if baselines is not None and floor is not None else None
-    rows_counts: dict[str, list[M.Counts]] = {}
-    returns: dict[str, list[_Returns]] = {}
-    row_eps: list[np.ndarray] = []
-    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    examples = _Examples(num_examples, num_frames)
-    num_windows = 0
+    collected = _Collected(_Examples(num_examples, num_frames), keep_model_views)
     with torch.inference_mode():
         for batch in iter_windows(es, num_frames, batch_size, desc=desc, context=context):
-            num_windows += len(batch.views)
             view_lp, action_lp, reward_lp = _model_log_probs(model, batch, num_frames, mask, use_agent_ids,
                                                              device)
             parts, prev, target, batch_returns = _prediction_counts(batch, view_lp, action_lp, reward_lp,
                                                                     baselines, reward_values, cells)
-            for name, c in parts.items():
-                rows_counts.setdefault(name, []).append(c)
-            for name, r in batch_returns.items():
-                returns.setdefault(name, []).append(r)
-            row_eps.append(batch.rows[np.nonzero(batch.score)[0]])
-            if keep_model_views:
-                w, p = np.nonzero(batch.score)
-                kept.append((batch.rows[w], batch.starts[w] + p, view_lp[w, p].argmax(1).astype(np.int8)))
-            examples.add(batch, view_lp, prev, target)
-    if not row_eps:
+            collected.add(batch, view_lp, parts, prev, target, batch_returns)
+    if not collected.rows:
         raise InputError(f"no episode of {es.path} is longer than num_frames={num_frames} steps, so "
                          "there is nothing to score; record longer episodes")
     names = baselines.channel_names if baselines is not None else channel_names
-    scores = _per_game(es, rows_counts, returns, np.concatenate(row_eps), names, num_windows,
-                       examples.arrays())
+    scores = _per_game(es, collected.counts, collected.returns, np.concatenate(collected.rows), names,
+                       collected.num_windows, collected.examples.arrays())
     if len(reward_values) and config.model.reward_head:
         scores.reward_names = reward_classes(es.store().meta).names_for(reward_values)
     scores.floor_method = cells.floor_method if cells is not None else None
     if keep_model_views:
-        scores.model_views = tuple(np.concatenate(part) for part in zip(*kept, strict=True))
+        scores.model_views = tuple(np.concatenate(part) for part in zip(*collected.kept, strict=True))
     return scores
+
+
+@dataclass
+class _Collected:
+    """What scoring gathers batch by batch before it is summed per game: counts and returns per
+    predictor, the episode row of every scored position, the model's kept views, the examples."""
+
+    examples: _Examples
+    keep_model_views: bool
+    counts: dict[str, list[M.Counts]] = field(default_factory=dict)
+    returns: dict[str, list[_Returns]] = field(default_factory=dict)
+    rows: list[np.ndarray] = field(default_factory=list)
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    num_windows: int = 0
+
+    def add(self, batch: Batch, view_lp: np.ndarray, parts: dict[str, M.Counts], prev: np.ndarray,
+            target: np.ndarray, batch_returns: dict[str, _Returns]) -> None:
+        self.num_windows += len(batch.views)
+        for name, c in parts.items():
+            self.counts.setdefault(name, []).append(c)
+        for name, r in batch_returns.items():
+            self.returns.setdefault(name, []).append(r)
+        self.rows.append(batch.rows[np.nonzero(batch.score)[0]])
+        if self.keep_model_views:
+            w, p = np.nonzero(batch.score)
+            self.kept.append((batch.rows[w], batch.starts[w] + p, view_lp[w, p].argmax(1).astype(np.int8)))
+        self.examples.add(batch, view_lp, prev, target)
 
 
 def _per_game(es: EvalSet, rows_counts: dict[str, list[M.Counts]], returns: dict[str, list[_Returns]],
