@@ -35,9 +35,9 @@ def moved_run(tiny_world_model, tmp_path_factory):
     return copy, data, fresh, load_checkpoint(copy).path
 
 
-def _fit(meta, data, reward_values):
-    trained = training_files(meta)[0]
-    fb = fit_baselines(data, trained.part(checkpoint_split(meta))["train"], EvalOptions().baseline_episodes,
+def _fit(record, data, reward_values):
+    trained = training_files(record)[0]
+    fb = fit_baselines(data, trained.part(checkpoint_split(record))["train"], EvalOptions().baseline_episodes,
                        EvalOptions().seed, reward_values)
     return fb, {"path": str(data), "fingerprint": trained.fingerprint, "seed": EvalOptions().seed,
                 "max_episodes": EvalOptions().baseline_episodes}
@@ -49,7 +49,7 @@ def test_carried_baselines_score_exactly_as_the_ones_fitted_on_the_training_file
     with pytest.raises(FileNotFoundError, match="pass a training file as --data"):
         Evaluation(run, [fresh], opts)
     ck = load_checkpoint(run)
-    fb, fitted_on = _fit(ck.meta, data, ck.config.model.reward_values)
+    fb, fitted_on = _fit(ck.record, data, ck.config.model.reward_values)
     save_baselines(fb, folder / BASELINES_FILE, fitted_on)
     try:
         carried = Evaluation(run, [fresh], opts)
@@ -75,7 +75,7 @@ def test_carried_baselines_score_exactly_as_the_ones_fitted_on_the_training_file
 def test_saved_baselines_round_trip_every_table(tiny_world_model, tmp_path):
     run, data = tiny_world_model
     ck = load_checkpoint(run)
-    fb, fitted_on = _fit(ck.meta, data, ck.config.model.reward_values)
+    fb, fitted_on = _fit(ck.record, data, ck.config.model.reward_values)
     path = save_baselines(fb, tmp_path / BASELINES_FILE, fitted_on)
     back = load_baselines(path, [fitted_on["fingerprint"]])
     for name in ("copy_cal", "shift_cal", "memory_cal", "majority", "previous", "reward_rule"):
@@ -89,7 +89,7 @@ def test_saved_baselines_round_trip_every_table(tiny_world_model, tmp_path):
 def test_carried_baselines_of_another_file_or_damaged_are_refused(tiny_world_model, tmp_path):
     run, data = tiny_world_model
     ck = load_checkpoint(run)
-    fb, fitted_on = _fit(ck.meta, data, ck.config.model.reward_values)
+    fb, fitted_on = _fit(ck.record, data, ck.config.model.reward_values)
     path = save_baselines(fb, tmp_path / BASELINES_FILE, fitted_on)
     with pytest.raises(InputError, match="not on the checkpoint's training files"):
         load_baselines(path, ["another-fingerprint"])
