@@ -13,6 +13,7 @@ names the file; `write_record` writes the current schema.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -159,15 +160,21 @@ class CheckpointRecord(RunRecord):
 
     def shipped_as(self, origin: str, weights: str) -> CheckpointRecord:
         """This record as a shipped model carries it: ``shipped`` says where it came from (``origin``)
-        and its weights' dtype; its data files are named, not located (the paths of the machine that
-        trained it mean nothing elsewhere: a file is recognised by its fingerprint)."""
+        and its weights' dtype; its data files are named, not located, in the data record, the
+        provenance and the config (``data.path``; ``out_dir``: the run folder's name): the paths of
+        the machine that trained it mean nothing elsewhere, and a file is recognised by its
+        fingerprint."""
         files = tuple(dataclasses.replace(f, path=Path(f.path).name) for f in self.data.files)
         prov = self.provenance
         if prov is not None and isinstance(prov.get("data"), dict):
             named = [{**e, "path": Path(str(e.get("path", ""))).name} for e in prov["data"].get("files", [])]
             prov = {**prov, "data": {**prov["data"], "files": named}}
+        config = copy.deepcopy(self.config)
+        config.data.path = files[0].path if len(files) == 1 else [f.path for f in files]
+        config.out_dir = Path(config.out_dir).name
         return dataclasses.replace(self, data=dataclasses.replace(self.data, files=files), provenance=prov,
-                                   shipped={"from": origin, "weights": weights}, migrated_from=None)
+                                   config=config, shipped={"from": origin, "weights": weights},
+                                   migrated_from=None)
 
     def to_json(self) -> dict[str, Any]:
         """meta.json's content at the current schema (`migrated_from` is not written)."""

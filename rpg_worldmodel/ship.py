@@ -28,7 +28,7 @@ import torch
 from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.errors import InputError
 from rpg_env.provenance import provenance
-from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, choose_checkpoint
+from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, Choice, choose_checkpoint
 from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, fit_baselines, save_baselines
 from rpg_worldmodel.evaluation.episodes import checkpoint_split, training_files
 from rpg_worldmodel.evaluation.run import EvalOptions
@@ -55,11 +55,7 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     state = torch.load(choice.folder / MODEL_FILE, weights_only=True)
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, folder / MODEL_FILE)
     record = read_record(choice.folder / META_FILE)
-    # named from the pipeline folder, as the data files are named only: no path of this machine ships
-    origin = dataclasses.replace(choice, folder=Path(pipeline_out.resolve().name) / choice.folder.relative_to(
-        pipeline_out))
-    shipped = record.shipped_as(origin.describe(), "float16")
-    write_record(shipped, folder / META_FILE)
+    shipped = _ship_record(record, choice, pipeline_out, folder)
     _ship_baselines(record, folder)
     main = metrics["files"][metrics["self"]]
     held_out = {name: {fig: figs[fig] for fig in EVAL_FIGURES if fig in figs}
@@ -78,6 +74,17 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
         raise InputError(f"the shipped world model takes {size / 2**20:.1f} MB, over the "
                          f"{MAX_BYTES // 2**20} MB budget; ship a smaller model")
     return folder
+
+
+def _ship_record(record: CheckpointRecord, choice: Choice, pipeline_out: Path,
+                 folder: Path) -> CheckpointRecord:
+    """``record`` as the shipped model carries it (`CheckpointRecord.shipped_as`), written to
+    ``folder``: its origin named from the pipeline folder on, as its data files are named only, so
+    that no path of the machine that built it ships."""
+    where = Path(pipeline_out.resolve().name) / choice.folder.relative_to(pipeline_out)
+    shipped = record.shipped_as(dataclasses.replace(choice, folder=where).describe(), "float16")
+    write_record(shipped, folder / META_FILE)
+    return shipped
 
 
 def _ship_baselines(record: CheckpointRecord, folder: Path) -> Path:

@@ -139,3 +139,5 @@ def test_shipping_names_the_files_and_says_where_it_came_from():
     assert [f.path for f in shipped.data.files] == ["dqn.h5"]
     assert [f["path"] for f in shipped.provenance["data"]["files"]] == ["dqn.h5"]
     assert shipped.shipped == {"from": "run/checkpoints/step_00001200", "weights": "float16"}
+    assert (shipped.config.data.path, shipped.config.out_dir) == ("dqn.h5", "run")
+    assert dataclasses.replace(shipped.config, data=rec.config.data, out_dir=rec.config.out_dir) == rec.config
