@@ -98,13 +98,13 @@ def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> 
     """Every policy in the imagined game of ``checkpoint`` (views drawn by ``views``) and in the
     real game."""
     loaded = load_checkpoint(checkpoint)
-    names = list(loaded.meta["data"]["channel_names"])
+    names = list(loaded.record.data.channel_names)
     agent, wall = names.index(AGENT), names.index(WALL)
     items = [names.index(k) for k in ITEMS]
-    num_agents = int(loaded.meta["data"]["env_kwargs"].get("num_agents", 2))
+    num_agents = int(loaded.record.data.env_kwargs.get("num_agents", 2))
     imagined = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, num_envs=worlds, checkpoint=checkpoint,
                             sample=True, views=views)
-    real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds, **loaded.meta["data"]["env_kwargs"])  # its game
+    real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds, **loaded.record.data.env_kwargs)  # its game
     tail = slice(2 * steps // 3, steps)
     out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "views": views, "policies": {}}
     burn_in = loaded.config.model.num_frames - 1  # real games get the imagined worlds' greedy burn-in

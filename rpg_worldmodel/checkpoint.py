@@ -8,6 +8,7 @@ leaves a half-written checkpoint under the final name)::
         model.pt      model state_dict (tensors only)
         training.pt   optimizer / scheduler / grad-scaler state, RNG states (tensors and numbers)
         meta.json     config, step, split episode ids, data files (paths, fingerprints), seed, versions
+                      (`rpg_worldmodel.run_record`: typed, with the schema migrations)
     checkpoints/latest.json   {"name": "step_00002000", "step": 2000}
     checkpoints/best.json     {"name": "step_00001600", "step": 1600, "val_loss": 0.4521}
 
@@ -30,88 +31,54 @@ from typing import Any
 
 import torch
 
-from rpg_base.errors import InputError
-from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.config import ModelConfig, WorldModelConfig
 from rpg_worldmodel.models.world_model import WorldModel
+from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, read_record, write_record
 from rpg_worldmodel.shipped import PRETRAINED_NAME, pretrained_path
 
-CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
-#: The checkpoint schema. 2 added rotary positions and the reward head (model.position,
-#: model.reward_head, model.reward_values, train.reward_loss_weight); 3 records the training
-#: data as a list of files (``data.files``: path, fingerprint, num_episodes each), the split's
-#: episode ids counting over all of them in that order (one file: its own ids); 4 added the
-#: frame-stack action head (model.action_frames; older checkpoints have the linear head, 0); 5 the
-#: memory map and the movement table (model.memory_map, model.move_rules, model.move_deltas,
-#: model.blocking_kinds; older ones have neither); 6 fine-tuning (train.init_from; older runs
-#: started from random weights).
-CHECKPOINT_VERSION = 6
-#: How a checkpoint of an older schema is read: the config values it lacked, as its model was
-#: (schema 2's one data file becomes a list of one by `migrate`).
-MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
-    1: {"model": {"position": "learned", "reward_head": False, "reward_values": []}},
-    2: {},
-    3: {"model": {"action_frames": 0}},
-    4: {"model": {"memory_map": False, "move_rules": False}},
-    5: {"train": {"init_from": ""}},
-}
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
 BEST_FILE = "best.json"
 STEP_PREFIX = "step_"
 
 
-class CheckpointError(InputError):
-    """A checkpoint that is missing, corrupt, or does not fit what it is loaded into."""
-
-
 @dataclass
 class LoadedCheckpoint:
-    """A loaded checkpoint: ``model`` in eval mode on ``map_location``, its ``config``, and ``meta``
-    (``splits`` {"train","val","test"} episode ids, ``data`` {path, fingerprint, obs_shape, ...},
-    ``seed``, ``step``, ``versions``, ``provenance``, ``metrics``)."""
+    """A loaded checkpoint: ``model`` in eval mode on ``map_location``, its ``config`` and its
+    ``record`` (meta.json: split, training data, seed, step, versions, provenance, metrics)."""
 
     model: WorldModel
-    config: WorldModelConfig
-    meta: dict[str, Any]
+    record: CheckpointRecord
     path: Path
     choice: str = ""  # which checkpoint of a run folder was taken and why (`Choice.describe`)
 
     @property
+    def config(self) -> WorldModelConfig:
+        return self.record.config
+
+    @property
     def step(self) -> int:
-        return int(self.meta["step"])
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    if hasattr(value, "tolist"):  # numpy arrays and scalars
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    return value
+        return self.record.step
 
 
 def save_checkpoint(
     directory: str | os.PathLike,
     *,
     model: torch.nn.Module,
-    config: WorldModelConfig,
-    step: int,
+    record: CheckpointRecord,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any = None,
-    extra: dict[str, Any] | None = None,
     training_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``directory/step_{step:08d}`` atomically and point ``latest.json`` at it; returns its path.
+    """Write ``directory/step_{record.step:08d}`` atomically and point ``latest.json`` at it; returns
+    its path.
 
-    ``extra`` (JSON-ready: splits, data fingerprint, provenance, metrics...) is merged into
-    meta.json. ``training_state`` holds further tensors/numbers for exact resume (RNG states,
-    grad-scaler state); it is stored beside the optimizer and scheduler states.
+    ``record`` (its step, config, split, data, provenance, metrics...) becomes meta.json.
+    ``training_state`` holds further tensors/numbers for exact resume (RNG states, grad-scaler
+    state); it is stored beside the optimizer and scheduler states.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    step = record.step
     name = f"step_{int(step):08d}"
     final, tmp = directory / name, directory / f".{name}.tmp"
     if tmp.exists():
@@ -125,14 +92,7 @@ def save_checkpoint(
         training["scheduler"] = scheduler.state_dict()
     if training:
         torch.save(training, tmp / TRAINING_FILE)
-    meta = {
-        "format": CHECKPOINT_FORMAT,
-        "version": CHECKPOINT_VERSION,
-        "step": int(step),
-        "config": config.to_dict(),
-        **_json_ready(extra or {}),
-    }
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
+    write_record(record, tmp / META_FILE)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -158,9 +118,8 @@ def _read_pointer(file: Path) -> dict[str, Any]:
 
 def mark_best(checkpoint: Path, val_loss: float) -> None:
     """Name ``checkpoint`` (a ``step_*`` folder) its run's best, with its validation loss."""
-    meta = json.loads((checkpoint / META_FILE).read_text())
     _write_pointer(checkpoint.parent / BEST_FILE,
-                   {"name": checkpoint.name, "step": int(meta["step"]), "val_loss": float(val_loss)})
+                   {"name": checkpoint.name, "step": _step_of(checkpoint), "val_loss": float(val_loss)})
 
 
 def best_val_loss(directory: str | os.PathLike) -> float:
@@ -213,17 +172,23 @@ def choose_checkpoint(path: str | os.PathLike, which: str = "best") -> Choice:
     """The checkpoint folder of ``path``: the folder itself or its model.pt/meta.json; for a run
     folder or its ``checkpoints/`` folder, its best (``which="best"``; the last when no best is
     recorded) or its last (``which="latest"``); ``"pretrained"``: the shipped world model."""
+    located = _locate(path, which)
+    return dataclasses.replace(located, step=_step_of(located.folder))
+
+
+def _locate(path: str | os.PathLike, which: str) -> Choice:
+    """`choose_checkpoint` without reading the chosen meta.json (its ``step`` is -1)."""
     if which not in ("best", "latest"):
         raise ValueError(f"which must be 'best' or 'latest', not {which!r}")
     if str(path) == PRETRAINED_NAME:
-        return Choice(pretrained_path(), "pretrained", _step_of(pretrained_path()))
+        return Choice(pretrained_path(), "pretrained", -1)
     p = Path(path)
     if p.is_file() and p.name in (MODEL_FILE, META_FILE, TRAINING_FILE):
         p = p.parent
     if not p.exists():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
     if (p / META_FILE).is_file():
-        return Choice(p, "given", _step_of(p))
+        return Choice(p, "given", -1)
     for folder in (p, p / "checkpoints"):
         latest_file, best_file = folder / LATEST_FILE, folder / BEST_FILE
         if not latest_file.is_file():
@@ -231,11 +196,9 @@ def choose_checkpoint(path: str | os.PathLike, which: str = "best") -> Choice:
         latest = _read_pointer(latest_file)
         if which == "best" and best_file.is_file():
             best = _read_pointer(best_file)
-            chosen = _pointed(folder, best_file, best)
-            return Choice(chosen, "best", _step_of(chosen), float(best.get("val_loss", float("nan"))),
-                          int(latest.get("step", -1)))
-        chosen = _pointed(folder, latest_file, latest)
-        return Choice(chosen, "latest", _step_of(chosen))
+            return Choice(_pointed(folder, best_file, best), "best", -1,
+                          float(best.get("val_loss", float("nan"))), int(latest.get("step", -1)))
+        return Choice(_pointed(folder, latest_file, latest), "latest", -1)
     raise CheckpointError(
         f"{str(path)!r} is not a checkpoint: expected a folder with {META_FILE} and "
         f"{MODEL_FILE}, or a run folder with checkpoints/{LATEST_FILE}"
@@ -249,8 +212,8 @@ def _pointed(folder: Path, pointer: Path, record: dict[str, Any]) -> Path:
 
 
 def _step_of(folder: Path) -> int:
-    """The step a checkpoint folder holds (its meta.json's; -1 when unreadable, which `read_meta`
-    then reports)."""
+    """The step a checkpoint folder holds (its meta.json's; -1 when unreadable, which
+    `read_checkpoint_record` then reports)."""
     try:
         return int(json.loads((folder / META_FILE).read_text()).get("step", -1))
     except (ValueError, TypeError, AttributeError):
@@ -259,52 +222,12 @@ def _step_of(folder: Path) -> int:
 
 def resolve_checkpoint(path: str | os.PathLike, which: str = "best") -> Path:
     """The checkpoint folder of ``path`` (`choose_checkpoint`)."""
-    return choose_checkpoint(path, which).folder
+    return _locate(path, which).folder
 
 
-def read_meta(path: str | os.PathLike) -> dict[str, Any]:
-    """meta.json of a checkpoint (see `resolve_checkpoint` for accepted paths)."""
-    folder = resolve_checkpoint(path)
-    try:
-        meta = json.loads((folder / META_FILE).read_text())
-    except ValueError as exc:
-        raise CheckpointError(f"{folder / META_FILE} is not valid JSON ({exc})") from None
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{folder} is not an rpg_worldmodel checkpoint (format {meta.get('format')!r})")
-    return migrate(meta, folder)
-
-
-def migrate(meta: dict[str, Any], folder: Path | str = "checkpoint") -> dict[str, Any]:
-    """``meta`` of any supported schema as schema `CHECKPOINT_VERSION` reads it: an older one gets
-    the config values it lacked (`MIGRATIONS`) and ``migrated_from``; an unknown one is refused."""
-    version = meta.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise CheckpointError(f"{folder} has checkpoint schema version {version!r}, which no rpg_worldmodel "
-                              f"wrote (this one reads 1..{CHECKPOINT_VERSION}); the meta.json was edited or "
-                              f"is corrupt: retrain, or restore the checkpoint")
-    if version > CHECKPOINT_VERSION:
-        raise CheckpointError(
-            f"{folder} was written by a newer rpg_worldmodel (checkpoint schema {version}; this one reads "
-            f"up to {CHECKPOINT_VERSION}); upgrade the package to use it"
-        )
-    if version == 5 and "move_rules" not in dict((meta.get("config") or {}).get("model") or {}):
-        # schema 5 gained the movement table (and a map that leaves the centre alone) before it was
-        # released; a checkpoint of the interim development form would load into the wrong model
-        raise CheckpointError(f"{folder} is a schema-5 checkpoint from before the movement table (its config "
-                              f"has no model.move_rules), a development form this package cannot rebuild: "
-                              f"retrain it")
-    if version == CHECKPOINT_VERSION:
-        return meta
-    config = dict(meta.get("config") or {})
-    for old in range(version, CHECKPOINT_VERSION):
-        for section, values in MIGRATIONS[old].items():
-            config[section] = {**values, **dict(config.get(section) or {})}
-    data = dict(meta.get("data") or {})
-    if "files" not in data and "path" in data:
-        one = {"path": data.pop("path"), "fingerprint": data.pop("fingerprint", None),
-               "num_episodes": data.get("num_episodes")}
-        data["files"] = [one]
-    return {**meta, "config": config, "data": data, "migrated_from": version, "version": CHECKPOINT_VERSION}
+def read_checkpoint_record(path: str | os.PathLike, which: str = "best") -> CheckpointRecord:
+    """The record (meta.json) of the checkpoint ``path`` names (see `choose_checkpoint`)."""
+    return read_record(_locate(path, which).folder / META_FILE)
 
 
 def _safe_load(file: Path, map_location: str | torch.device) -> Any:
@@ -329,19 +252,25 @@ def config_differences(a: ModelConfig, b: ModelConfig) -> list[str]:
 
 
 def load_model_weights(
-    model: WorldModel, path: str | os.PathLike, map_location: str | torch.device = "cpu"
-) -> dict:
+    model: WorldModel, path: str | os.PathLike, map_location: str | torch.device = "cpu",
+    record: CheckpointRecord | None = None,
+) -> CheckpointRecord:
     """Load a checkpoint's weights into an existing ``model``; raises `CheckpointError` naming both
-    configs when they differ. Returns the checkpoint's meta."""
+    configs when they differ. Returns the checkpoint's record (``record``: already read, not read again)."""
     folder = resolve_checkpoint(path)
-    meta = read_meta(folder)
-    saved = WorldModelConfig.from_dict(meta["config"], source=str(folder / META_FILE)).model
-    diffs = config_differences(saved, model.cfg)
+    record = record or read_record(folder / META_FILE)
+    diffs = config_differences(record.config.model, model.cfg)
     if diffs:
         raise CheckpointError(
             f"checkpoint {folder} does not fit this model: model config differs "
             f"(checkpoint vs current): {'; '.join(diffs)}"
         )
+    _load_state(model, folder, map_location)
+    return record
+
+
+def _load_state(model: WorldModel, folder: Path, map_location: str | torch.device) -> None:
+    """model.pt of ``folder`` into ``model`` (built from the checkpoint's own config)."""
     state = _safe_load(folder / MODEL_FILE, map_location)
     mismatch = first_weight_mismatch(state, model.state_dict())
     if mismatch:
@@ -350,7 +279,6 @@ def load_model_weights(
             f"{mismatch}; the checkpoint is corrupt or was edited (retrain, or restore its model.pt)"
         )
     model.load_state_dict(state)
-    return meta
 
 
 def first_weight_mismatch(saved: dict[str, Any], expected: dict[str, torch.Tensor]) -> str | None:
@@ -379,24 +307,21 @@ def load_checkpoint(
 
     ``model_config``, when given, must equal the saved one (else `CheckpointError` naming both).
     """
-    choice = choose_checkpoint(path, which)
-    folder = choice.folder
-    meta = read_meta(folder)
-    try:
-        config = WorldModelConfig.from_dict(meta["config"], source=str(folder / META_FILE))
-    except (ConfigError, KeyError) as exc:
-        raise CheckpointError(f"{folder / META_FILE} holds an unusable config: {exc}") from None
+    located = _locate(path, which)
+    folder = located.folder
+    record = read_record(folder / META_FILE)
     if model_config is not None:
-        diffs = config_differences(config.model, model_config)
+        diffs = config_differences(record.config.model, model_config)
         if diffs:
             raise CheckpointError(
                 f"checkpoint {folder} was trained with another model config "
                 f"(checkpoint vs requested): {'; '.join(diffs)}"
             )
-    model = WorldModel(config.model)
-    load_model_weights(model, folder, map_location)
+    model = WorldModel(record.config.model)
+    _load_state(model, folder, map_location)
     model.to(map_location).eval()
-    return LoadedCheckpoint(model=model, config=config, meta=meta, path=folder, choice=choice.describe())
+    choice = dataclasses.replace(located, step=record.step)
+    return LoadedCheckpoint(model=model, record=record, path=folder, choice=choice.describe())
 
 
 def load_training_state(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:

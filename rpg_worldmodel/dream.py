@@ -118,7 +118,7 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
     from rpg_worldmodel.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(world.checkpoint)
-    turns = int(loaded.meta["data"]["env_kwargs"]["max_turns"])
+    turns = int(loaded.record.data.env_kwargs["max_turns"])
     imagined_turns = turns - (loaded.config.model.num_frames - 1)
     imagined, real = results["imagined"]["mean"], results["model"]["mean"]
     greedy = results["greedy"]["mean"]

@@ -29,7 +29,7 @@ def imitated_expert(loaded) -> str:
     """The shipped expert whose games the checkpoint was trained on (by the data's policy id)."""
     from rpg_env.experts import PRETRAINED
 
-    ids = {str(p).removeprefix("sb3-") for f in loaded.meta["data"]["files"] for p in f.get("policy_ids", [])}
+    ids = {p.removeprefix("sb3-") for f in loaded.record.data.files for p in f.policy_ids}
     found = sorted(ids & set(PRETRAINED))
     if len(found) != 1:
         raise InputError(f"cannot tell which shipped expert {loaded.path} imitates (policy ids "
@@ -68,7 +68,7 @@ def imitate(checkpoint: str = PRETRAINED_NAME, sample: bool = False, episodes: i
     if episodes < 2:
         raise InputError(f"--episodes must be >= 2 (for the 95% interval), got {episodes}")
     loaded = load_checkpoint(checkpoint)
-    env_kwargs = {**loaded.meta["data"]["env_kwargs"], "co_policy": "random"}
+    env_kwargs = {**loaded.record.data.env_kwargs, "co_policy": "random"}
     policy = WorldModelPolicy(loaded, sample=sample)
     results = compare(policy, episodes=episodes, seed=seed, env_kwargs=env_kwargs)
     name = imitated_expert(loaded)

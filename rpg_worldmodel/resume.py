@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +20,14 @@ import torch
 
 from rpg_worldmodel.checkpoint import (
     META_FILE,
-    CheckpointError,
     config_differences,
     load_model_weights,
     load_training_state,
-    read_meta,
     resolve_checkpoint,
 )
 from rpg_worldmodel.config import WorldModelConfig, apply_override
 from rpg_worldmodel.models.world_model import WorldModel
+from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, DataRecord, read_record
 
 #: The settings that draw a run's split: a fine-tuned run (``train.init_from``) takes them from its
 #: checkpoint along with the split itself, so its config says how its split was drawn.
@@ -50,7 +49,7 @@ def resume_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...
     refused by `resume_from`, naming both configs.
     """
     folder = resolve_checkpoint(path, "latest")
-    saved = WorldModelConfig.from_dict(read_meta(folder)["config"], source=str(folder / META_FILE))
+    saved = read_record(folder / META_FILE).config
     cfg = copy.deepcopy(saved)
     for override in overrides:
         apply_override(cfg, override)
@@ -66,13 +65,16 @@ def resume_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...
 @dataclass
 class Resume:
     """Where a resumed run continues: the checkpoint ``folder`` (``RUN/checkpoints/step_N``), its
-    ``step``, recorded ``splits`` (sorted episode ids), ``training`` state and ``meta``."""
+    ``record`` (meta.json), recorded ``splits`` (sorted episode ids) and ``training`` state."""
 
     folder: Path
-    step: int
+    record: CheckpointRecord
     splits: dict[str, np.ndarray]
     training: dict[str, Any]
-    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step(self) -> int:
+        return self.record.step
 
     @property
     def run_dir(self) -> Path:
@@ -81,24 +83,23 @@ class Resume:
     @property
     def started_from(self) -> str | None:
         """The checkpoint folder the resumed run was fine-tuned from (``train.init_from``), if any."""
-        return self.meta.get("init_from")
+        return self.record.init_from
 
 
-def _checked(folder: Path, cfg: WorldModelConfig, data: dict[str, Any], doing: str) -> dict[str, Any]:
-    """The meta of checkpoint ``folder``; refused (`CheckpointError`, both sides named) when its
-    model config differs from ``cfg.model`` or it was trained on other data than ``data`` (a data
-    record, `rpg_worldmodel.data.data_record`: the same files' contents, in any order)."""
-    meta = read_meta(folder)
-    saved = WorldModelConfig.from_dict(meta["config"], source=str(folder))
-    diffs = config_differences(saved.model, cfg.model)
+def _checked(folder: Path, cfg: WorldModelConfig, data: DataRecord, doing: str) -> CheckpointRecord:
+    """The record of checkpoint ``folder``; refused (`CheckpointError`, both sides named) when its
+    model config differs from ``cfg.model`` or it was trained on other data than ``data`` (the same
+    files' contents, in any order)."""
+    record = read_record(folder / META_FILE)
+    diffs = config_differences(record.config.model, cfg.model)
     if diffs:
         raise CheckpointError(
             f"cannot {doing} {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}; "
             f"use the checkpoint's model settings (its run folder's config.yaml: --config "
             f"{folder.parent.parent / 'config.yaml'}, or drop those model.* overrides)"
         )
-    trained = {f["fingerprint"]: f["path"] for f in meta["data"]["files"]}
-    given = {f["fingerprint"]: f["path"] for f in data["files"]}
+    trained = {f.fingerprint: f.path for f in record.data.files}
+    given = {f.fingerprint: f.path for f in data.files}
     if trained.keys() != given.keys():
         new = [f"{p} has fingerprint {fp[:12]}" for fp, p in given.items() if fp not in trained]
         gone = [f"{p} (fingerprint {fp[:12]})" for fp, p in trained.items() if fp not in given]
@@ -106,18 +107,18 @@ def _checked(folder: Path, cfg: WorldModelConfig, data: dict[str, Any], doing: s
             f"cannot {doing} {folder}: it was trained on {', '.join(gone) or 'fewer files'}, but "
             f"{'; '.join(new) or 'those files are not given'}; pass the same data files"
         )
-    return meta
+    return record
 
 
-def _splits(meta: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v, dtype=np.int64) for k, v in meta["splits"].items()}
+def _splits(record: CheckpointRecord) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, dtype=np.int64) for k, v in record.splits.items()}
 
 
-def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: dict[str, Any]) -> Resume:
+def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: DataRecord) -> Resume:
     """Read the checkpoint a run resumes from (its latest); refused as `_checked` says."""
     folder = resolve_checkpoint(path, "latest")
-    meta = _checked(folder, cfg, data, "resume")
-    return Resume(folder, int(meta["step"]), _splits(meta), load_training_state(folder), meta)
+    record = _checked(folder, cfg, data, "resume")
+    return Resume(folder, record, _splits(record), load_training_state(folder))
 
 
 def starting_checkpoint(cfg: WorldModelConfig) -> Path:
@@ -125,7 +126,7 @@ def starting_checkpoint(cfg: WorldModelConfig) -> Path:
     ``cfg.data`` takes its `SPLIT_SETTINGS`, since the new run keeps its split (`start_from`)."""
     try:
         folder = resolve_checkpoint(cfg.train.init_from, "best")
-        saved = WorldModelConfig.from_dict(read_meta(folder)["config"], source=str(folder / META_FILE))
+        saved = read_record(folder / META_FILE).config
     except CheckpointError as exc:
         raise CheckpointError(f"train.init_from={cfg.train.init_from}: {exc}") from None
     for name in SPLIT_SETTINGS:
@@ -133,7 +134,7 @@ def starting_checkpoint(cfg: WorldModelConfig) -> Path:
     return folder
 
 
-def start_from(folder: Path, cfg: WorldModelConfig, data: dict[str, Any]) -> dict[str, np.ndarray]:
+def start_from(folder: Path, cfg: WorldModelConfig, data: DataRecord) -> dict[str, np.ndarray]:
     """The recorded split of `starting_checkpoint` ``folder``, which the fine-tuned run keeps so
     that the games its start held out stay unseen; refused as `_checked` says (other data would
     need another split)."""
@@ -174,7 +175,7 @@ def restore_training(
     """Load the weights, optimizer, RNG and grad-scaler states of ``resume`` into a fresh run;
     rank ``rank`` of a torchrun launch takes that rank's random state when it was saved."""
     state = resume.training
-    load_model_weights(model, resume.folder, device)
+    load_model_weights(model, resume.folder, device, resume.record)
     optimizer.load_state_dict(state["optimizer"])
     ranks = state.get("rank_rng", [])
     if rank is not None and rank < len(ranks):

@@ -17,6 +17,7 @@ dream run's ``model.zip`` with its ``config.yaml``, ``provenance.json``, ``eval.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 from collections.abc import Sequence
@@ -27,10 +28,11 @@ import torch
 from rpg_base.cli import ArgumentParser, run_command
 from rpg_base.errors import InputError
 from rpg_base.provenance import provenance
-from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, choose_checkpoint
+from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, Choice, choose_checkpoint
 from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, fit_baselines, save_baselines
 from rpg_worldmodel.evaluation.episodes import checkpoint_split, training_files
 from rpg_worldmodel.evaluation.run import EvalOptions
+from rpg_worldmodel.run_record import CheckpointRecord, read_record, write_record
 from rpg_worldmodel.shipped import PRETRAINED_DIR, SHIPPED
 
 #: Held-out figures copied into the shipped eval.json (per predictor, with intervals).
@@ -52,10 +54,9 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     folder.mkdir(parents=True)
     state = torch.load(choice.folder / MODEL_FILE, weights_only=True)
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, folder / MODEL_FILE)
-    meta = json.loads((choice.folder / META_FILE).read_text())
-    meta["shipped"] = {"from": choice.describe(), "weights": "float16"}
-    (folder / META_FILE).write_text(json.dumps(meta, indent=1))
-    _ship_baselines(meta, folder)
+    record = read_record(choice.folder / META_FILE)
+    shipped = _ship_record(record, choice, pipeline_out, folder)
+    _ship_baselines(record, folder)
     main = metrics["files"][metrics["self"]]
     held_out = {name: {fig: figs[fig] for fig in EVAL_FIGURES if fig in figs}
                 for name, figs in main["predictors"].items()}
@@ -65,7 +66,7 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     (dest / "eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     pipeline = metrics.get("pipeline", {})
     (dest / "provenance.json").write_text(json.dumps(provenance(
-        seed=meta.get("seed"), checkpoint_step=meta["step"], data=meta["data"]["files"],
+        seed=record.seed, checkpoint_step=record.step, data=[f.to_dict() for f in shipped.data.files],
         trained_by=metrics.get("provenance", {}).get("command"), pipeline_settings=pipeline.get("settings"),
         pipeline_git_revision=metrics.get("provenance", {}).get("git_revision")), indent=1) + "\n")
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
@@ -75,20 +76,33 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     return folder
 
 
-def _ship_baselines(meta: dict, folder: Path) -> Path:
+def _ship_record(record: CheckpointRecord, choice: Choice, pipeline_out: Path,
+                 folder: Path) -> CheckpointRecord:
+    """``record`` as the shipped model carries it (`CheckpointRecord.shipped_as`), written to
+    ``folder``: its origin named from the pipeline folder on, as its data files are named only, so
+    that no path of the machine that built it ships."""
+    where = Path(pipeline_out.resolve().name) / choice.folder.relative_to(pipeline_out)
+    shipped = record.shipped_as(dataclasses.replace(choice, folder=where).describe(), "float16")
+    write_record(shipped, folder / META_FILE)
+    return shipped
+
+
+def _ship_baselines(record: CheckpointRecord, folder: Path) -> Path:
     """The baselines fitted as `rpg_worldmodel.evaluation.run.Evaluation` fits them (its default
     options, the first training file's train split), saved in the checkpoint ``folder``, so the shipped
-    model is evaluated beside them where its training file is not."""
+    model is evaluated beside them where its training file is not (known by its fingerprint there, so
+    only the file's name is recorded)."""
     options = EvalOptions()
-    trained = training_files(meta)[0]
+    trained = training_files(record)[0]
     if trained.path is None or not trained.path.is_file():
-        raise InputError(f"the run's training file {trained.path} is gone; the shipped model carries the "
+        raise InputError(f"the run's training file {trained.name} is gone; the shipped model carries the "
                          "baselines fitted on it: ship from a pipeline run whose data is still there")
-    model = meta["config"]["model"]
-    fb = fit_baselines(trained.path, trained.part(checkpoint_split(meta))["train"], options.baseline_episodes,
-                       options.seed, model["reward_values"] if model.get("reward_head") else ())
+    model = record.config.model
+    train = trained.part(checkpoint_split(record))["train"]
+    fb = fit_baselines(trained.path, train, options.baseline_episodes, options.seed,
+                       model.reward_values if model.reward_head else ())
     return save_baselines(fb, folder / BASELINES_FILE, {
-        "path": str(trained.path), "fingerprint": trained.fingerprint, "seed": options.seed,
+        "path": trained.path.name, "fingerprint": trained.fingerprint, "seed": options.seed,
         "max_episodes": options.baseline_episodes})
 
 

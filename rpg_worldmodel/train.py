@@ -48,7 +48,6 @@ from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import (
     LATEST_FILE,
-    CheckpointError,
     Choice,
     best_val_loss,
     choose_checkpoint,
@@ -91,6 +90,7 @@ from rpg_worldmodel.resume import (
     starting_checkpoint,
     training_state,
 )
+from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, DataRecord, RunRecord
 from rpg_worldmodel.runlog import Meter, MetricsLog
 
 
@@ -179,7 +179,7 @@ class Run:
     val_set: TrajectoryWindows
     val_idx: np.ndarray  # a fixed, evenly spread subset: cheap and identical at every evaluation
     weights: LossWeights
-    meta: dict[str, Any]  # what every checkpoint records besides the weights
+    record: RunRecord  # what every checkpoint records besides the weights, step, config and metrics
     data_summary: dict[str, Any]  # files, memory estimate, streamed or not (summary.json)
 
     @property
@@ -198,10 +198,10 @@ class Run:
             return None
         rows = (procs.rank * t.batch_size // procs.world_size, t.batch_size) if procs.world_size > 1 else None
         return functools.partial(apply_input_mask, kind=t.train_mask, prob=t.mask_prob, generator=generator,
-                                 channel_names=self.meta["data"]["channel_names"], rows=rows)
+                                 channel_names=self.record.data.channel_names, rows=rows)
 
 
-def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[str, np.ndarray], dict]:
+def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[str, np.ndarray], DataRecord]:
     """The training files (every rank the same: checked), their split and data record; fills in
     the model's settings that come from the game (`fill_game_settings`) when the config leaves
     them empty."""
@@ -211,7 +211,7 @@ def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[
                                                                           strict=True)])
     fill_game_settings(cfg.model, files.meta)
     check_data_matches(cfg.model, files.meta, data_path=files.describe())
-    return files, training_splits(files, cfg.data), data_record(files)
+    return files, training_splits(files, cfg.data), DataRecord.from_dict(data_record(files))
 
 
 def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | None = None) -> Run:
@@ -251,10 +251,10 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     if resumed is not None:
         restore_training(resumed, model, optimizer, scaler, device, procs.rank if procs.launched else None)
     started = resumed.started_from if resumed is not None else (str(start) if start is not None else None)
-    meta = {"splits": splits, "data": record, "seed": cfg.train.seed, "versions": package_versions(),
-            **({"init_from": started} if started else {})}
+    run_record = RunRecord(splits={k: tuple(int(i) for i in v) for k, v in splits.items()}, data=record,
+                           seed=cfg.train.seed, versions=package_versions(), init_from=started or None)
     return Run(cfg, procs, run_dir, resumed.step if resumed else 0, model, wrap(model, procs), optimizer,
-               scaler, train_set, val_set, val_idx, loss_weights(cfg, record["channel_names"]), meta,
+               scaler, train_set, val_set, val_idx, loss_weights(cfg, record.channel_names), run_record,
                data_summary)
 
 
@@ -265,7 +265,7 @@ def start_run_folder(run: Run, resumed: bool) -> None:
     save_config(run.cfg, run.run_dir / "config.yaml")
     prov = provenance(
         seed=run.cfg.train.seed,
-        data=run.meta["data"],
+        data=run.record.data.to_dict(),
         resumed_from=int(run.start_step) if resumed else None,
         device=str(run.device),
         world_size=run.procs.world_size,
@@ -273,7 +273,7 @@ def start_run_folder(run: Run, resumed: bool) -> None:
     )
     name = "provenance.json" if not resumed else f"provenance_resume_{run.start_step}.json"
     (run.run_dir / name).write_text(json.dumps(prov, indent=1))
-    run.meta["provenance"] = prov
+    run.record.provenance = prov
 
 
 def batches(run: Run, end_step: int) -> DataLoader:
@@ -301,10 +301,10 @@ def save(run: Run, step: int, val: dict[str, float]) -> Path | None:
     states = procs.gather(rng_state(run.device)) if procs.launched else None
     if not procs.master:
         return None
-    return save_checkpoint(run.checkpoint_dir, model=run.model, config=run.cfg, step=step,
+    return save_checkpoint(run.checkpoint_dir, model=run.model,
+                           record=CheckpointRecord.of(run.record, step=step, config=run.cfg, metrics=val),
                            optimizer=run.optimizer,
-                           training_state=training_state(run.device, run.scaler, states),
-                           extra={**run.meta, "metrics": val})
+                           training_state=training_state(run.device, run.scaler, states))
 
 
 def train_step(run: Run, batch: dict[str, torch.Tensor], step: int, mask_gen: torch.Generator
@@ -425,7 +425,7 @@ def finish(run: Run, p: Progress, best: Choice, wall_s: float) -> TrainResult:
             "wall_s": wall_s,
             "train_windows": len(run.train_set),
             "val_windows_used": len(run.val_idx),
-            "episodes": {k: len(v) for k, v in run.meta["splits"].items()},
+            "episodes": {k: len(v) for k, v in run.record.splits.items()},
             "data": run.data_summary,
             "device": str(run.device),
             "world_size": run.procs.world_size,

@@ -103,7 +103,7 @@ def test_context_from_a_file_uses_its_held_out_games(tiny_world_model):
     run, data = tiny_world_model
     env = gym.make(ID, checkpoint=run, reset_from=data).unwrapped
     test_games = set(env.worlds.context.store.episodes.tolist())
-    assert test_games == set(load_checkpoint(run).meta["splits"]["test"])
+    assert test_games == set(load_checkpoint(run).record.splits["test"])
     for seed in range(5):
         _, info = env.reset(seed=seed)
         assert 2 <= info["turn"] < 100
@@ -139,7 +139,7 @@ def test_sampled_views_are_views_the_game_can_show(tiny_world_model):
     # A barely trained model is unsure of every cell: drawn cell by cell its views hold agents
     # anywhere; drawn as the game shows them, the agent at the centre and at most one other.
     run, _ = tiny_world_model
-    agent = list(load_checkpoint(run).meta["data"]["channel_names"]).index("agent")
+    agent = load_checkpoint(run).record.data.channel_names.index("agent")
     rng = np.random.default_rng(0)
     counts = {}
     for views in ("game", "cells"):

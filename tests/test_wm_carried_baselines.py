@@ -11,10 +11,11 @@ import pytest
 
 from rpg_base.errors import InputError
 from rpg_env.record import record
-from rpg_worldmodel.checkpoint import META_FILE, load_checkpoint
+from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, choose_checkpoint, load_checkpoint
 from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, fit_baselines, load_baselines, save_baselines
 from rpg_worldmodel.evaluation.episodes import checkpoint_split, training_files
 from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+from rpg_worldmodel.run_record import read_record
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +36,9 @@ def moved_run(tiny_world_model, tmp_path_factory):
     return copy, data, fresh, load_checkpoint(copy).path
 
 
-def _fit(meta, data, reward_values):
-    trained = training_files(meta)[0]
-    fb = fit_baselines(data, trained.part(checkpoint_split(meta))["train"], EvalOptions().baseline_episodes,
+def _fit(record, data, reward_values):
+    trained = training_files(record)[0]
+    fb = fit_baselines(data, trained.part(checkpoint_split(record))["train"], EvalOptions().baseline_episodes,
                        EvalOptions().seed, reward_values)
     return fb, {"path": str(data), "fingerprint": trained.fingerprint, "seed": EvalOptions().seed,
                 "max_episodes": EvalOptions().baseline_episodes}
@@ -49,7 +50,7 @@ def test_carried_baselines_score_exactly_as_the_ones_fitted_on_the_training_file
     with pytest.raises(FileNotFoundError, match="pass a training file as --data"):
         Evaluation(run, [fresh], opts)
     ck = load_checkpoint(run)
-    fb, fitted_on = _fit(ck.meta, data, ck.config.model.reward_values)
+    fb, fitted_on = _fit(ck.record, data, ck.config.model.reward_values)
     save_baselines(fb, folder / BASELINES_FILE, fitted_on)
     try:
         carried = Evaluation(run, [fresh], opts)
@@ -75,7 +76,7 @@ def test_carried_baselines_score_exactly_as_the_ones_fitted_on_the_training_file
 def test_saved_baselines_round_trip_every_table(tiny_world_model, tmp_path):
     run, data = tiny_world_model
     ck = load_checkpoint(run)
-    fb, fitted_on = _fit(ck.meta, data, ck.config.model.reward_values)
+    fb, fitted_on = _fit(ck.record, data, ck.config.model.reward_values)
     path = save_baselines(fb, tmp_path / BASELINES_FILE, fitted_on)
     back = load_baselines(path, [fitted_on["fingerprint"]])
     for name in ("copy_cal", "shift_cal", "memory_cal", "majority", "previous", "reward_rule"):
@@ -89,7 +90,7 @@ def test_saved_baselines_round_trip_every_table(tiny_world_model, tmp_path):
 def test_carried_baselines_of_another_file_or_damaged_are_refused(tiny_world_model, tmp_path):
     run, data = tiny_world_model
     ck = load_checkpoint(run)
-    fb, fitted_on = _fit(ck.meta, data, ck.config.model.reward_values)
+    fb, fitted_on = _fit(ck.record, data, ck.config.model.reward_values)
     path = save_baselines(fb, tmp_path / BASELINES_FILE, fitted_on)
     with pytest.raises(InputError, match="not on the checkpoint's training files"):
         load_baselines(path, ["another-fingerprint"])
@@ -106,3 +107,33 @@ def test_carried_baselines_of_another_file_or_damaged_are_refused(tiny_world_mod
         with pytest.raises(InputError, match="delete the file and pass the checkpoint's training file"):
             load_baselines(path, [fitted_on["fingerprint"]])
         assert path.read_text() == text, case  # refused, never rewritten
+
+
+def test_a_shipped_checkpoint_holds_no_path_of_its_machine_and_evaluates_as_its_source(
+        tiny_world_model, moved_run, tmp_path):
+    """What `rpg_worldmodel.ship` writes beside the weights (the record and the baselines) names the
+    training file without its path; the folder is then evaluated exactly as the run it came from on
+    that file (known by its content), and beside its carried baselines where the file is not."""
+    from rpg_worldmodel.ship import _ship_baselines, _ship_record
+
+    run, data = tiny_world_model
+    fresh = moved_run[2]
+    pipeline, folder = tmp_path / "pipeline", tmp_path / "shipped"
+    shutil.copytree(run, pipeline / "run")
+    folder.mkdir()
+    choice = choose_checkpoint(pipeline / "run")
+    shutil.copy(choice.folder / MODEL_FILE, folder / MODEL_FILE)
+    record_ = read_record(choice.folder / META_FILE)
+    _ship_record(record_, choice, pipeline, folder)
+    _ship_baselines(record_, folder)
+    meta, baselines = (json.loads((folder / name).read_text()) for name in (META_FILE, BASELINES_FILE))
+    assert [f["path"] for f in meta["data"]["files"]] == [data.name] == [baselines["fitted_on"]["path"]]
+    assert meta["shipped"]["from"].startswith("pipeline/run/checkpoints/step_")
+    assert meta["config"]["data"]["path"] == data.name and meta["config"]["out_dir"] == "run"
+    placed = json.dumps([meta[key] for key in ("config", "data", "shipped")] + [meta["provenance"]["data"]])
+    assert str(tmp_path) not in placed and str(data.parent) not in placed
+    opts = EvalOptions(num_boot=20, floor="bound", theory_of_mind=False)
+    shipped, source = Evaluation(folder, [data], opts), Evaluation(run, [data], opts)
+    assert shipped.train_path == source.train_path == str(data)
+    assert shipped.evaluate_file(data, num_examples=0) == source.evaluate_file(data, num_examples=0)
+    assert "carried by the checkpoint" in Evaluation(folder, [fresh], opts).train_path

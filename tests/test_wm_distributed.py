@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -95,7 +96,7 @@ def test_every_rank_resumes_its_own_random_stream(runs):
     model = WorldModel(ck.config.model)
     optimizer = torch.optim.AdamW(model.param_groups(0.05))
     scaler = torch.amp.GradScaler("cuda", enabled=False)
-    resume = Resume(folder, 3, ck.meta["splits"], state)
+    resume = Resume(folder, ck.record, {k: np.asarray(v) for k, v in ck.record.splits.items()}, state)
     for rank in (1, None):
         restore_training(resume, model, optimizer, scaler, torch.device("cpu"), rank)
         assert torch.equal(torch.get_rng_state(), ranks[1]["torch"] if rank else state["torch_rng"])

@@ -1,5 +1,6 @@
 """Held-out evaluation: episode selection, window coverage, eval-only scoring, the CLI."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,12 +14,14 @@ from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel import evaluate as E
 from rpg_worldmodel.config import WorldModelConfig
+from rpg_worldmodel.data.shards import DataFiles, data_record
 from rpg_worldmodel.data.windows import CONTEXTS, window_plan
 from rpg_worldmodel.evaluation.baselines import fit_baselines
 from rpg_worldmodel.evaluation.episodes import TrainingEpisodesError, select_episodes
 from rpg_worldmodel.evaluation.scoring import iter_windows, score_eval_set
 from rpg_worldmodel.evaluation.tables import masking_table
 from rpg_worldmodel.models.world_model import WorldModel
+from rpg_worldmodel.run_record import DataRecord, RunRecord
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +33,11 @@ def files(tmp_path_factory):
     return greedy, rand
 
 
-def _meta(path):
-    split = {k: v.tolist() for k, v in split_episodes(TrajectoryFile(path)).items()}
-    return {"splits": split, "data": {"files": [{"path": str(path)}]}}
+def _record(path):
+    """A run's record of training on ``path`` alone with its default split."""
+    split = {k: tuple(v.tolist()) for k, v in split_episodes(TrajectoryFile(path)).items()}
+    return RunRecord(splits=split, data=DataRecord.from_dict(data_record(DataFiles.open(str(path)))), seed=0,
+                     versions={})
 
 
 def _tiny_model(num_frames=3, dropout=0.0):
@@ -45,22 +50,22 @@ def _tiny_model(num_frames=3, dropout=0.0):
 
 def test_selection_uses_the_recorded_test_split_and_refuses_training_episodes(files):
     greedy, rand = files
-    meta = _meta(greedy)
-    es = select_episodes(meta, greedy)
-    assert es.episodes == sorted(meta["splits"]["test"]) and es.held_out
-    assert not set(es.episodes) & set(meta["splits"]["train"])
+    rec = _record(greedy)
+    es = select_episodes(rec, greedy)
+    assert es.episodes == sorted(rec.splits["test"]) and es.held_out
+    assert not set(es.episodes) & set(rec.splits["train"])
     for split in ("train", "all"):
         with pytest.raises(TrainingEpisodesError, match="--allow-training-episodes"):
-            select_episodes(meta, greedy, split)
+            select_episodes(rec, greedy, split)
     with pytest.warns(UserWarning, match="TRAINING EPISODES"):
-        marked = select_episodes(meta, greedy, "train", allow_training_episodes=True)
+        marked = select_episodes(rec, greedy, "train", allow_training_episodes=True)
     assert not marked.held_out and "INCLUDING TRAINING EPISODES" in marked.label
-    assert marked.episodes == sorted(meta["splits"]["train"])
+    assert marked.episodes == sorted(rec.splits["train"])
     # another file: every episode is held out
-    other = select_episodes(meta, rand)
+    other = select_episodes(rec, rand)
     assert other.episodes == list(range(len(TrajectoryFile(rand)))) and other.held_out
     with pytest.raises(ValueError, match="split must be"):
-        select_episodes(meta, greedy, "everything")
+        select_episodes(rec, greedy, "everything")
 
 
 @pytest.mark.parametrize("context", CONTEXTS)
@@ -80,7 +85,7 @@ def test_window_plan_scores_each_target_once(context, length, t):
 def test_every_transition_is_scored_exactly_once(files, context):
     greedy, _ = files
     tf = TrajectoryFile(greedy)
-    es = select_episodes(_meta(greedy), greedy)
+    es = select_episodes(_record(greedy), greedy)
     t = 4
     seen = {}
     for batch in iter_windows(es, t, batch_size=37, desc="", context=context):
@@ -103,12 +108,12 @@ def test_every_transition_is_scored_exactly_once(files, context):
 
 def test_scoring_never_changes_the_model_and_is_deterministic(files):
     greedy, _ = files
-    meta = _meta(greedy)
+    rec = _record(greedy)
     model, cfg = _tiny_model(dropout=0.5)
     model.train()  # the evaluator must switch to eval mode itself
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    es = select_episodes(meta, greedy)
-    fb = fit_baselines(greedy, meta["splits"]["train"])
+    es = select_episodes(rec, greedy)
+    fb = fit_baselines(greedy, rec.splits["train"])
     a = score_eval_set(model, cfg, es, fb, desc="")
     b = score_eval_set(model, cfg, es, fb, desc="")
     assert not model.training
@@ -125,18 +130,18 @@ def test_scoring_never_changes_the_model_and_is_deterministic(files):
 
 def test_baselines_are_fitted_on_training_episodes_only(files):
     greedy, _ = files
-    meta = _meta(greedy)
-    fb = fit_baselines(greedy, meta["splits"]["train"])
+    rec = _record(greedy)
+    fb = fit_baselines(greedy, rec.splits["train"])
     tf = TrajectoryFile(greedy)
-    steps = sum(int(tf.episodes["length"][i]) for i in meta["splits"]["train"])
+    steps = sum(int(tf.episodes["length"][i]) for i in rec.splits["train"])
     assert fb.shift_cal.counts.sum() == steps * 81
-    assert fb.majority.counts.sum() == steps - len(meta["splits"]["train"])
-    assert fb.train_episodes_used == len(meta["splits"]["train"])
+    assert fb.majority.counts.sum() == steps - len(rec.splits["train"])
+    assert fb.train_episodes_used == len(rec.splits["train"])
 
 
 def test_masking_table_rows_columns_and_seeded_masks(files):
     greedy, _ = files
-    es = select_episodes(_meta(greedy), greedy)
+    es = select_episodes(_record(greedy), greedy)
     plain, cfg = _tiny_model()
     other, cfg2 = _tiny_model()
     cfg2.train.train_mask = "random_cells"
@@ -209,14 +214,15 @@ def test_training_file_is_recognised_by_content(files, trained, tmp_path):
     from rpg_worldmodel.checkpoint import load_checkpoint
 
     greedy, _ = files
-    meta = load_checkpoint(trained).meta
+    rec = load_checkpoint(trained).record
     copy = tmp_path / "copy.h5"
     shutil.copy(greedy, copy)
     with pytest.raises(TrainingEpisodesError):
-        select_episodes(meta, copy, "all")  # a renamed copy is still the training data
-    assert select_episodes(meta, copy).episodes == sorted(meta["splits"]["test"])
+        select_episodes(rec, copy, "all")  # a renamed copy is still the training data
+    assert select_episodes(rec, copy).episodes == sorted(rec.splits["test"])
     # the training path re-recorded with other games: the recorded split no longer applies
-    moved = dict(meta, data=dict(meta["data"], files=[dict(meta["data"]["files"][0], path=str(copy))]))
+    files = (dataclasses.replace(rec.data.files[0], path=str(copy)),)
+    moved = dataclasses.replace(rec, data=dataclasses.replace(rec.data, files=files))
     record("greedy", copy, 3, seed=9, num_envs=3, mode="w", progress=False)
     with pytest.raises(ValueError, match="changed since the checkpoint"):
         select_episodes(moved, copy)

@@ -12,13 +12,14 @@ import torch
 from conftest import TINY_WORLD_MODEL
 
 from rpg_env.trajectories.reader import TrajectoryFile
-from rpg_worldmodel.checkpoint import CHECKPOINT_VERSION, CheckpointError, load_checkpoint, read_meta
+from rpg_worldmodel.checkpoint import load_checkpoint, read_checkpoint_record
 from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
 from rpg_worldmodel.data.sources import reward_classes
 from rpg_worldmodel.evaluation.baselines import RewardRule
 from rpg_worldmodel.evaluation.oracles import views_to_codes
 from rpg_worldmodel.evaluation.run import run_evaluation
 from rpg_worldmodel.report.document import write_report
+from rpg_worldmodel.run_record import CHECKPOINT_VERSION, CheckpointError, migrate
 from rpg_worldmodel.train import train
 
 
@@ -69,7 +70,7 @@ def schema_one(tiny_world_model, tmp_path_factory):
 def test_a_schema_one_checkpoint_loads_evaluates_and_resumes(schema_one, tmp_path):
     run, checkpoint, data = schema_one
     loaded = load_checkpoint(checkpoint)
-    assert loaded.meta["migrated_from"] == 1 and loaded.meta["version"] == CHECKPOINT_VERSION
+    assert loaded.record.migrated_from == 1
     assert loaded.config.model.position == "learned" and not loaded.config.model.reward_head
     assert loaded.config.model.action_frames == 0  # the linear action head of schemas 1..3
     assert not loaded.config.model.memory_map  # no memory map before schema 5
@@ -81,7 +82,7 @@ def test_a_schema_one_checkpoint_loads_evaluates_and_resumes(schema_one, tmp_pat
     from rpg_worldmodel.train import main as train_main
 
     assert train_main(["--resume", str(run)]) == 0  # continues to max_steps under the old schema
-    assert read_meta(run)["step"] == 4
+    assert read_checkpoint_record(run).step == 4
 
 
 @pytest.mark.parametrize(("version", "match"), [(99, "newer rpg_worldmodel"),
@@ -100,7 +101,6 @@ def test_unknown_schema_versions_are_refused(tiny_world_model, tmp_path, version
 
 
 def test_a_schema_3_checkpoint_keeps_its_linear_action_head():
-    from rpg_worldmodel.checkpoint import migrate
     from rpg_worldmodel.models.world_model import WorldModel
 
     meta = migrate({"version": 3, "config": {"model": {"width": 24, "num_heads": 2}}, "data": {"files": []}})
@@ -112,7 +112,6 @@ def test_a_schema_3_checkpoint_keeps_its_linear_action_head():
 
 
 def test_a_schema_4_checkpoint_has_no_memory_map():
-    from rpg_worldmodel.checkpoint import migrate
 
     meta = migrate({"version": 4, "config": {"model": {"action_frames": 5}}, "data": {"files": []}})
     assert meta["migrated_from"] == 4 and meta["config"]["model"] == {"action_frames": 5, "memory_map": False,
@@ -120,7 +119,6 @@ def test_a_schema_4_checkpoint_has_no_memory_map():
 
 
 def test_a_schema_5_checkpoint_started_from_random_weights():
-    from rpg_worldmodel.checkpoint import migrate
 
     meta = migrate({"version": 5, "config": {"model": {"move_rules": True}, "train": {"lr": 0.01}},
                     "data": {"files": []}})

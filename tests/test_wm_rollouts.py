@@ -18,8 +18,9 @@ from rpg_worldmodel.evaluation.rollouts import FIGURES, PREDICTORS, rollout_star
 def setting(tiny_world_model):
     run, data = tiny_world_model
     ck = load_checkpoint(run)
-    es = select_episodes(ck.meta, data, "test")
-    fb = fit_baselines(data, checkpoint_split(ck.meta)["train"], reward_values=ck.config.model.reward_values)
+    es = select_episodes(ck.record, data, "test")
+    fb = fit_baselines(data, checkpoint_split(ck.record)["train"],
+                       reward_values=ck.config.model.reward_values)
     return ck, es, fb
 
 

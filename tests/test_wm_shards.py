@@ -16,13 +16,14 @@ from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel import evaluate as E
 from rpg_worldmodel import train as T
-from rpg_worldmodel.checkpoint import CHECKPOINT_VERSION, CheckpointError, load_checkpoint, migrate
+from rpg_worldmodel.checkpoint import load_checkpoint
 from rpg_worldmodel.config import DataConfig, load_config
 from rpg_worldmodel.data.shards import DataFiles, expand_paths, training_splits
 from rpg_worldmodel.data.sources import DataMismatchError
 from rpg_worldmodel.data.stores import StreamedEpisodes, views_nbytes
 from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows, collate_batch
-from rpg_worldmodel.evaluation.episodes import select_episodes, training_files
+from rpg_worldmodel.evaluation.episodes import checkpoint_split, select_episodes, training_files
+from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, DataFile
 
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=3",
@@ -130,17 +131,17 @@ def test_shards_train_alike_from_memory_and_from_disk_and_evaluate_per_file(shar
     a = torch.load(out / "checkpoints" / "step_00000004" / "model.pt", weights_only=True)
     b = torch.load(streamed.checkpoint / "model.pt", weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    meta = load_checkpoint(out).meta
-    recorded = training_files(meta)
+    rec = load_checkpoint(out).record
+    recorded = training_files(rec)
     assert [f.fingerprint for f in recorded] == sorted(f.fingerprint for f in recorded)
     assert {str(f.path) for f in recorded} == {str(p.resolve()) for p in paths}
     # Evaluation on one shard scores its part of the recorded test split; another file, all of it.
     shard = recorded[1]
-    es = select_episodes(meta, shard.path)
-    test = [i - shard.first for i in meta["splits"]["test"] if shard.first <= i < shard.first + 16]
+    es = select_episodes(rec, shard.path)
+    test = [i - shard.first for i in rec.splits["test"] if shard.first <= i < shard.first + 16]
     assert es.episodes == test and es.held_out and "test split recorded" in es.label
-    assert not set(es.episodes) & set(shard.part(meta["splits"])["train"])
-    assert select_episodes(meta, other, agent_id=0).episodes == [0, 2]  # the learner's streams of 2 games
+    assert not set(es.episodes) & set(shard.part(rec.splits)["train"])
+    assert select_episodes(rec, other, agent_id=0).episodes == [0, 2]  # the learner's streams of 2 games
     assert E.main(["--checkpoint", str(out), "--data", str(shard.path), "--bootstrap", "20",
                    "--out", str(tmp_path / "eval")]) == 0
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
@@ -152,9 +153,12 @@ def test_shards_train_alike_from_memory_and_from_disk_and_evaluate_per_file(shar
 
 
 def test_a_schema_2_checkpoint_reads_as_one_file():
-    data = {"path": "a.h5", "fingerprint": "f", "num_episodes": 4}
-    meta = migrate({"version": 2, "config": {}, "data": data, "splits": {"train": [0], "test": [1]}})
-    assert meta["data"]["files"] == [{"path": "a.h5", "fingerprint": "f", "num_episodes": 4}]
-    assert meta["version"] == CHECKPOINT_VERSION and meta["migrated_from"] == 2 and "path" not in meta["data"]
-    assert training_files(meta)[0].part(meta["splits"]) == {"train": [0], "test": [1]}
+    data = {"path": "/runs/a.h5", "fingerprint": "f", "obs_shape": [6, 9, 9],
+            "channel_names": ["empty", "wall"], "action_names": ["up", "down"], "env_id": "Treasurehunt-v0",
+            "env_kwargs": {}, "num_episodes": 4}
+    rec = CheckpointRecord.from_json({"version": 2, "step": 1, "config": {}, "data": data,
+                                      "splits": {"train": [0], "test": [1]}})
+    assert rec.data.files == (DataFile("/runs/a.h5", "f", 4),) and rec.migrated_from == 2
+    assert rec.data.num_episodes == 4 and rec.data.channel_names == ("empty", "wall")
+    assert training_files(rec)[0].part(checkpoint_split(rec)) == {"train": [0], "test": [1]}
 

@@ -17,11 +17,11 @@ from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import (
     BEST_FILE,
-    CheckpointError,
     choose_checkpoint,
     load_checkpoint,
     load_model_weights,
     mark_best,
+    read_checkpoint_record,
     resolve_checkpoint,
 )
 from rpg_worldmodel.config import ModelConfig, load_config
@@ -31,6 +31,7 @@ from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.run import Evaluation
 from rpg_worldmodel.evaluation.scoring import iter_windows
 from rpg_worldmodel.models.world_model import WorldModel
+from rpg_worldmodel.run_record import CheckpointError, DataFile
 
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=3",
@@ -126,24 +127,26 @@ def test_training_run_end_to_end(files, tmp_path):
     assert load_config(out / "config.yaml").model.width == 24
     ck = load_checkpoint(out, which="latest")  # run folder -> its last checkpoint
     assert ck.step == 6 and not ck.model.training and ck.config.model.num_frames == 3
-    meta = ck.meta
+    rec = ck.record
     # The split is by game, recorded, and only the learner's streams (data.agent_id=0) are used.
     with TrajectoryFile(greedy) as tf:
         expected = split_episodes(tf)
-        games = {k: set(tf.episodes["game_id"][v].tolist()) for k, v in meta["splits"].items()}
-        assert all((tf.episodes["agent_id"][meta["splits"][k]] == 0).all() for k in expected)
-        assert meta["data"]["files"] == [{"path": str(greedy.resolve()), "fingerprint": tf.digest(),
-                                          "num_episodes": len(tf), "policy_ids": ["greedy", "random"]}]
+        games = {k: set(tf.episodes["game_id"][list(v)].tolist()) for k, v in rec.splits.items()}
+        assert all((tf.episodes["agent_id"][list(rec.splits[k])] == 0).all() for k in expected)
+        recorded = DataFile(str(greedy.resolve()), tf.digest(), len(tf), ("greedy", "random"))
+        assert rec.data.files == (recorded,)
+        assert rec.data.channel_names == tuple(tf.meta["channel_names"]) and rec.data.num_episodes == len(tf)
     for k in expected:
-        assert set(meta["splits"][k]) == {e for e in expected[k].tolist() if e % 2 == 0}
+        assert set(rec.splits[k]) == {e for e in expected[k].tolist() if e % 2 == 0}
     assert not games["train"] & games["val"] and not games["train"] & games["test"]
-    assert meta["seed"] == 0 and "torch" in meta["versions"] and meta["step"] == 6
+    assert rec.seed == 0 and "torch" in rec.versions and rec.step == 6 and rec.init_from is None
+    assert rec.migrated_from is None and rec.provenance["seed"] == 0 and rec.extra == {}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["val"]["loss"] == pytest.approx(meta["metrics"]["loss"])
+    assert summary["val"]["loss"] == pytest.approx(rec.metrics["loss"])
     # The validation loss is computed on val windows only.
-    val_set = TrajectoryWindows(greedy, np.array(meta["splits"]["val"]), 3)
+    val_set = TrajectoryWindows(greedy, np.array(rec.splits["val"]), 3)
     again = T.evaluate_split(ck.model, val_set, np.arange(len(val_set)), ck.config, torch.device("cpu"))
-    assert again["loss"] == pytest.approx(meta["metrics"]["loss"], rel=1e-5)
+    assert again["loss"] == pytest.approx(rec.metrics["loss"], rel=1e-5)
     # The same seed gives the same run.
     other = T.train(_cfg(greedy, tmp_path / "run2", "train.max_steps=6"))
     assert [r["loss"] for r in _rows(tmp_path / "run2")] == [r["loss"] for r in _rows(out)]
@@ -222,17 +225,16 @@ def test_init_from_fine_tunes_a_checkpoint_on_its_split(files, tmp_path):
     # Zero steps of learning rate: the fine-tuned run starts, and stays, at the base's weights.
     tuned = T.train(_cfg(greedy, tmp_path / "tuned", "train.max_steps=3", "train.lr=1e-12",
                          "train.weight_decay=0", f"train.init_from={tmp_path / 'base'}"))
-    meta = json.loads((tuned.checkpoint / "meta.json").read_text())
-    assert meta["init_from"] == str(start.path)
-    assert meta["config"]["train"]["init_from"] == str(tmp_path / "base")
+    rec = read_checkpoint_record(tuned.checkpoint)
+    assert rec.init_from == str(start.path)
+    assert rec.config.train.init_from == str(tmp_path / "base")
     # The split is the base's (split_seed 3), not the one its own split_seed 0 would draw, and its
     # config says so.
-    assert meta["splits"] == json.loads((start.path / "meta.json").read_text())["splits"]
-    assert meta["config"]["data"]["split_seed"] == 3
+    assert rec.splits == start.record.splits
+    assert rec.config.data.split_seed == 3
     a, b = start.model.state_dict(), load_checkpoint(tuned.checkpoint).model.state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-    start_val = json.loads((start.path / "meta.json").read_text())["metrics"]["loss"]
-    assert tuned.val["loss"] == pytest.approx(start_val, rel=1e-4)
+    assert tuned.val["loss"] == pytest.approx(start.record.metrics["loss"], rel=1e-4)
     # A fresh run of the same config (no init_from) starts elsewhere.
     fresh = T.train(_cfg(greedy, tmp_path / "fresh", "train.max_steps=3", "train.lr=1e-12",
                          "train.weight_decay=0"))
@@ -247,8 +249,8 @@ def test_init_from_fine_tunes_a_checkpoint_on_its_split(files, tmp_path):
     with pytest.raises(CheckpointError, match="a resumed run keeps the train.init_from"):
         T.main(["--resume", str(tmp_path / "cut"), "train.init_from=/elsewhere"])
     assert command_status(T.main, ["--resume", str(tmp_path / "cut")]) == 0
-    resumed = json.loads((resolve_checkpoint(tmp_path / "cut", "latest") / "meta.json").read_text())
-    assert resumed["step"] == 6 and resumed["init_from"] == str(start.path)
+    resumed = read_checkpoint_record(tmp_path / "cut", "latest")
+    assert resumed.step == 6 and resumed.init_from == str(start.path)
     # Another model or other data is refused, naming what differs.
     refused = r"cannot fine-tune \(train.init_from\) .*width: 24 vs 32.*--config"
     with pytest.raises(CheckpointError, match=refused):

@@ -117,7 +117,7 @@ def test_the_shipped_world_model_beats_the_motion_oracle_on_fresh_games(tmp_path
     assert loaded.path == folder and "shipped world model" in loaded.choice
     assert loaded.config.model.reward_head
     # it carries the baselines fitted on its training split, so no training file is needed here
-    carried = load_baselines(folder / BASELINES_FILE, [f.fingerprint for f in training_files(loaded.meta)])
+    carried = load_baselines(folder / BASELINES_FILE, [f.fingerprint for f in training_files(loaded.record)])
     assert carried.reward_rule is not None and carried.train_episodes_used == 400
     fresh = tmp_path / "fresh.h5"
     record(str(pretrained_path("dqn")), fresh, 40, seed=123, num_envs=40, mode="w", progress=False,

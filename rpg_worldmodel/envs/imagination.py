@@ -96,11 +96,11 @@ class FileContext:
 
     def __init__(self, path: str | Path, loaded: LoadedCheckpoint) -> None:
         path = Path(path)
-        cfg, meta = loaded.config, loaded.meta
+        cfg, record = loaded.config, loaded.record
         check_data_matches(cfg.model, DataSource.open(path).meta, data_path=path,
-                           model_source=f"checkpoint {loaded.path}", trained_on=meta.get("data"))
+                           model_source=f"checkpoint {loaded.path}", trained_on=record.data.to_dict())
         # The checkpoint's held-out games of its own training file; every stream of its agent elsewhere.
-        episodes = np.asarray(select_episodes(meta, path, "auto", agent_id=cfg.data.agent_id).episodes)
+        episodes = np.asarray(select_episodes(record, path, "auto", agent_id=cfg.data.agent_id).episodes)
         self.num_frames = cfg.model.num_frames
         self.store = EpisodeStore.load(path, episodes)
         long_enough = self.store.lengths >= self.num_frames
@@ -161,10 +161,10 @@ class ImaginedWorlds:
         self.model: WorldModel = loaded.model.to(device).eval()
         self.device, self.context, self.num_worlds = torch.device(device), context, int(num_worlds)
         self.sample, self.temperature = bool(sample), float(temperature)
-        self.num_frames, self.max_turns = cfg.num_frames, int(loaded.meta["data"]["env_kwargs"]["max_turns"])
+        data = loaded.record.data
+        self.num_frames, self.max_turns = cfg.num_frames, int(data.env_kwargs["max_turns"])
         self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
-        data = loaded.meta["data"]
-        self.sample_view = (ViewSampler.for_game(data.get("channel_names", ()), data["env_kwargs"])
+        self.sample_view = (ViewSampler.for_game(data.channel_names, data.env_kwargs)
                             if views == "game" else ViewSampler(None, 0))
         self.generator = torch.Generator(device=self.device)
         self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,

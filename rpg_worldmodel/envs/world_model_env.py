@@ -41,7 +41,7 @@ def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_fr
     if reset_from is not None:
         context = FileContext(reset_from, loaded)
     else:
-        context = RealGameContext(loaded.config.model.num_frames, loaded.meta["data"]["env_kwargs"],
+        context = RealGameContext(loaded.config.model.num_frames, loaded.record.data.env_kwargs,
                                   burn_in_policy, co_policy)
     return ImaginedWorlds(loaded, num_envs, context, sample=sample, temperature=temperature,
                           device=device, views=views), loaded
@@ -50,10 +50,10 @@ def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_fr
 def _metadata(base: dict[str, Any], loaded: LoadedCheckpoint) -> dict[str, Any]:
     """The env protocol's keys (`rpg_env.envs.protocol`): the imagined game's names and rules; and
     ``checkpoint``: which checkpoint imagines it (for a run folder, its best)."""
-    data = loaded.meta["data"]
-    return {**base, "channel_names": tuple(data["channel_names"]),
-            "action_names": tuple(data["action_names"]), "max_turns": int(data["env_kwargs"]["max_turns"]),
-            "rules": dict(data["env_kwargs"]), "co_policy_id": None, "checkpoint": loaded.choice}
+    data = loaded.record.data
+    return {**base, "channel_names": tuple(data.channel_names),
+            "action_names": tuple(data.action_names), "max_turns": int(data.env_kwargs["max_turns"]),
+            "rules": dict(data.env_kwargs), "co_policy_id": None, "checkpoint": loaded.choice}
 
 
 def _spaces(loaded: LoadedCheckpoint) -> tuple[spaces.MultiBinary, spaces.Discrete]:

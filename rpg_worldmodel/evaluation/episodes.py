@@ -17,10 +17,10 @@ import numpy as np
 
 from rpg_base.errors import InputError
 from rpg_env.trajectories.splits import split_episodes
-from rpg_worldmodel.checkpoint import CheckpointError
 from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.data.sources import DataSource, file_digest
 from rpg_worldmodel.data.stores import EpisodeStore
+from rpg_worldmodel.run_record import CheckpointError, RunRecord
 
 SPLITS = ("auto", "test", "val", "all", "train")
 
@@ -55,10 +55,10 @@ def train_mask_of(config: WorldModelConfig) -> str:
     return str(getattr(config.train, "train_mask", "none") or "none")
 
 
-def checkpoint_split(meta: dict) -> dict[str, list[int]]:
-    """The train/val/test episode indices recorded in a checkpoint's metadata (``splits``)."""
-    split = meta.get("splits", meta.get("split"))
-    if not isinstance(split, dict) or "train" not in split or "test" not in split:
+def checkpoint_split(record: RunRecord) -> dict[str, list[int]]:
+    """The train/val/test episode indices recorded in a checkpoint (``splits``)."""
+    split = record.splits
+    if "train" not in split or "test" not in split:
         raise CheckpointError("the checkpoint records no train/test episode split; it cannot be evaluated "
                               "on held-out episodes of its training file (retrain with the current trainer)")
     return {k: [int(i) for i in v] for k, v in split.items()}
@@ -67,12 +67,15 @@ def checkpoint_split(meta: dict) -> dict[str, list[int]]:
 @dataclass(frozen=True)
 class TrainingFile:
     """One file of a checkpoint's training data (its ``data.files`` entry): the recorded split
-    numbers its episodes ``first .. first + num_episodes - 1`` (None: all of them, one file)."""
+    numbers its episodes ``first .. first + num_episodes - 1`` (None: all of them, one file).
+    ``path`` is where it was read (None when the checkpoint records its name only, as a shipped
+    one does: it is then known by its fingerprint); ``name`` is the path as recorded."""
 
     path: Path | None
     fingerprint: str | None
     first: int = 0
     num_episodes: int | None = None
+    name: str = ""
 
     def part(self, split: dict[str, list[int]]) -> dict[str, list[int]]:
         """This file's own episode ids in each part of ``split`` (ids over all training files)."""
@@ -81,28 +84,24 @@ class TrainingFile:
                 for k, v in split.items()}
 
 
-def training_files(meta: dict) -> list[TrainingFile]:
+def training_files(record: RunRecord) -> list[TrainingFile]:
     """The files a checkpoint was trained on (``data.files``, in the order that numbers the
     split's episodes)."""
-    data = meta.get("data")
-    files = data.get("files", []) if isinstance(data, dict) else []
     found, first = [], 0
-    for entry in files:
-        size = entry.get("num_episodes")
-        path = Path(entry["path"]) if entry.get("path") else None
-        found.append(TrainingFile(path, entry.get("fingerprint"), first, None if size is None else int(size)))
-        first += int(size or 0)
+    for entry in record.data.files:
+        found.append(TrainingFile(entry.location, entry.fingerprint, first, entry.num_episodes, entry.path))
+        first += int(entry.num_episodes or 0)
     return found
 
 
-def training_file(meta: dict, path: str | Path) -> TrainingFile | None:
+def training_file(record: RunRecord, path: str | Path) -> TrainingFile | None:
     """The training file ``path`` is, or a copy of it (same content); None for another file.
 
     Raises `InputError` when ``path`` *is* a training path but its content changed since
     training (re-recorded or appended): the recorded split would then be meaningless.
     """
     digest = None
-    for trained in training_files(meta):
+    for trained in training_files(record):
         same_path = trained.path is not None and Path(path).resolve() == trained.path.resolve()
         if trained.fingerprint is None:  # an older checkpoint without a fingerprint: trust the path
             if same_path:
@@ -118,15 +117,15 @@ def training_file(meta: dict, path: str | Path) -> TrainingFile | None:
     return None
 
 
-def is_training_file(meta: dict, path: str | Path) -> bool:
+def is_training_file(record: RunRecord, path: str | Path) -> bool:
     """Whether ``path`` is one of the files the checkpoint was trained on (`training_file`)."""
-    return training_file(meta, path) is not None
+    return training_file(record, path) is not None
 
 
-def select_episodes(meta: dict, path: str | Path, split: str = "auto",
+def select_episodes(record: RunRecord, path: str | Path, split: str = "auto",
                     allow_training_episodes: bool = False, split_seed: int = 0,
                     agent_id: int | None = None) -> EvalSet:
-    """Choose the episodes of ``path`` to score for a checkpoint with metadata ``meta``.
+    """Choose the episodes of ``path`` to score for a checkpoint with record ``record``.
 
     ``split``: ``auto`` (the recorded test split on a training file, all episodes
     elsewhere), ``test``, ``val``, ``all`` or ``train``. On a training file, ``train`` and
@@ -139,9 +138,9 @@ def select_episodes(meta: dict, path: str | Path, split: str = "auto",
         raise InputError(f"split must be auto, test, val, all or train, got {split!r}")
     path = Path(path)
     table = DataSource.open(path).table
-    own = training_file(meta, path)
+    own = training_file(record, path)
     if own is not None:
-        recorded = own.part(checkpoint_split(meta))
+        recorded = own.part(checkpoint_split(record))
         if split in ("train", "all"):
             return _training_episodes(recorded, path, split, table, allow_training_episodes)
         if split == "val":

@@ -45,6 +45,7 @@ from rpg_worldmodel.evaluation.rollouts import DEFAULT_HORIZON, rollout_table
 from rpg_worldmodel.evaluation.scoring import Scores, score_eval_set
 from rpg_worldmodel.evaluation.tables import evaluate_file, masking_table, transfer_table
 from rpg_worldmodel.evaluation.theory_of_mind import shipped_expert
+from rpg_worldmodel.run_record import RunRecord
 
 
 @dataclass
@@ -65,10 +66,10 @@ class EvalOptions:
     theory_of_mind: bool = True  # the expert-through-oracle ceiling, for files a shipped expert played
 
 
-def _training_games(meta: dict) -> tuple:
+def _training_games(record: RunRecord) -> tuple:
     """What decides which games a checkpoint trained on: its data files' fingerprints, in order (the
     split's episode ids count over them in that order), and its split."""
-    return tuple(f.fingerprint for f in training_files(meta)), meta.get("splits")
+    return tuple(f.fingerprint for f in training_files(record)), record.splits
 
 
 class Evaluation:
@@ -86,18 +87,18 @@ class Evaluation:
         self.checkpoint, self.data = checkpoint, [str(p) for p in data]
         self.options = options or EvalOptions()
         ck = load_checkpoint(checkpoint)
-        self.model, self.config, self.meta = ck.model, ck.config, ck.meta
+        self.model, self.config, self.record = ck.model, ck.config, ck.record
         self.checkpoint_used, self.checkpoint_choice = ck.path, ck.choice
         for path in self.data:
             check_data_matches(self.config.model, DataSource.open(path).meta, data_path=path,
-                               model_source=f"checkpoint {checkpoint}", trained_on=self.meta.get("data"))
+                               model_source=f"checkpoint {checkpoint}", trained_on=self.record.data.to_dict())
         # Another seed's model of the same data reuses that model's baselines (the same training split).
         if baselines is None:
             self.train_path, self.baselines = self._baselines(ck.path)
         else:
             found = self._training_file()
             self.train_path, self.baselines = (str(found[0]) if found else "given by the caller"), baselines
-        self.self_key = next((p for p in self.data if is_training_file(self.meta, p)), self.data[0])
+        self.self_key = next((p for p in self.data if is_training_file(self.record, p)), self.data[0])
         self.files: dict[str, dict] = {}
         self.scores: dict[str, tuple[EvalSet, Scores]] = {}
         self.transfers: dict[str, dict] = {}
@@ -109,13 +110,13 @@ class Evaluation:
     def _training_file(self) -> tuple[Path, list[int]] | None:
         """The first training file found (at its recorded path, or among ``--data``) and its
         episodes of the training split; None when none is here."""
-        split = checkpoint_split(self.meta)
-        for trained in training_files(self.meta):
+        split = checkpoint_split(self.record)
+        for trained in training_files(self.record):
             train = trained.part(split)["train"]
             if trained.path is not None and trained.path.exists() and train:
                 return trained.path, train
             for path in self.data:
-                if train and training_file(self.meta, path) == trained:
+                if train and training_file(self.record, path) == trained:
                     return Path(path), train
         return None
 
@@ -131,7 +132,7 @@ class Evaluation:
             return str(path), fit_baselines(path, episodes, opts.baseline_episodes, opts.seed, rewards)
         carried = Path(folder) / BASELINES_FILE
         if carried.is_file():
-            fb = load_baselines(carried, [f.fingerprint for f in training_files(self.meta)])
+            fb = load_baselines(carried, [f.fingerprint for f in training_files(self.record)])
             fitted = fb.fitted_on or {}
             seed, most = fitted.get("seed"), fitted.get("max_episodes")
             if (seed, most) != (opts.seed, opts.baseline_episodes):
@@ -142,7 +143,7 @@ class Evaluation:
                               f"fit them so", stacklevel=2)
             return (f"{carried} (carried by the checkpoint: its training files are not here; fitted with "
                     f"seed {seed} on at most {most} training episodes)"), fb
-        recorded = ", ".join(str(f.path) for f in training_files(self.meta))
+        recorded = ", ".join(f.name for f in training_files(self.record))
         raise FileNotFoundError(
             f"the checkpoint's training files ({recorded}) are not found and none of --data is one; "
             "the baselines are fitted on the training split: pass a training file as --data")
@@ -150,8 +151,8 @@ class Evaluation:
     def evaluate_file(self, path: str | Path, num_examples: int = 8) -> dict:
         """The held-out table of one file (also kept for `metrics`)."""
         opts, key = self.options, str(path)
-        es = select_episodes(self.meta, path, opts.split, opts.allow_training_episodes, split_seed=opts.seed,
-                             agent_id=getattr(self.config.data, "agent_id", None))
+        es = select_episodes(self.record, path, opts.split, opts.allow_training_episodes,
+                             split_seed=opts.seed, agent_id=getattr(self.config.data, "agent_id", None))
         expert = shipped_expert(sorted(set(es.policy_ids))) if opts.theory_of_mind else None
         result, scores = evaluate_file(self.model, self.config, es, self.baselines, opts.num_boot, opts.seed,
                                        opts.batch_size, opts.device, num_examples=num_examples,
@@ -163,8 +164,8 @@ class Evaluation:
         """The model's per-game counts on ``path``'s held-out selection, without the baselines and
         tables (what the seeds stage needs of a further seed's model)."""
         opts = self.options
-        es = select_episodes(self.meta, path, opts.split, opts.allow_training_episodes, split_seed=opts.seed,
-                             agent_id=getattr(self.config.data, "agent_id", None))
+        es = select_episodes(self.record, path, opts.split, opts.allow_training_episodes,
+                             split_seed=opts.seed, agent_id=getattr(self.config.data, "agent_id", None))
         return score_eval_set(self.model, self.config, es, None, batch_size=opts.batch_size,
                               device=opts.device, desc=f"score {Path(path).name}", context=opts.context)
 
@@ -184,7 +185,7 @@ class Evaluation:
         models = {train_mask_of(self.config): (self.model, self.config)}
         for extra in masked_checkpoints:
             other = load_checkpoint(extra)
-            if _training_games(other.meta) != _training_games(self.meta):
+            if _training_games(other.record) != _training_games(self.record):
                 raise InputError(
                     f"masked checkpoint {other.path} was trained on other data or another split than "
                     f"{self.checkpoint_used}, so the test games scored here may be its training games; "
@@ -217,7 +218,7 @@ class Evaluation:
             "checkpoint": str(self.checkpoint),
             "checkpoint_used": str(self.checkpoint_used),
             "checkpoint_choice": self.checkpoint_choice,
-            "checkpoint_step": self.meta.get("step"),
+            "checkpoint_step": self.record.step,
             "train_mask": train_mask_of(self.config),
             "baselines": baselines_summary(self.baselines, self.train_path),
             "bootstrap": {"resampled_unit": "game", "replicates": opts.num_boot, "level": 0.95,
