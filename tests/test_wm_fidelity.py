@@ -266,5 +266,8 @@ def test_bad_input_says_what_to_change(reference):
         frame_validity(np.zeros((2, 9, 9), dtype=np.int64), reference)
     with pytest.raises(ValueError, match="actions must be"):
         geometric_consistency(np.zeros((2, 5, 9, 9), dtype=np.int64), np.zeros((2, 7)), reference)
+    with pytest.raises(ValueError, match="start must be"):
+        geometric_consistency(np.zeros((2, 5, 9, 9), dtype=np.int64), np.zeros((2, 4), dtype=np.int64),
+                              reference, start=np.zeros((2, 2), dtype=np.int64))  # a border wall
     with pytest.raises(ValueError, match="reorder"):
         FidelityReference.for_game(RULES, channel_names=tuple(reversed(VOCAB.cell_names)))

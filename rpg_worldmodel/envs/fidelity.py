@@ -40,7 +40,7 @@ from rpg_env.game.world import WorldBatch, WorldParams
 CONDITIONS = ("walls", "centre", "agents", "kinds")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: compared by identity
 class Share:
     """``hits`` of ``total`` per episode, both ``(N,)`` int64 (frames, returns or cells)."""
 
@@ -63,7 +63,7 @@ class Share:
         return {"value": self.value, "hits": int(self.hits.sum()), "total": int(self.total.sum())}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FidelityReference:
     """What is known of one game, built once from its settings (`for_game`).
 
@@ -97,17 +97,20 @@ class FidelityReference:
 
     @classmethod
     def for_game(cls, env_kwargs: dict[str, Any], layout: str | list[str] | None = None,
-                 channel_names: tuple[str, ...] | list[str] | None = None) -> FidelityReference:
+                 channel_names: tuple[str, ...] | list[str] | None = None,
+                 seed: int = 0) -> FidelityReference:
         """The reference of the game ``TreasurehuntEnv(**env_kwargs)`` (e.g. a checkpoint's or a
-        trajectory file's ``env_kwargs``), started from ``layout`` (a text map) when given.
-        ``channel_names``: the frames' channel order, which must be the game's vocabulary order."""
+        trajectory file's ``env_kwargs``): its map after ``reset(seed=seed)``, or from ``layout`` (a
+        text map) when given. One map per reference: a game whose map changes between episodes needs
+        one per map. ``channel_names``: the frames' channel order, which must be the vocabulary's."""
         vocab = vocabulary()
         if channel_names is not None and tuple(channel_names) != vocab.cell_names:
             raise ValueError(f"frames with channels {tuple(channel_names)} do not follow the game's "
                              f"vocabulary {vocab.cell_names}; reorder their codes first")
-        env = TreasurehuntEnv(**{**env_kwargs, "obs_mode": "full"})
-        options = None if layout is None else {"layout": layout}
-        full, _ = env.reset(seed=0, options=options)
+        # Who the co-players are and how frames are drawn do not change the map.
+        env = TreasurehuntEnv(**{**env_kwargs, "obs_mode": "full", "co_policy": "random",
+                                 "render_mode": None})
+        full, _ = env.reset(seed=seed, options=None if layout is None else {"layout": layout})
         env.close()
         grid = full[: vocab.num_kinds].argmax(0).astype(np.int8)
         standable = vocab.passable[grid] | (grid == vocab.agent)
@@ -178,7 +181,7 @@ def _check(views: np.ndarray, actions: np.ndarray | None, ref: FidelityReference
 
 
 # ----------------------------------------------------------------------------- single frames
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Validity:
     """`frame_validity`: ``share`` of valid frames, ``valid`` ``(N, T)`` bool and ``failed``: the
     number of frames failing each condition of `CONDITIONS` (a frame may fail several)."""
@@ -214,7 +217,7 @@ def frame_validity(views: np.ndarray, ref: FidelityReference) -> Validity:
 
 
 # ----------------------------------------------------------------------------- positions
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Track:
     """`geometric_consistency`: ``share`` of consistent frames, ``consistent`` ``(N, T)`` bool and
     ``positions`` ``(N, T, 2)`` int64 (row, column) of the learner the moves imply (-1 where
@@ -243,8 +246,7 @@ def geometric_consistency(views: np.ndarray, actions: np.ndarray, ref: FidelityR
     ids, cells = ref.mask_id(views), ref.mask_ids[None]
     possible = np.zeros((n, ref.mask_ids.size), dtype=bool)
     if start is not None:
-        start = np.asarray(start, dtype=np.int64).reshape(n, 2)
-        possible[np.arange(n), start[:, 0] * ref.params.width + start[:, 1]] = True
+        possible[np.arange(n), _start_cells(start, n, ref)] = True
     else:
         possible[:] = ref.standable.reshape(1, -1)
     blocked = _agent_ahead(views, actions, ref)
@@ -266,6 +268,18 @@ def geometric_consistency(views: np.ndarray, actions: np.ndarray, ref: FidelityR
     return Track(Share(consistent.sum(1), np.full(n, t_len, dtype=np.int64)), consistent, positions)
 
 
+def _start_cells(start: np.ndarray, n: int, ref: FidelityReference) -> np.ndarray:
+    """``(N, 2)`` (row, column) -> ``(N,)`` flat map cells, or ValueError."""
+    start = np.asarray(start)
+    height, width = ref.standable.shape
+    inside = (start.shape == (n, 2) and start.dtype.kind in "iu" and (start >= 0).all()
+              and (start < [height, width]).all())
+    if not inside or not ref.standable[start[:, 0], start[:, 1]].all():
+        raise ValueError(f"start must be ({n}, 2) int (row, column) of map cells the learner can stand "
+                         f"on, one per episode; got {start.tolist()}")
+    return start[:, 0].astype(np.int64) * width + start[:, 1]
+
+
 def _agent_ahead(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) -> np.ndarray:
     """``(N, T - 1)`` bool: view t shows an agent in the cell action t moves into."""
     r, n, t_len = ref.radius, *views.shape[:2]
@@ -278,7 +292,7 @@ def _agent_ahead(views: np.ndarray, actions: np.ndarray, ref: FidelityReference)
 
 
 # ----------------------------------------------------------------------------- items
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Persistence:
     """`item_persistence`: ``share`` of returns where the item is still there, and every return
     as ``returns`` ``(R, 6)`` int64 rows (episode, last turn seen, turn back, row, column, kind)
