@@ -1,0 +1,273 @@
+"""The fidelity measurements (`rpg_worldmodel.envs.fidelity`): exact on real games, and every kind of
+corrupted frame is caught by the measurement it breaks, by exactly what it breaks."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rpg_env
+from rpg_env.envs.treasurehunt import TreasurehuntEnv
+from rpg_env.game.constants import vocabulary
+from rpg_env.policies.registry import make_policy
+from rpg_worldmodel.envs.fidelity import (
+    FidelityReference,
+    fidelity,
+    frame_validity,
+    geometric_consistency,
+    item_persistence,
+    spawn_rate,
+)
+
+RULES = {"height": 20, "width": 20, "vision_radius": 4, "num_agents": 2, "spawn_prob": 0.01, "max_turns": 100}
+VOCAB = vocabulary()
+LAYOUT = [  # an interior wall: a bar and a pillar that the border rule of a generated map never gives
+    "############",
+    "#..........#",
+    "#..........#",
+    "#...#####..#",
+    "#..........#",
+    "#.A........#",
+    "#......#...#",
+    "#......#...#",
+    "#.......B..#",
+    "#..........#",
+    "#..........#",
+    "############",
+]
+
+
+def play_real(learner: str, co_policy: str, seed: int, num_envs: int = 4, **rules):
+    """Whole real episodes: codes (N, T + 1, V, V), actions (N, T), positions (N, T + 1, A, 2)."""
+    venv = gym.make_vec(rpg_env.ENV_ID, num_envs=num_envs, co_policy=co_policy, **{**RULES, **rules})
+    obs, info = venv.reset(seed=seed)
+    policy = make_policy(learner)
+    policy.seed(np.random.default_rng(seed))
+    views, actions, positions = [obs.argmax(1)], [], [info["positions"]]
+    for _ in range(venv.unwrapped.params.max_turns):
+        action = policy.act(obs)
+        obs, _, _, _, info = venv.step(action)
+        views.append(obs.argmax(1))
+        actions.append(action)
+        positions.append(info["positions"])
+    venv.close()
+    return np.stack(views, 1), np.stack(actions, 1), np.stack(positions, 1)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return FidelityReference.for_game(RULES, channel_names=VOCAB.cell_names)
+
+
+@pytest.fixture(scope="module")
+def games():
+    """Greedy and random learners beside greedy and random co-players, 4 episodes each."""
+    return {(learner, co): play_real(learner, co, seed)
+            for seed, (learner, co) in enumerate([("greedy", "greedy"), ("greedy", "random"),
+                                                  ("random", "greedy"), ("random", "random")])}
+
+
+def test_the_reference_derives_every_wall_mask_from_the_games_own_view(reference):
+    assert reference.standable.sum() == 18 * 18  # the generated map: a border of walls
+    assert len(reference.masks) == 9 * 9  # 0..4 wall rows above or below (or none), same for columns
+    assert reference.mask_id(np.zeros((1, 9, 9), dtype=np.int64))[0] >= 0  # the open field
+    corner = reference.masks[reference.mask_ids[1 * 20 + 1]].reshape(9, 9)
+    assert corner[:4].all() and corner[:, :4].all() and not corner[4:, 4:].any()  # padding reads as wall
+
+
+@pytest.mark.parametrize("players", [("greedy", "greedy"), ("greedy", "random"),
+                                     ("random", "greedy"), ("random", "random")])
+def test_real_games_are_valid_and_consistent_exactly(games, reference, players):
+    views, actions, positions = games[players]
+    learner = positions[:, :, 0]
+    validity = frame_validity(views, reference)
+    assert validity.share.value == 1.0 and set(validity.failed.values()) == {0}
+    known = geometric_consistency(views, actions, reference, start=learner[:, 0])
+    assert known.share.value == 1.0
+    np.testing.assert_array_equal(known.positions, learner)  # bumps into walls and agents included
+    unknown = geometric_consistency(views, actions, reference)
+    assert unknown.share.value == 1.0
+    located = unknown.positions[..., 0] >= 0
+    np.testing.assert_array_equal(unknown.positions[located], learner[located])
+    assert located[:, -1].any()  # the walls seen pin the learner down
+
+
+def test_real_spawn_rate_is_the_games_spawn_prob(games, reference):
+    shares = [spawn_rate(views, positions[:, :, 0], reference) for views, _, positions in games.values()]
+    hits, trials = sum(int(s.hits.sum()) for s in shares), sum(int(s.total.sum()) for s in shares)
+    p = RULES["spawn_prob"]
+    assert trials > 50_000
+    assert abs(hits / trials - p) < 4 * np.sqrt(p * (1 - p) / trials)  # 4 binomial standard errors
+    dense = FidelityReference.for_game({**RULES, "spawn_prob": 0.2})
+    views, _, positions = play_real("random", "random", 7, num_envs=2, spawn_prob=0.2)
+    rate = spawn_rate(views, positions[:, :, 0], dense)
+    assert abs(rate.value - 0.2) < 4 * np.sqrt(0.2 * 0.8 / rate.total.sum())
+
+
+def test_real_items_vanish_only_where_a_co_player_went(games, reference):
+    lost_somewhere = False
+    for views, _, positions in games.values():
+        found = item_persistence(views, positions[:, :, 0], reference)
+        assert found.share.total.sum() > 100 and found.share.value < 1.0
+        for episode, seen, back, row, col, _ in found.returns[~found.persisted]:
+            co_player = positions[episode, seen + 1 : back + 1, 1]
+            assert ((co_player == [row, col]).all(-1)).any()  # it went there while the cell was out of view
+            lost_somewhere = True
+    assert lost_somewhere
+    alone = FidelityReference.for_game({**RULES, "num_agents": 1})
+    views, _, positions = play_real("random", "random", 3, num_agents=1)
+    found = item_persistence(views, positions[:, :, 0], alone)
+    assert found.share.total.sum() > 20 and found.share.value == 1.0  # nobody else takes items
+
+
+def test_fidelity_returns_all_four_per_episode(games, reference):
+    views, actions, positions = games[("greedy", "random")]
+    implied = fidelity(views, actions, reference, start=positions[:, 0, 0])
+    given = fidelity(views, actions, reference, start=positions[:, 0, 0], positions=positions[:, :, 0])
+    for name in ("frame_validity", "geometric_consistency", "item_persistence", "spawn_rate"):
+        assert implied[name].per_episode.shape == (4,)
+        np.testing.assert_array_equal(implied[name].hits, given[name].hits)  # implied == real positions
+    assert implied["frame_validity"].as_dict() == {"value": 1.0, "hits": 4 * 101, "total": 4 * 101}
+
+
+# ----------------------------------------------------------------------------- corrupted frames
+def scores(views, actions, positions, reference):
+    learner = positions[:, :, 0]
+    return (frame_validity(views, reference),
+            geometric_consistency(views, actions, reference, start=learner[:, 0]).share.hits.sum(),
+            item_persistence(views, learner, reference).share)
+
+
+def open_frame(views, positions):
+    """(episode, turn) of a frame with no wall in view and its empty cells (row, col) off the centre."""
+    episode, turn = np.argwhere(~(views == VOCAB.wall).any((-1, -2)))[5]
+    empty = np.argwhere(views[episode, turn] == VOCAB.empty)
+    return episode, turn, empty
+
+
+def test_a_wall_in_the_open_field_and_a_gap_in_the_border_are_caught(games, reference):
+    views, actions, positions = games[("greedy", "random")]
+    base_valid, base_consistent, base_items = scores(views, actions, positions, reference)
+    episode, turn, empty = open_frame(views, positions)
+    lone_wall = views.copy()
+    lone_wall[episode, turn, empty[0][0], empty[0][1]] = VOCAB.wall
+    gap = views.copy()
+    walls = np.argwhere(views == VOCAB.wall)[7]
+    gap[tuple(walls)] = VOCAB.empty
+    for corrupted in (lone_wall, gap):
+        valid, consistent, items = scores(corrupted, actions, positions, reference)
+        assert valid.share.hits.sum() == base_valid.share.hits.sum() - 1
+        assert valid.failed == {"walls": 1, "centre": 0, "agents": 0, "kinds": 0}
+        assert consistent == base_consistent - 1  # only that frame: the moves still say where it is
+        np.testing.assert_array_equal(items.hits, base_items.hits)
+
+
+def test_a_border_gone_when_the_learner_walks_back_is_inconsistent(games, reference):
+    views, actions, positions = games[("greedy", "random")]
+    base_valid, base_consistent, _ = scores(views, actions, positions, reference)
+    bordered = np.argwhere((views == VOCAB.wall).any((-1, -2)))
+    no_border = views.copy()
+    no_border[bordered[:, 0], bordered[:, 1]] = np.where(views[bordered[:, 0], bordered[:, 1]] == VOCAB.wall,
+                                                         VOCAB.empty, views[bordered[:, 0], bordered[:, 1]])
+    valid, consistent, _ = scores(no_border, actions, positions, reference)
+    assert valid.share.value == 1.0  # an open field is a view the game shows (away from the border)
+    assert consistent == base_consistent - len(bordered)  # but not where the moves put the learner
+
+
+def test_a_frame_shifted_against_the_moves_is_valid_but_inconsistent(games, reference):
+    views, actions, positions = games[("random", "random")]
+    learner = positions[:, :, 0]
+    moved = (learner[:, 1:] != learner[:, :-1]).any(-1)
+    walls = views == VOCAB.wall
+    changed = (walls[:, 1:] != walls[:, :-1]).any((-1, -2))
+    alone = (views == VOCAB.agent).sum((-1, -2)) == 1
+    episode, turn = np.argwhere(moved & changed & alone[:, 1:] & alone[:, :-1])[0]
+    shifted = views.copy()
+    shifted[episode, turn + 1] = views[episode, turn]  # the view one cell back: the move did not happen
+    _, base_consistent, _ = scores(views, actions, positions, reference)
+    valid, consistent, _ = scores(shifted, actions, positions, reference)
+    assert valid.share.value == 1.0  # a frame the game shows, just not here
+    assert consistent == base_consistent - 1
+
+
+def test_an_extra_agent_breaks_validity_only(games, reference):
+    views, actions, positions = games[("greedy", "greedy")]
+    base_valid, base_consistent, base_items = scores(views, actions, positions, reference)
+    with_co_player = np.argwhere((views == VOCAB.agent).sum((-1, -2)) == 2)
+    episode, turn = with_co_player[with_co_player[:, 1] < 100][0]
+    target = np.array([4, 4]) + reference.deltas[actions[episode, turn]]
+    free = [rc for rc in np.argwhere(views[episode, turn] == VOCAB.empty) if (rc != target).any()]
+    crowded = views.copy()
+    crowded[episode, turn, free[0][0], free[0][1]] = VOCAB.agent
+    valid, consistent, items = scores(crowded, actions, positions, reference)
+    assert valid.share.hits.sum() == base_valid.share.hits.sum() - 1
+    assert valid.failed == {"walls": 0, "centre": 0, "agents": 1, "kinds": 0}
+    assert consistent == base_consistent
+    np.testing.assert_array_equal(items.hits, base_items.hits)
+    off_centre = views.copy()
+    off_centre[0, 0, 4, 4], off_centre[0, 1, 0, 0] = VOCAB.empty, VOCAB.num_kinds  # no learner; no kind
+    assert frame_validity(off_centre, reference).failed == {"walls": 0, "centre": 1, "agents": 0, "kinds": 1}
+
+
+def test_an_item_that_vanishes_out_of_view_is_caught(games, reference):
+    views, actions, positions = games[("random", "random")]
+    learner = positions[:, :, 0]
+    found = item_persistence(views, learner, reference)
+    cells = [tuple(r[[0, 3, 4]]) for r in found.returns]
+    last = [i for i, r in enumerate(found.returns) if found.persisted[i] and cells.count(cells[i]) == 1]
+    episode, _, back, row, col, kind = found.returns[last[0]]
+    vanished = views.copy()
+    for t in range(back, views.shape[1]):  # gone from its return on, while the cell stays in view
+        i, j = row - learner[episode, t, 0] + 4, col - learner[episode, t, 1] + 4
+        if not (0 <= i < 9 and 0 <= j < 9) or views[episode, t, i, j] != kind:
+            break
+        vanished[episode, t, i, j] = VOCAB.empty
+    base_valid, base_consistent, base_items = scores(views, actions, positions, reference)
+    valid, consistent, items = scores(vanished, actions, positions, reference)
+    assert items.hits.sum() == base_items.hits.sum() - 1 and items.total.sum() == base_items.total.sum()
+    assert valid.share.value == 1.0 and consistent == base_consistent
+
+
+# ----------------------------------------------------------------------------- other maps
+def test_a_map_with_an_interior_wall_is_measured_the_same_way():
+    rules = {**RULES, "height": 12, "width": 12}
+    ref = FidelityReference.for_game(rules, layout=LAYOUT)
+    open_ref = FidelityReference.for_game(rules)
+    assert ref.standable.sum() == 10 * 10 - 7
+    env = TreasurehuntEnv(**rules, co_policy="random")
+    policy = make_policy("random")
+    policy.seed(np.random.default_rng(0))
+    episodes = []
+    for seed in range(3):
+        obs, info = env.reset(seed=seed, options={"layout": LAYOUT})
+        views, actions, positions = [obs.argmax(0)], [], [info["positions"][0]]
+        for _ in range(rules["max_turns"]):
+            action = int(policy.act(obs[None])[0])
+            obs, _, _, _, info = env.step(action)
+            views.append(obs.argmax(0))
+            actions.append(action)
+            positions.append(info["positions"][0])
+        episodes.append((np.stack(views), np.array(actions), np.stack(positions)))
+    views, actions, learner = (np.stack(x) for x in zip(*episodes, strict=True))
+    assert (views == VOCAB.wall)[:, :, 2:7, 2:7].any()  # the interior walls were in view
+    assert frame_validity(views, ref).share.value == 1.0
+    track = geometric_consistency(views, actions, ref, start=learner[:, 0])
+    assert track.share.value == 1.0
+    np.testing.assert_array_equal(track.positions, learner)
+    assert geometric_consistency(views, actions, ref).share.value == 1.0
+    assert frame_validity(views, open_ref).share.value < 1.0  # the open map never shows these walls
+    open_field = np.where(views == VOCAB.wall, VOCAB.empty, views)
+    assert frame_validity(open_field, ref).share.value < frame_validity(open_field, open_ref).share.value
+
+
+def test_bad_input_says_what_to_change(reference):
+    with pytest.raises(ValueError, match=r"views must be cell codes \(N, T, 9, 9\)"):
+        frame_validity(np.zeros((2, 9, 9), dtype=np.int64), reference)
+    with pytest.raises(ValueError, match="actions must be"):
+        geometric_consistency(np.zeros((2, 5, 9, 9), dtype=np.int64), np.zeros((2, 7)), reference)
+    with pytest.raises(ValueError, match="start must be"):
+        geometric_consistency(np.zeros((2, 5, 9, 9), dtype=np.int64), np.zeros((2, 4), dtype=np.int64),
+                              reference, start=np.zeros((2, 2), dtype=np.int64))  # a border wall
+    with pytest.raises(ValueError, match="reorder"):
+        FidelityReference.for_game(RULES, channel_names=tuple(reversed(VOCAB.cell_names)))
