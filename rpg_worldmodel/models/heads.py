@@ -1,14 +1,42 @@
-"""Heads' building blocks of the world model: the frame-stack action head, the frame stacks it
-reads (over a window, and step by step in imagination), the reward prior started at the game's
-rule, and the per-choice convolution behind the action-conditioned view priors."""
+"""Heads' building blocks of the world model: what the heads read of the steps (`Steps`), the
+frame-stack action head and the frame stacks it reads (over a window, and step by step in
+imagination), the reward head and its prior started at the game's rule, and the motion prior
+(`MoveConv`) with the per-choice convolution behind it.
+
+A view prior is a part with ``add_to(view_logits, steps)``, which adds its logits of view t+1
+(B, T, C, V, V) to the view head's: `MoveConv` here, the memory map
+(`rpg_worldmodel.models.memory`) and the first version's two-step convolution
+(`rpg_worldmodel.models.variants`)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
+
+
+class Steps(NamedTuple):
+    """What the heads read of the steps besides their final tokens, at each step t of (B, T):
+    ``views`` (B, T, C, V, V) and ``actions`` (B, T); ``kinds`` (B, T, V, V) the views' cell kinds
+    (`rpg_worldmodel.models.moves.cell_kinds`); ``entered`` (B, T) the kind of the cell the move
+    enters and ``moves`` (B, T) its outcome (`MoveRules.outcome`; without the movement table
+    ``entered`` is None and ``moves`` the actions); ``frames`` (B, T, k-1, C, V, V) the views the
+    action head stacks with its predicted one (None: no stack); ``history`` the kinds (B, S, V, V)
+    and actions (B, S) of the steps the memory map reaches, the last T of them these steps;
+    ``previous`` step t-1's view (B, T, C, V, V) and action (B, T), and (T,) where there is one."""
+
+    views: torch.Tensor
+    actions: torch.Tensor
+    kinds: torch.Tensor
+    entered: torch.Tensor | None
+    moves: torch.Tensor
+    frames: torch.Tensor | None
+    history: tuple[torch.Tensor, torch.Tensor]
+    previous: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class FrameStackActionHead(nn.Module):
@@ -36,6 +64,14 @@ class FrameStackActionHead(nn.Module):
         )
         self.out = nn.Linear(2 * d, cfg.num_actions)
 
+    def predict(self, global_: torch.Tensor, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
+        """Logits (B, T, A) of action t+1 from the global tokens (B, T, D), the predicted view t+1
+        ``view_logits`` (B, T, C, V, V) and ``steps.frames``."""
+        b, t, _, v, _ = view_logits.shape
+        predicted = view_logits.detach().float().softmax(2).to(steps.views.dtype)[:, :, None]
+        stack = predicted if steps.frames is None else torch.cat([steps.frames, predicted], 2)
+        return self(stack.reshape(b * t, -1, v, v), global_.reshape(b * t, -1)).view(b, t, -1)
+
     def forward(self, stack: torch.Tensor, global_: torch.Tensor) -> torch.Tensor:
         if stack.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             # bf16 convolutions (and their backward) run ~15x slower than fp32 on CPUs without
@@ -51,14 +87,28 @@ class FrameStackActionHead(nn.Module):
 RULE_LOGIT = 10.0
 
 
-def rule_prior(cfg: ModelConfig) -> nn.Embedding:
-    """Logits of the reward class per kind of the entered cell: (C + 1, K), row 0 a hidden cell."""
+def reward_head(cfg: ModelConfig) -> nn.Sequential | None:
+    """The reward head: [global token, centre patch token] (B, T, 2D) -> logits (B, T, K) of the
+    step's reward class; None without one (``model.reward_head=false``, or no reward values)."""
+    num_rewards = len(cfg.reward_values) if cfg.reward_head else 0
+    if not num_rewards:
+        return None
+    return nn.Sequential(nn.Linear(2 * cfg.width, cfg.width), nn.GELU(), nn.Linear(cfg.width, num_rewards))
+
+
+def rule_prior(cfg: ModelConfig) -> nn.Embedding | None:
+    """Logits of the reward class per kind of the entered cell: (C + 1, K), row 0 a hidden cell;
+    None without the movement table or a reward head."""
+    if not (cfg.reward_head and cfg.reward_values and cfg.move_rules):
+        return None
     return nn.Embedding(cfg.num_channels + 1, len(cfg.reward_values))
 
 
-def start_rule_prior(prior: nn.Embedding, cfg: ModelConfig) -> None:
+def start_rule_prior(prior: nn.Embedding | None, cfg: ModelConfig) -> None:
     """Row k + 1 favours the class of ``cfg.entered_rewards[k]`` by `RULE_LOGIT`; row 0 (a hidden
     cell), and every row of a model without the values, start at zero."""
+    if prior is None:
+        return
     with torch.no_grad():
         prior.weight.zero_()
         for kind, points in enumerate(cfg.entered_rewards):
@@ -70,6 +120,17 @@ def rule_logits(prior: nn.Embedding, entered: torch.Tensor, num_channels: int) -
     cell (-1). A move that stays enters the agent's own cell (kind ``num_channels``), which no rule
     prices: it shares the hidden cell's row, which starts at zero."""
     return prior(torch.where(entered >= num_channels, -1, entered) + 1)
+
+
+def predict_reward(head: nn.Sequential | None, prior: nn.Embedding | None, global_: torch.Tensor,
+                   centre: torch.Tensor, entered: torch.Tensor | None) -> torch.Tensor | None:
+    """The reward head's logits (B, T, K) from the global tokens and the centre patch's tokens
+    (B, T, D), plus the rule prior's for the ``entered`` kinds (B, T) where the model has one;
+    None without a reward head."""
+    if head is None:
+        return None
+    reward = head(torch.cat([global_, centre], -1))
+    return reward if prior is None else reward + rule_logits(prior, entered, prior.num_embeddings - 1)
 
 
 def unfold_same(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -97,6 +158,29 @@ def conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> t
     weight = (pick @ conv.weight.view(-1, c * c * k * k)).view(n, c, c * k * k)  # (N, C_out, C*k*k)
     bias = pick @ conv.bias.view(-1, c)
     return (torch.bmm(weight, cols) + bias[..., None]).view(n, c, h, w)
+
+
+class MoveConv(nn.Conv2d):
+    """The motion prior: a 3x3 convolution of view t per move outcome (``model.action_conv``).
+
+    Moving shifts the whole egocentric view by one cell, which a 3x3 kernel expresses exactly;
+    the transformer then only has to learn what motion alone does not explain (blocked moves,
+    pick-ups, the co-player, cells entering the view). With the movement table a blocked move
+    (the view stays) is a choice of its own beside the actions.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        moves = cfg.num_actions + 1 if cfg.move_rules else cfg.num_actions
+        super().__init__(cfg.num_channels, moves * cfg.num_channels, 3, padding=1)
+
+    def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
+        flat = steps.views.reshape(-1, *steps.views.shape[2:])
+        return view_logits + conv_for_choice(self, flat, steps.moves.reshape(-1)).view_as(view_logits)
+
+
+def move_conv(cfg: ModelConfig) -> MoveConv | None:
+    """The motion prior, or None without one (``model.action_conv=false``)."""
+    return MoveConv(cfg) if cfg.action_conv else None
 
 
 def frames_before(views: torch.Tensor, k: int) -> torch.Tensor | None:
