@@ -2,38 +2,34 @@
 
 Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-written small:
 
-* each step t becomes *local* tokens: one per ``patch x patch`` patch of the one-hot view
-  (linear patch embedding + patch-position embedding) plus one token for the action taken at t;
-* each step also gets a *global* token: a small convolution over the whole view
+* each step t becomes *local* tokens, one per ``patch x patch`` patch of the one-hot view plus
+  one for the action taken at t, and a *global* token, a small convolution over the whole view
   (`rpg_worldmodel.models.embedding`);
-* every layer runs a **local** block (attention within one step over its patch and action
-  tokens) and then a **global** block (causal attention across steps over the interleaved
+* every layer (`StarBlock`) runs a **local** block (attention within one step over its patch and
+  action tokens) and then a **global** block (causal attention across steps over the interleaved
   sequence ``[local summary_0, global_0, local summary_1, global_1, ...]``). Steps know their
   order through rotary positions (relative: imagination caches the keys of past steps while its
   window slides). Attention reaches back ``num_frames`` steps: a window of that length in
   training, a sliding window of it over a longer history;
-* heads, at step t: the next view, per cell, as logits over the C entity kinds, plus the view
-  priors (`rpg_worldmodel.models.heads`): a 3x3 convolution of view t chosen by the move's
-  outcome, a learned motion prior (the action, or "blocked" where the game's movement table says
-  the move enters a wall or an agent, `rpg_worldmodel.models.moves`), and the memory map's prior:
-  the cells seen in the window re-drawn in view t+1's frame (`rpg_worldmodel.models.memory`);
-  the next action (a small CNN over the last views and the predicted next one, the frame stack a
-  policy acting at t+1 reads, beside the global token); and the reward of step t, as a class over
-  the game's possible rewards.
+* heads, at step t: the next view, per cell, as logits over the C entity kinds plus those of the
+  view priors (`rpg_worldmodel.models.heads`): a 3x3 convolution of view t chosen by the move's
+  outcome (the action, or "blocked" where the game's movement table says the move enters a wall
+  or an agent, `rpg_worldmodel.models.moves`) and the memory map, the cells seen in the window
+  re-drawn in view t+1's frame (`rpg_worldmodel.models.memory`); the next action (a small CNN
+  over the frame stack a policy acting at t+1 reads, the last views and the predicted next one,
+  beside the global token); and the reward of step t, as a class over the game's rewards.
 
 Predictions at step t depend only on steps <= t (tested). The view head reads each patch's final
 local token (at t and t-1) fused with the step's global token and predicts that patch's cells;
 the reward head reads the global token, the token of the patch around the agent, which holds
 the cells a move can enter, and the kind of the cell the move enters.
 
-The first version's parts (learned step positions, a linear action head, a two-step memory
-convolution) live in `rpg_worldmodel.models.variants`; the model composes the parts its config
-names once, at construction, and its code reads the same for all.
-
-The model owns its training loss (`WorldModel.loss`), its optimizer parameter groups
-(`WorldModel.param_groups`) and its one-step imagination (`WorldModel.imagine_step`, which
-caches each step's local work and the global attention's keys and values). The file reads top to
-bottom: StARformer layer, the model, its loss, its imagination.
+The model composes the parts its config names once, at construction; the first version's
+(learned step positions, a linear action head, a two-step memory convolution) live in
+`rpg_worldmodel.models.variants`. It owns its training loss (`WorldModel.loss`), its optimizer
+parameter groups (`WorldModel.param_groups`) and its one-step imagination
+(`WorldModel.imagine_step`, which caches each step's local work and the global attention's keys
+and values). The file reads top to bottom: the model, its heads, its loss, its imagination.
 """
 
 from __future__ import annotations
@@ -47,52 +43,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.blocks import Block, band_mask
+from rpg_worldmodel.models.blocks import StarBlock, band_mask
 from rpg_worldmodel.models.embedding import StepEmbedding
 from rpg_worldmodel.models.heads import (
     Steps,
-    frames_before,
-    imagined_frames,
+    imagined_steps,
     move_conv,
     predict_reward,
     reward_head,
     rule_prior,
     start_rule_prior,
+    window_steps,
 )
 from rpg_worldmodel.models.memory import memory_map
-from rpg_worldmodel.models.moves import cell_kinds, move_outcome, move_rules, view_codes
+from rpg_worldmodel.models.moves import move_outcome, move_rules, view_codes
 from rpg_worldmodel.models.state import Imagination
 from rpg_worldmodel.models.variants import action_head, slide_window, step_positions, two_step_conv
-
-
-class StarBlock(nn.Module):
-    """One layer: a local block within each step, then a causal global block across steps."""
-
-    def __init__(self, cfg: ModelConfig, tokens_per_step: int):
-        super().__init__()
-        d = cfg.width
-        self.local = Block(d, cfg.num_heads, cfg.dropout)
-        self.global_ = Block(d, cfg.num_heads, cfg.dropout)
-        self.summarise = nn.Sequential(
-            nn.LayerNorm(d), nn.Flatten(2), nn.Linear(tokens_per_step * d, d), nn.LayerNorm(d)
-        )
-
-    def forward(self, local: torch.Tensor, global_: torch.Tensor, temporal: torch.Tensor | None,
-                **attention) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """``local`` (B, T, P+1, D), ``global_`` (B, T, D) -> the same, and the global block's keys
-        and values (B, H, 2T, hd). ``temporal``: a learned step table (1, >= T, D) added to the step
-        summaries (`StepEmbedding.temporal`; None with rotary positions). ``attention``: the global
-        block's mask/rope/past (`SelfAttention`)."""
-        b, t, n, d = local.shape
-        local = self.local(local.reshape(b * t, n, d))[0].view(b, t, n, d)
-        summary = self.summarise(local)
-        if temporal is not None:
-            summary = summary + temporal[:, :t]
-        # Interleave [summary_0, global_0, summary_1, global_1, ...]: with a causal mask,
-        # global_t sees steps <= t only (its own step's summary included).
-        seq = torch.stack([summary, global_], 2).view(b, 2 * t, d)
-        out, kv = self.global_(seq, **attention)
-        return local, out[:, 1::2], kv
 
 
 class Outputs(NamedTuple):
@@ -107,7 +73,7 @@ class Outputs(NamedTuple):
 
 def _last(out: Outputs) -> Outputs:
     """The outputs of the last step only (T = 1)."""
-    return Outputs(out.view[:, -1:], out.action[:, -1:], None if out.reward is None else out.reward[:, -1:])
+    return Outputs(*(None if x is None else x[:, -1:] for x in out))
 
 
 class Tokens(NamedTuple):
@@ -148,11 +114,11 @@ class WorldModel(nn.Module):
         d, p = cfg.width, cfg.patch_size
         self.grid = cfg.view_size // p
         self.embed = StepEmbedding(cfg)
+        self.positions = step_positions(cfg)  # how steps know their order: rotary positions
         self.embed_dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(StarBlock(cfg, self.grid * self.grid + 1) for _ in range(cfg.num_layers))
         self.norm_local = nn.LayerNorm(d)
         self.norm_global = nn.LayerNorm(d)
-        self.positions = step_positions(cfg)
         # View head: a small MLP per patch over [its token at t, its token at t-1] plus the
         # step's global token. The t-1 token lets the head bring back what just left the view
         # when the agent turns round (the motion oracle cannot know those cells).
@@ -165,11 +131,7 @@ class WorldModel(nn.Module):
         centre = cfg.view_size // 2 // p
         self.centre_patch = centre * self.grid + centre
         self.reward_head = reward_head(cfg)
-        # With the movement table: a prior of the reward class per kind of the entered cell, added to
-        # the head's logits and started at the game's rule (`entered_rewards`). Learned from data
-        # alone, the row of walls never learned the bump's penalty (the expert bumps on 0.09% of its
-        # steps) and a dream paid a gem for 10% of bumps, which PPO found and exploited.
-        self.reward_prior = rule_prior(cfg)
+        self.reward_prior = rule_prior(cfg)  # the game's rule per entered kind, learned on from there
         self.register_buffer("reward_values", torch.tensor(cfg.reward_values, dtype=torch.float32),
                              persistent=False)
         # The view priors, added to the view head's logits in this order (models/heads.py), and the
@@ -216,18 +178,7 @@ class WorldModel(nn.Module):
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.cat([torch.zeros_like(patches[:, :1]), patches[:, :-1]], 1)  # causal
         tokens = Tokens(patches, previous, self.norm_global(global_))
-        return self._heads(tokens, self._window_steps(views, actions))
-
-    def _window_steps(self, views: torch.Tensor, actions: torch.Tensor) -> Steps:
-        """What the heads read of a window's steps (views (B, T, C, V, V), actions (B, T)); the
-        first step has no step before it."""
-        kinds = cell_kinds(views)
-        entered, moves = self.move_outcome(kinds, actions)
-        prev_views = torch.cat([torch.zeros_like(views[:, :1]), views[:, :-1]], 1)
-        prev_actions = torch.cat([actions[:, :1], actions[:, :-1]], 1)
-        has_prev = torch.arange(actions.shape[1], device=views.device) > 0
-        return Steps(views, actions, kinds, entered, moves, frames_before(views, self.cfg.action_frames),
-                     (kinds, actions), (prev_views, prev_actions, has_prev))
+        return self._heads(tokens, window_steps(views, actions, self.move_outcome, cfg.action_frames))
 
     def _heads(self, tokens: Tokens, steps: Steps) -> Outputs:
         """The three heads at each step of (B, T): the view head and its priors, the reward head
@@ -346,9 +297,8 @@ class WorldModel(nn.Module):
         local, global_ = self.embed(views, actions, state.agent_ids)
         local, global_, past = self._attend_cached(local, global_, state)
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
-        started = state.prev_view is not None
-        previous = state.prev_patches[:, None] if started else torch.zeros_like(patches)
-        steps, recent, kept = self._imagined_steps(view, action, state)
+        previous = torch.zeros_like(patches) if state.prev_patches is None else state.prev_patches[:, None]
+        steps, recent, kept = imagined_steps(view, action, state, self.move_outcome, self.cfg)
         out = self._heads(Tokens(patches, previous, self.norm_global(global_)), steps)
         return out, replace(state, past=past, step=state.step + 1, prev_view=view, prev_action=action,
                             prev_patches=patches[:, 0], recent_views=recent, memory=kept)
@@ -367,30 +317,10 @@ class WorldModel(nn.Module):
             previous_kv = state.past[layer] if state.past else None
             local, global_, kv = block(local, global_, self.embed.temporal, mask=mask,
                                        rope=self.positions.rope(positions), past=previous_kv)
-            keys = kv if previous_kv is None else tuple(torch.cat([p, x], 2) for p, x in zip(previous_kv, kv,
-                                                                                              strict=True))
-            past.append(tuple(x[:, :, -2 * (t_window - 1):] if t_window > 1 else x[:, :, :0] for x in keys))
+            if previous_kv is not None:
+                kv = tuple(torch.cat([p, x], 2) for p, x in zip(previous_kv, kv, strict=True))
+            past.append(tuple(x[:, :, -2 * (t_window - 1):] if t_window > 1 else x[:, :, :0] for x in kv))
         return local, global_, tuple(past)
-
-    def _imagined_steps(self, view: torch.Tensor, action: torch.Tensor, state: Imagination
-                        ) -> tuple[Steps, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
-        """What the heads read of this step (T = 1), from ``state`` where they read earlier steps,
-        and what to keep of it: the action head's recent views and the memory map's history."""
-        t_window = self.cfg.num_frames
-        views, actions = view[:, None], action[:, None]
-        started = state.prev_view is not None
-        has_prev = torch.tensor([started], device=view.device)
-        prev_view = state.prev_view[:, None] if started else torch.zeros_like(views)
-        prev_action = state.prev_action[:, None] if started else actions
-        frames, recent = imagined_frames(view, state.recent_views, self.cfg.action_frames)
-        kinds = cell_kinds(views)
-        history = (kinds, actions)
-        if state.memory is not None:
-            history = (torch.cat([state.memory[0], kinds], 1), torch.cat([state.memory[1], actions], 1))
-        kept = (history[0][:, 1 - t_window:], history[1][:, 1 - t_window:]) if t_window > 1 else None
-        entered, moves = self.move_outcome(kinds, actions)
-        previous = (prev_view, prev_action, has_prev)
-        return Steps(views, actions, kinds, entered, moves, frames, history, previous), recent, kept
 
     @property
     def context_steps(self) -> int:
