@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.heads import Steps
 from rpg_worldmodel.models.moves import HIDDEN, MoveRules, entered_kinds
+from rpg_worldmodel.models.steps import Steps
 
 
 def dead_reckoning(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor,

@@ -21,7 +21,8 @@ from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.embedding import RotaryPositions
-from rpg_worldmodel.models.heads import FrameStackActionHead, Steps, conv_for_choice
+from rpg_worldmodel.models.heads import FrameStackActionHead, conv_for_choice
+from rpg_worldmodel.models.steps import Steps
 
 
 class LearnedPositions:

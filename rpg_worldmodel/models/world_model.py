@@ -11,8 +11,9 @@ Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-
   order through rotary positions (relative: imagination caches the keys of past steps while its
   window slides). Attention reaches back ``num_frames`` steps: a window of that length in
   training, a sliding window of it over a longer history;
-* heads, at step t: the next view, per cell, as logits over the C entity kinds plus those of the
-  view priors (`rpg_worldmodel.models.heads`): a 3x3 convolution of view t chosen by the move's
+* heads, at step t, reading the final tokens and the steps (`rpg_worldmodel.models.steps`): the
+  next view, per cell, as logits over the C entity kinds plus those of the view priors
+  (`rpg_worldmodel.models.heads`): a 3x3 convolution of view t chosen by the move's
   outcome (the action, or "blocked" where the game's movement table says the move enters a wall
   or an agent, `rpg_worldmodel.models.moves`) and the memory map, the cells seen in the window
   re-drawn in view t+1's frame (`rpg_worldmodel.models.memory`); the next action (a small CNN
@@ -29,7 +30,8 @@ The model composes the parts its config names once, at construction; the first v
 `rpg_worldmodel.models.variants`. It owns its training loss (`WorldModel.loss`), its optimizer
 parameter groups (`WorldModel.param_groups`) and its one-step imagination
 (`WorldModel.imagine_step`, which caches each step's local work and the global attention's keys
-and values). The file reads top to bottom: the model, its heads, its loss, its imagination.
+and values). The file reads top to bottom: what the model returns and the tokens its heads read,
+then the model: its parts, forward and heads, loss, imagination.
 """
 
 from __future__ import annotations
@@ -45,19 +47,11 @@ from torch import nn
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.blocks import StarBlock, band_mask
 from rpg_worldmodel.models.embedding import StepEmbedding
-from rpg_worldmodel.models.heads import (
-    Steps,
-    imagined_steps,
-    move_conv,
-    predict_reward,
-    reward_head,
-    rule_prior,
-    start_rule_prior,
-    window_steps,
-)
+from rpg_worldmodel.models.heads import move_conv, predict_reward, reward_head, rule_prior, start_rule_prior
 from rpg_worldmodel.models.memory import memory_map
 from rpg_worldmodel.models.moves import move_outcome, move_rules, view_codes
 from rpg_worldmodel.models.state import Imagination
+from rpg_worldmodel.models.steps import Steps, imagined_steps, window_steps
 from rpg_worldmodel.models.variants import action_head, slide_window, step_positions, two_step_conv
 
 
