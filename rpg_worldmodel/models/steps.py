@@ -38,7 +38,7 @@ class Steps(NamedTuple):
 
 
 def window_steps(views: torch.Tensor, actions: torch.Tensor, move_outcome: MoveOutcome,
-                 action_frames: int) -> Steps:
+                 cfg: ModelConfig) -> Steps:
     """What the heads read of a window's steps (views (B, T, C, V, V), actions (B, T)); the first
     step has no step before it."""
     kinds = cell_kinds(views)
@@ -46,7 +46,7 @@ def window_steps(views: torch.Tensor, actions: torch.Tensor, move_outcome: MoveO
     prev_views = torch.cat([torch.zeros_like(views[:, :1]), views[:, :-1]], 1)
     prev_actions = torch.cat([actions[:, :1], actions[:, :-1]], 1)
     has_prev = torch.arange(actions.shape[1], device=views.device) > 0
-    return Steps(views, actions, kinds, entered, moves, frames_before(views, action_frames),
+    return Steps(views, actions, kinds, entered, moves, frames_before(views, cfg.action_frames),
                  (kinds, actions), (prev_views, prev_actions, has_prev))
 
 

@@ -172,7 +172,7 @@ class WorldModel(nn.Module):
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.cat([torch.zeros_like(patches[:, :1]), patches[:, :-1]], 1)  # causal
         tokens = Tokens(patches, previous, self.norm_global(global_))
-        return self._heads(tokens, window_steps(views, actions, self.move_outcome, cfg.action_frames))
+        return self._heads(tokens, window_steps(views, actions, self.move_outcome, cfg))
 
     def _heads(self, tokens: Tokens, steps: Steps) -> Outputs:
         """The three heads at each step of (B, T): the view head and its priors, the reward head
