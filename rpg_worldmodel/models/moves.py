@@ -23,6 +23,9 @@ from rpg_worldmodel.config import ConfigError, ModelConfig
 
 HIDDEN = -1  # a cell the step did not show (masked input, or padding before a start)
 
+#: `MoveRules.outcome` or `moves_unknown`: kinds (B, T, V, V), actions (B, T) -> (entered, outcome)
+MoveOutcome = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor | None, torch.Tensor]]
+
 
 def game_moves(action_names: Sequence[str] = ACTION_NAMES, channel_names: Sequence[str] | None = None
                ) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -103,8 +106,7 @@ def moves_unknown(kinds: torch.Tensor, actions: torch.Tensor) -> tuple[None, tor
     return None, actions
 
 
-def move_outcome(cfg: ModelConfig, rules: MoveRules | None
-                 ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor | None, torch.Tensor]]:
+def move_outcome(cfg: ModelConfig, rules: MoveRules | None) -> MoveOutcome:
     """What the model conditions its heads on: ``rules.outcome`` with ``model.move_rules``, else
     `moves_unknown` (a model may keep the table for its memory map alone)."""
     return rules.outcome if cfg.move_rules else moves_unknown

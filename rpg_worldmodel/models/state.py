@@ -36,9 +36,8 @@ class Imagination:
     (N, P, D)); ``recent_views``: the views before the current one that the action head's frame
     stack reads (N, action_frames - 2, C, V, V), oldest first; ``memory``: the cell kinds (N, W,
     V, V) and actions (N, W) of the last W < num_frames steps, which the memory map re-draws (kept
-    whether the model has one or not). A
-    model with learned positions keeps its last steps in ``window`` instead and recomputes them
-    (its positions are absolute, so keys cannot be cached).
+    whether the model has one or not). A model with learned positions keeps its last steps in
+    ``window`` instead and recomputes them (its positions are absolute, so keys cannot be cached).
     """
 
     past: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()

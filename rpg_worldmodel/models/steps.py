@@ -4,17 +4,13 @@ imagination's cached state (`imagined_steps`), with the same values."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.moves import cell_kinds
+from rpg_worldmodel.models.moves import MoveOutcome, cell_kinds
 from rpg_worldmodel.models.state import Imagination
-
-#: ``MoveRules.outcome`` or ``moves_unknown``: kinds (B, T, V, V), actions (B, T) -> (entered, outcome)
-MoveOutcome = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor | None, torch.Tensor]]
 
 
 class Steps(NamedTuple):
