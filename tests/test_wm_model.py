@@ -218,6 +218,33 @@ def test_param_groups_decay_matrices_and_kernels_only():
         "embed.patch_position", "embed.temporal"}
 
 
+def test_the_first_versions_parts_compose_under_its_checkpoints_names():
+    from rpg_worldmodel.models.variants import LearnedPositions, LinearActionHead, TwoStepConv
+
+    reference = _model(position="learned", reward_head=False, action_frames=0, memory_conv=True,
+                       memory_map=False, move_rules=False)
+    assert isinstance(reference.positions, LearnedPositions) and reference.context_steps == 4
+    assert isinstance(reference.action_head, LinearActionHead)
+    assert [type(p).__name__ for p in reference.view_priors] == ["MoveConv", "TwoStepConv"]
+    assert isinstance(reference.memory_conv, TwoStepConv) and reference.reward_prior is None
+    # Old checkpoints load by these names: the parts keep the attributes the first version had.
+    outside_layers = [k for k in reference.state_dict() if not k.startswith(("blocks.", "embed.conv."))]
+    assert outside_layers == [
+        "embed.patch_position", "embed.temporal", "embed.patch.weight", "embed.patch.bias",
+        "embed.action.weight", "norm_local.weight", "norm_local.bias", "norm_global.weight",
+        "norm_global.bias", "patch_in.weight", "patch_in.bias", "global_to_patch.weight",
+        "global_to_patch.bias", "view_head.weight", "view_head.bias", "action_head.weight",
+        "action_head.bias", "action_conv.weight", "action_conv.bias", "memory_conv.weight",
+        "memory_conv.bias"]
+    batch = {"views": _views(2, 5), "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5)}
+    loss, stats = reference.train().loss(batch)
+    loss.backward()
+    assert "reward_ce" not in stats and reference.memory_conv.weight.grad.abs().sum() > 0
+    default = _model(**MEMORY_MAP)
+    assert [type(p).__name__ for p in default.view_priors] == ["MoveConv", "MemoryMap"]
+    assert default.context_steps == 2 * 3 + 2 and default.memory_map.rules is default.moves
+
+
 # ------------------------------------------------------------------------------ rewards and imagination
 def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
     model = _model().train()
@@ -286,7 +313,7 @@ def test_learned_positions_imagine_by_recomputing_their_window():
 
 def test_the_action_head_reads_a_policys_frame_stack_with_the_predicted_view():
     """action t+1 from views t-k+2 .. t (zeros before the window) and the predicted view t+1."""
-    from rpg_worldmodel.models.heads import frames_before
+    from rpg_worldmodel.models.steps import frames_before
 
     model = _model(num_frames=5, action_frames=3)
     views, actions = _views(2, 5, seed=3), torch.randint(0, 4, (2, 5))

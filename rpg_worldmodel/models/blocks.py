@@ -1,5 +1,5 @@
 """Transformer building blocks: self-attention with optional rotary positions and a key/value cache,
-and the pre-norm block around it.
+the pre-norm block around it, and the world model's layer of two such blocks (`StarBlock`).
 
 Rotary positions (RoPE) rotate queries and keys by their position, so attention depends only on
 how far apart two tokens are. That is what lets imagination keep the keys of past steps while
@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from rpg_worldmodel.config import ModelConfig
 
 ROPE_BASE = 10_000.0
 
@@ -95,6 +97,36 @@ class Block(nn.Module):
         attended, kv = self.attn(self.norm1(x), **attention)
         x = x + attended
         return x + self.mlp(self.norm2(x)), kv
+
+
+class StarBlock(nn.Module):
+    """One layer: a local block within each step, then a causal global block across steps."""
+
+    def __init__(self, cfg: ModelConfig, tokens_per_step: int):
+        super().__init__()
+        d = cfg.width
+        self.local = Block(d, cfg.num_heads, cfg.dropout)
+        self.global_ = Block(d, cfg.num_heads, cfg.dropout)
+        self.summarise = nn.Sequential(
+            nn.LayerNorm(d), nn.Flatten(2), nn.Linear(tokens_per_step * d, d), nn.LayerNorm(d)
+        )
+
+    def forward(self, local: torch.Tensor, global_: torch.Tensor, temporal: torch.Tensor | None,
+                **attention) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``local`` (B, T, P+1, D), ``global_`` (B, T, D) -> the same, and the global block's keys
+        and values (B, H, 2T, hd). ``temporal``: a learned step table (1, >= T, D) added to the step
+        summaries (`StepEmbedding.temporal`; None with rotary positions). ``attention``: the global
+        block's mask/rope/past (`SelfAttention`)."""
+        b, t, n, d = local.shape
+        local = self.local(local.reshape(b * t, n, d))[0].view(b, t, n, d)
+        summary = self.summarise(local)
+        if temporal is not None:
+            summary = summary + temporal[:, :t]
+        # Interleave [summary_0, global_0, summary_1, global_1, ...]: with a causal mask,
+        # global_t sees steps <= t only (its own step's summary included).
+        seq = torch.stack([summary, global_], 2).view(b, 2 * t, d)
+        out, kv = self.global_(seq, **attention)
+        return local, out[:, 1::2], kv
 
 
 def band_mask(num_steps: int, window: int, tokens_per_step: int, device: torch.device) -> torch.Tensor:

@@ -1,6 +1,11 @@
-"""Heads' building blocks of the world model: the frame-stack action head, the frame stacks it
-reads (over a window, and step by step in imagination), the reward prior started at the game's
-rule, and the per-choice convolution behind the action-conditioned view priors."""
+"""The world model's heads beside the view head: the frame-stack action head, the reward head and
+its prior started at the game's rule, and the motion prior (`MoveConv`) with the per-choice
+convolution behind it. They read the steps as `rpg_worldmodel.models.steps.Steps` holds them.
+
+A view prior is a part with ``add_to(view_logits, steps)``, which adds its logits of view t+1
+(B, T, C, V, V) to the view head's: `MoveConv` here, the memory map
+(`rpg_worldmodel.models.memory`) and the first version's two-step convolution
+(`rpg_worldmodel.models.variants`)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.models.steps import Steps
 
 
 class FrameStackActionHead(nn.Module):
@@ -36,6 +42,14 @@ class FrameStackActionHead(nn.Module):
         )
         self.out = nn.Linear(2 * d, cfg.num_actions)
 
+    def predict(self, global_: torch.Tensor, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
+        """Logits (B, T, A) of action t+1 from the global tokens (B, T, D), the predicted view t+1
+        ``view_logits`` (B, T, C, V, V) and ``steps.frames``."""
+        b, t, _, v, _ = view_logits.shape
+        predicted = view_logits.detach().float().softmax(2).to(steps.views.dtype)[:, :, None]
+        stack = predicted if steps.frames is None else torch.cat([steps.frames, predicted], 2)
+        return self(stack.reshape(b * t, -1, v, v), global_.reshape(b * t, -1)).view(b, t, -1)
+
     def forward(self, stack: torch.Tensor, global_: torch.Tensor) -> torch.Tensor:
         if stack.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             # bf16 convolutions (and their backward) run ~15x slower than fp32 on CPUs without
@@ -51,14 +65,32 @@ class FrameStackActionHead(nn.Module):
 RULE_LOGIT = 10.0
 
 
-def rule_prior(cfg: ModelConfig) -> nn.Embedding:
-    """Logits of the reward class per kind of the entered cell: (C + 1, K), row 0 a hidden cell."""
+def reward_head(cfg: ModelConfig) -> nn.Sequential | None:
+    """The reward head: [global token, centre patch token] (B, T, 2D) -> logits (B, T, K) of the
+    step's reward class; None without one (``model.reward_head=false``, or no reward values)."""
+    num_rewards = len(cfg.reward_values) if cfg.reward_head else 0
+    if not num_rewards:
+        return None
+    return nn.Sequential(nn.Linear(2 * cfg.width, cfg.width), nn.GELU(), nn.Linear(cfg.width, num_rewards))
+
+
+def rule_prior(cfg: ModelConfig) -> nn.Embedding | None:
+    """Logits of the reward class per kind of the entered cell: (C + 1, K), row 0 a hidden cell;
+    None without the movement table or a reward head.
+
+    Added to the reward head's logits and started at the game's rule (`start_rule_prior`). Learned
+    from data alone, the row of walls never learned the bump's penalty (the expert bumps on 0.09%
+    of its steps) and a dream paid a gem for 10% of bumps, which PPO found and exploited."""
+    if not (cfg.reward_head and cfg.reward_values and cfg.move_rules):
+        return None
     return nn.Embedding(cfg.num_channels + 1, len(cfg.reward_values))
 
 
-def start_rule_prior(prior: nn.Embedding, cfg: ModelConfig) -> None:
+def start_rule_prior(prior: nn.Embedding | None, cfg: ModelConfig) -> None:
     """Row k + 1 favours the class of ``cfg.entered_rewards[k]`` by `RULE_LOGIT`; row 0 (a hidden
     cell), and every row of a model without the values, start at zero."""
+    if prior is None:
+        return
     with torch.no_grad():
         prior.weight.zero_()
         for kind, points in enumerate(cfg.entered_rewards):
@@ -70,6 +102,17 @@ def rule_logits(prior: nn.Embedding, entered: torch.Tensor, num_channels: int) -
     cell (-1). A move that stays enters the agent's own cell (kind ``num_channels``), which no rule
     prices: it shares the hidden cell's row, which starts at zero."""
     return prior(torch.where(entered >= num_channels, -1, entered) + 1)
+
+
+def predict_reward(head: nn.Sequential | None, prior: nn.Embedding | None, global_: torch.Tensor,
+                   centre: torch.Tensor, entered: torch.Tensor | None) -> torch.Tensor | None:
+    """The reward head's logits (B, T, K) from the global tokens and the centre patch's tokens
+    (B, T, D), plus the rule prior's for the ``entered`` kinds (B, T) where the model has one;
+    None without a reward head."""
+    if head is None:
+        return None
+    reward = head(torch.cat([global_, centre], -1))
+    return reward if prior is None else reward + rule_logits(prior, entered, prior.num_embeddings - 1)
 
 
 def unfold_same(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -99,24 +142,24 @@ def conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> t
     return (torch.bmm(weight, cols) + bias[..., None]).view(n, c, h, w)
 
 
-def frames_before(views: torch.Tensor, k: int) -> torch.Tensor | None:
-    """For each step t of ``views`` (B, T, C, V, V): views t-k+2 .. t as a ``k``-frame action head
-    stacks them, (B, T, k-1, C, V, V) with zeros before the window (None for k < 2: no stack)."""
-    if k < 2:
-        return None
-    b = views.shape[0]
-    padded = torch.cat([views.new_zeros(b, k - 2, *views.shape[2:]), views], 1)
-    return padded.unfold(1, k - 1, 1).permute(0, 1, 5, 2, 3, 4)
+class MoveConv(nn.Conv2d):
+    """The motion prior: a 3x3 convolution of view t per move outcome (``model.action_conv``).
+
+    Moving shifts the whole egocentric view by one cell, which a 3x3 kernel expresses exactly;
+    the transformer then only has to learn what motion alone does not explain (blocked moves,
+    pick-ups, the co-player, cells entering the view). With the movement table a blocked move
+    (the view stays) is a choice of its own beside the actions.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        moves = cfg.num_actions + 1 if cfg.move_rules else cfg.num_actions
+        super().__init__(cfg.num_channels, moves * cfg.num_channels, 3, padding=1)
+
+    def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
+        flat = steps.views.reshape(-1, *steps.views.shape[2:])
+        return view_logits + conv_for_choice(self, flat, steps.moves.reshape(-1)).view_as(view_logits)
 
 
-def imagined_frames(view: torch.Tensor, recent: torch.Tensor | None, k: int
-                    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """`frames_before` one step at a time: the stack at this step (N, 1, k-1, C, V, V) and the
-    views to keep for the next (N, k-2, C, V, V), from the current ``view`` (N, C, V, V) and the
-    kept ``recent`` ones (None: a start, zeros)."""
-    if k < 2:
-        return None, None
-    if recent is None:
-        recent = view.new_zeros(view.shape[0], k - 2, *view.shape[1:])
-    frames = torch.cat([recent, view[:, None]], 1)
-    return frames[:, None], frames[:, 1:]
+def move_conv(cfg: ModelConfig) -> MoveConv | None:
+    """The motion prior, or None without one (``model.action_conv=false``)."""
+    return MoveConv(cfg) if cfg.action_conv else None

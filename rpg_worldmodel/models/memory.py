@@ -23,6 +23,7 @@ from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.moves import HIDDEN, MoveRules, entered_kinds
+from rpg_worldmodel.models.steps import Steps
 
 
 def dead_reckoning(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor,
@@ -75,10 +76,12 @@ class MemoryMap(nn.Module):
 
     ``forward(kinds (B, S, V, V), actions (B, S), queries, moves)`` -> logits (B, Q, C, V, V) for
     the last ``queries`` steps, reaching back ``model.num_frames`` steps (the attention's window),
-    placed by the movement table ``moves`` (`rpg_worldmodel.models.moves.MoveRules`).
+    placed by the movement table ``moves`` (`rpg_worldmodel.models.moves.MoveRules`). As a view
+    prior, ``add_to(view_logits, steps)`` re-draws ``steps.history`` with the model's own table
+    ``rules`` (shared with the model, it holds no weights).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, rules: MoveRules):
         super().__init__()
         self.reach = cfg.num_frames
         self.num_kinds = cfg.num_channels + 1  # the channels and the agent's own cell
@@ -90,6 +93,7 @@ class MemoryMap(nn.Module):
         not_centre = torch.ones(v, v)
         not_centre[v // 2, v // 2] = 0
         self.register_buffer("not_centre", not_centre, persistent=False)
+        self.rules = rules
 
     def forward(self, kinds: torch.Tensor, actions: torch.Tensor, queries: int,
                 moves: MoveRules) -> torch.Tensor:
@@ -97,3 +101,13 @@ class MemoryMap(nn.Module):
         unseen = self.reach * self.num_kinds
         index = torch.where(kind == HIDDEN, unseen, age * self.num_kinds + kind)
         return self.prior(index).permute(0, 1, 4, 2, 3) * self.not_centre
+
+    def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
+        """``view_logits`` (B, T, C, V, V) plus the map's logits of the last T steps of ``steps.history``."""
+        kinds, actions = steps.history
+        return view_logits + self(kinds, actions, view_logits.shape[1], self.rules)
+
+
+def memory_map(cfg: ModelConfig, rules: MoveRules | None) -> MemoryMap | None:
+    """The memory map of a model with one (``model.memory_map``), placed by the table ``rules``."""
+    return MemoryMap(cfg, rules) if cfg.memory_map else None

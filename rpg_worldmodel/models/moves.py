@@ -13,7 +13,7 @@ from the training file's action and channel names (`model.move_deltas`, `model.b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -23,6 +23,9 @@ from rpg_env.game.constants import ACTION_NAMES, vocabulary
 from rpg_worldmodel.config import ModelConfig
 
 HIDDEN = -1  # a cell the step did not show (masked input, or padding before a start)
+
+#: `MoveRules.outcome` or `moves_unknown`: kinds (B, T, V, V), actions (B, T) -> (entered, outcome)
+MoveOutcome = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor | None, torch.Tensor]]
 
 
 def game_moves(action_names: Sequence[str] = ACTION_NAMES, channel_names: Sequence[str] | None = None
@@ -92,3 +95,19 @@ class MoveRules(nn.Module):
         entered = entered_kinds(kinds, actions, self.deltas)
         blocked = torch.isin(entered, self.blocking)
         return entered, torch.where(blocked, self.num_actions, actions)
+
+
+def move_rules(cfg: ModelConfig) -> MoveRules | None:
+    """The movement table of a model that reads it (``model.move_rules`` or ``model.memory_map``)."""
+    return MoveRules(cfg) if cfg.memory_map or cfg.move_rules else None
+
+
+def moves_unknown(kinds: torch.Tensor, actions: torch.Tensor) -> tuple[None, torch.Tensor]:
+    """`MoveRules.outcome` of a model without the table: no entered kind, and every move goes through."""
+    return None, actions
+
+
+def move_outcome(cfg: ModelConfig, rules: MoveRules | None) -> MoveOutcome:
+    """What the model conditions its heads on: ``rules.outcome`` with ``model.move_rules``, else
+    `moves_unknown` (a model may keep the table for its memory map alone)."""
+    return rules.outcome if cfg.move_rules else moves_unknown

@@ -2,35 +2,36 @@
 
 Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-written small:
 
-* each step t becomes *local* tokens: one per ``patch x patch`` patch of the one-hot view
-  (linear patch embedding + patch-position embedding) plus one token for the action taken at t;
-* each step also gets a *global* token: a small convolution over the whole view (and,
-  optionally, an agent-identity embedding);
-* every layer runs a **local** block (attention within one step over its patch and action
-  tokens) and then a **global** block (causal attention across steps over the interleaved
+* each step t becomes *local* tokens, one per ``patch x patch`` patch of the one-hot view plus
+  one for the action taken at t, and a *global* token, a small convolution over the whole view
+  (`rpg_worldmodel.models.embedding`);
+* every layer (`StarBlock`) runs a **local** block (attention within one step over its patch and
+  action tokens) and then a **global** block (causal attention across steps over the interleaved
   sequence ``[local summary_0, global_0, local summary_1, global_1, ...]``). Steps know their
-  order through rotary positions (``position="rope"``, relative: imagination caches the keys of
-  past steps while its window slides) or a learned absolute table (``"learned"``, checkpoints of
-  schema 1). Attention reaches back ``num_frames`` steps: a window of that length in training,
-  a sliding window of it over a longer history;
-* heads, at step t: the next view, per cell, as logits over the C entity kinds (with a 3x3
-  convolution of view t chosen by the move's outcome, a learned motion prior: the action, or
-  "blocked" where the game's movement table says the move enters a wall or an agent,
-  `rpg_worldmodel.models.moves`; a 5x5 convolution of view t-1 chosen by the last two actions;
-  and the memory map's prior: the cells seen in the window re-drawn in view t+1's frame,
-  `rpg_worldmodel.models.memory`); the next action (a small CNN over the last views and the
-  predicted next one, the frame stack a policy acting at t+1 reads, beside the global token);
-  and the reward of step t, as a class over the game's possible rewards.
+  order through rotary positions (relative: imagination caches the keys of past steps while its
+  window slides). Attention reaches back ``num_frames`` steps: a window of that length in
+  training, a sliding window of it over a longer history;
+* heads, at step t, reading the final tokens and the steps (`rpg_worldmodel.models.steps`): the
+  next view, per cell, as logits over the C entity kinds plus those of the view priors
+  (`rpg_worldmodel.models.heads`): a 3x3 convolution of view t chosen by the move's
+  outcome (the action, or "blocked" where the game's movement table says the move enters a wall
+  or an agent, `rpg_worldmodel.models.moves`) and the memory map, the cells seen in the window
+  re-drawn in view t+1's frame (`rpg_worldmodel.models.memory`); the next action (a small CNN
+  over the frame stack a policy acting at t+1 reads, the last views and the predicted next one,
+  beside the global token); and the reward of step t, as a class over the game's rewards.
 
 Predictions at step t depend only on steps <= t (tested). The view head reads each patch's final
 local token (at t and t-1) fused with the step's global token and predicts that patch's cells;
 the reward head reads the global token, the token of the patch around the agent, which holds
 the cells a move can enter, and the kind of the cell the move enters.
 
-The model owns its training loss (`WorldModel.loss`), its optimizer parameter groups
-(`WorldModel.param_groups`) and its one-step imagination (`WorldModel.imagine_step`, which
-caches each step's local work and the global attention's keys and values). The file reads top to
-bottom: step embedding, StARformer layer, the model, its loss, its imagination.
+The model composes the parts its config names once, at construction; the first version's
+(learned step positions, a linear action head, a two-step memory convolution) live in
+`rpg_worldmodel.models.variants`. It owns its training loss (`WorldModel.loss`), its optimizer
+parameter groups (`WorldModel.param_groups`) and its one-step imagination
+(`WorldModel.imagine_step`, which caches each step's local work and the global attention's keys
+and values). The file reads top to bottom: what the model returns and the tokens its heads read,
+then the model: its parts, forward and heads, loss, imagination.
 """
 
 from __future__ import annotations
@@ -44,94 +45,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.blocks import Block, band_mask, rotary_tables
-from rpg_worldmodel.models.heads import (
-    FrameStackActionHead,
-    conv_for_choice,
-    frames_before,
-    imagined_frames,
-    rule_logits,
-    rule_prior,
-    start_rule_prior,
-)
-from rpg_worldmodel.models.memory import MemoryMap
-from rpg_worldmodel.models.moves import MoveRules, cell_kinds, view_codes
+from rpg_worldmodel.models.blocks import StarBlock, band_mask
+from rpg_worldmodel.models.embedding import StepEmbedding
+from rpg_worldmodel.models.heads import move_conv, predict_reward, reward_head, rule_prior, start_rule_prior
+from rpg_worldmodel.models.memory import memory_map
+from rpg_worldmodel.models.moves import move_outcome, move_rules, view_codes
 from rpg_worldmodel.models.state import Imagination
-
-
-class StepEmbedding(nn.Module):
-    """Views and actions -> local tokens (B, T, P+1, D) and global tokens (B, T, D)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        c, v, p, d = cfg.num_channels, cfg.view_size, cfg.patch_size, cfg.width
-        self.patch_size = p
-        self.grid = v // p  # patches per side
-        self.patch = nn.Linear(p * p * c, d)
-        self.patch_position = nn.Parameter(torch.randn(1, self.grid * self.grid, d) * 0.02)
-        self.action = nn.Embedding(cfg.num_actions, d)
-        # Whole-view token as in the reference: patch-strided conv, then a 2x2 conv that lets
-        # neighbouring patches meet (1x1 when the grid is a single patch), then a linear map.
-        mix = min(2, self.grid)
-        out_side = self.grid - mix + 1
-        self.conv = nn.Sequential(
-            nn.Conv2d(c, 16, kernel_size=p, stride=p),
-            nn.GELU(),
-            nn.Conv2d(16, 32, kernel_size=mix),
-            nn.GELU(),
-            nn.Conv2d(32, 32, kernel_size=1),
-            nn.GELU(),
-            nn.Flatten(),
-            nn.Linear(32 * out_side * out_side, d),
-        )
-        learned = cfg.position == "learned"
-        self.temporal = nn.Parameter(torch.zeros(1, cfg.num_frames, d)) if learned else None
-        self.agent = nn.Embedding(cfg.max_agents, d) if cfg.agent_embedding else None
-
-    def forward(
-        self, views: torch.Tensor, actions: torch.Tensor, agent_ids: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, c, v, _ = views.shape
-        p, g = self.patch_size, self.grid
-        # (B,T,C,V,V) -> (B,T,g*g,p*p*C), patches in row-major order, cells (row, col, channel)
-        patches = views.reshape(b, t, c, g, p, g, p).permute(0, 1, 3, 5, 4, 6, 2).reshape(b, t, g * g, -1)
-        local = torch.cat([self.patch(patches) + self.patch_position, self.action(actions)[:, :, None]], 2)
-        global_ = self.conv(views.reshape(b * t, c, v, v)).view(b, t, -1)
-        if self.temporal is not None:
-            global_ = global_ + self.temporal[:, :t]
-        if self.agent is not None:
-            if agent_ids is None:
-                raise ValueError("this model was built with agent_embedding=True: pass agent_ids (B,)")
-            global_ = global_ + self.agent(agent_ids)[:, None]
-        return local, global_
-
-
-class StarBlock(nn.Module):
-    """One layer: a local block within each step, then a causal global block across steps."""
-
-    def __init__(self, cfg: ModelConfig, tokens_per_step: int):
-        super().__init__()
-        d = cfg.width
-        self.local = Block(d, cfg.num_heads, cfg.dropout)
-        self.global_ = Block(d, cfg.num_heads, cfg.dropout)
-        self.summarise = nn.Sequential(
-            nn.LayerNorm(d), nn.Flatten(2), nn.Linear(tokens_per_step * d, d), nn.LayerNorm(d)
-        )
-
-    def forward(self, local: torch.Tensor, global_: torch.Tensor, temporal: torch.Tensor | None,
-                **attention) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """``local`` (B, T, P+1, D), ``global_`` (B, T, D) -> the same, and the global block's keys
-        and values (B, H, 2T, hd). ``attention``: the global block's mask/rope/past (`SelfAttention`)."""
-        b, t, n, d = local.shape
-        local = self.local(local.reshape(b * t, n, d))[0].view(b, t, n, d)
-        summary = self.summarise(local)
-        if temporal is not None:
-            summary = summary + temporal[:, :t]
-        # Interleave [summary_0, global_0, summary_1, global_1, ...]: with a causal mask,
-        # global_t sees steps <= t only (its own step's summary included).
-        seq = torch.stack([summary, global_], 2).view(b, 2 * t, d)
-        out, kv = self.global_(seq, **attention)
-        return local, out[:, 1::2], kv
+from rpg_worldmodel.models.steps import Steps, imagined_steps, window_steps
+from rpg_worldmodel.models.variants import action_head, slide_window, step_positions, two_step_conv
 
 
 class Outputs(NamedTuple):
@@ -146,7 +67,16 @@ class Outputs(NamedTuple):
 
 def _last(out: Outputs) -> Outputs:
     """The outputs of the last step only (T = 1)."""
-    return Outputs(out.view[:, -1:], out.action[:, -1:], None if out.reward is None else out.reward[:, -1:])
+    return Outputs(*(None if x is None else x[:, -1:] for x in out))
+
+
+class Tokens(NamedTuple):
+    """The final tokens the heads read: ``patches`` (B, T, P, D) of each step, ``previous``
+    (B, T, P, D) those of step t-1 (zeros before the first), ``global_`` (B, T, D)."""
+
+    patches: torch.Tensor
+    previous: torch.Tensor
+    global_: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -178,6 +108,7 @@ class WorldModel(nn.Module):
         d, p = cfg.width, cfg.patch_size
         self.grid = cfg.view_size // p
         self.embed = StepEmbedding(cfg)
+        self.positions = step_positions(cfg)  # how steps know their order: rotary positions
         self.embed_dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(StarBlock(cfg, self.grid * self.grid + 1) for _ in range(cfg.num_layers))
         self.norm_local = nn.LayerNorm(d)
@@ -188,46 +119,26 @@ class WorldModel(nn.Module):
         self.patch_in = nn.Linear(2 * d, d)
         self.global_to_patch = nn.Linear(d, d)
         self.view_head = nn.Linear(d, p * p * cfg.num_channels)
-        self.action_head = FrameStackActionHead(cfg) if cfg.action_frames else nn.Linear(d, cfg.num_actions)
+        self.action_head = action_head(cfg)
         # The reward of step t depends on the cell the action enters: the head reads the token of
         # the patch around the agent (holding that cell) beside the step's global token.
         centre = cfg.view_size // 2 // p
         self.centre_patch = centre * self.grid + centre
-        num_rewards = len(cfg.reward_values) if cfg.reward_head else 0
-        self.reward_head = nn.Sequential(
-            nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, num_rewards)) if num_rewards else None
-        # With the movement table: a prior of the reward class per kind of the entered cell, added to
-        # the head's logits and started at the game's rule (`entered_rewards`). Learned from data
-        # alone, the row of walls never learned the bump's penalty (the expert bumps on 0.09% of its
-        # steps) and a dream paid a gem for 10% of bumps, which PPO found and exploited.
-        self.reward_prior = rule_prior(cfg) if num_rewards and cfg.move_rules else None
+        self.reward_head = reward_head(cfg)
+        self.reward_prior = rule_prior(cfg)  # the game's rule per entered kind, learned on from there
         self.register_buffer("reward_values", torch.tensor(cfg.reward_values, dtype=torch.float32),
                              persistent=False)
-        # A learned motion prior: one 3x3 convolution of view t per action, added to the view
-        # t+1 logits. Moving shifts the whole egocentric view by one cell, which a 3x3 kernel
-        # expresses exactly; the transformer then only has to learn what motion alone does not
-        # explain (blocked moves, pick-ups, the co-player, cells entering the view).
-        # With the movement table, a blocked move (the view stays) is a choice of its own.
-        moves = cfg.num_actions + 1 if cfg.move_rules else cfg.num_actions
-        self.action_conv = (
-            nn.Conv2d(cfg.num_channels, moves * cfg.num_channels, 3, padding=1)
-            if cfg.action_conv
-            else None
-        )
-        # The same over two steps: a 5x5 convolution of view t-1 per pair (action t-1, action t).
-        # After a turn-round (up, down) view t+1 is view t-1 again, so this is where cells that
-        # just left the view come back from.
-        a2 = cfg.num_actions * cfg.num_actions
-        self.memory_conv = (
-            nn.Conv2d(cfg.num_channels, a2 * cfg.num_channels, 5, padding=2) if cfg.memory_conv else None
-        )
-        # The game's movement table, and the cells seen in the last steps re-drawn in the next
-        # view's frame by it (models/moves.py, models/memory.py).
-        self.moves = MoveRules(cfg) if cfg.memory_map or cfg.move_rules else None
-        self.memory_map = MemoryMap(cfg) if cfg.memory_map else None
+        # The view priors, added to the view head's logits in this order (models/heads.py), and the
+        # game's movement table the motion prior and the memory map read (models/moves.py).
+        self.action_conv = move_conv(cfg)
+        self.memory_conv = two_step_conv(cfg)
+        self.moves = move_rules(cfg)
+        self.memory_map = memory_map(cfg, self.moves)
+        self.move_outcome = move_outcome(cfg, self.moves)
+        priors = (self.action_conv, self.memory_conv, self.memory_map)
+        self.view_priors = tuple(prior for prior in priors if prior is not None)
         self.apply(self._init_weights)
-        if self.reward_prior is not None:
-            start_rule_prior(self.reward_prior, cfg)
+        start_rule_prior(self.reward_prior, cfg)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -240,11 +151,6 @@ class WorldModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if self.cfg.position != "rope":
-            return None
-        return rotary_tables(positions, self.cfg.width // self.cfg.num_heads)
-
     # ------------------------------------------------------------------ a window of steps
     def forward(self, views: torch.Tensor, actions: torch.Tensor,
                 agent_ids: torch.Tensor | None = None) -> Outputs:
@@ -256,68 +162,33 @@ class WorldModel(nn.Module):
                 f"views must be (B,T,{expected[0]},{expected[1]},{expected[2]}) and actions (B,T)"
                 f" with the same B,T; got views {tuple(views.shape)}, actions {tuple(actions.shape)}"
             )
-        if t > cfg.num_frames and cfg.position != "rope":
-            raise ValueError(f"window of {t} steps is longer than model.num_frames={cfg.num_frames} "
-                             f"(a model with learned positions reads at most that many)")
         local, global_ = self.embed(views, actions, agent_ids)
         local, global_ = self.embed_dropout(local), self.embed_dropout(global_)
         # Longer than the attention window (the reference path of imagination): a sliding band.
         mask = band_mask(t, cfg.num_frames, 2, views.device) if t > cfg.num_frames else None
-        rope = self._rope(torch.arange(2 * t, device=views.device))
-        attention = {"causal": True, "mask": mask, "rope": rope}
+        rope = self.positions.rope(torch.arange(2 * t, device=views.device))
         for block in self.blocks:
-            local, global_, _ = block(local, global_, self.embed.temporal, **attention)
+            local, global_, _ = block(local, global_, self.embed.temporal, causal=True, mask=mask, rope=rope)
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.cat([torch.zeros_like(patches[:, :1]), patches[:, :-1]], 1)  # causal
-        prev_views = torch.cat([torch.zeros_like(views[:, :1]), views[:, :-1]], 1)
-        prev_actions = torch.cat([actions[:, :1], actions[:, :-1]], 1)
-        has_prev = torch.arange(t, device=views.device) > 0
-        kinds = None if self.moves is None else cell_kinds(views)
-        memory = None if self.memory_map is None else self.memory_map(kinds, actions, t, self.moves)
-        return self._heads(patches, previous, self.norm_global(global_), views, actions, prev_views,
-                           prev_actions, has_prev, frames_before(views, cfg.action_frames), memory, kinds)
+        tokens = Tokens(patches, previous, self.norm_global(global_))
+        return self._heads(tokens, window_steps(views, actions, self.move_outcome, cfg))
 
-    def _heads(self, patches: torch.Tensor, previous: torch.Tensor, global_: torch.Tensor,
-               views: torch.Tensor, actions: torch.Tensor, prev_views: torch.Tensor,
-               prev_actions: torch.Tensor, has_prev: torch.Tensor, frames: torch.Tensor | None,
-               memory: torch.Tensor | None, kinds: torch.Tensor | None) -> Outputs:
-        """The three heads from final tokens ``patches``/``previous`` (B, T, P, D) and ``global_``
-        (B, T, D); ``prev_*`` are step t-1's view and action, used where ``has_prev`` (T,);
-        ``frames`` (B, T, k-1, C, V, V) the views the action head stacks with its predicted one;
-        ``memory`` (B, T, C, V, V) the memory map's logits; ``kinds`` (B, T, V, V) the views' cell
-        kinds (`cell_kinds`; None without the movement table)."""
+    def _heads(self, tokens: Tokens, steps: Steps) -> Outputs:
+        """The three heads at each step of (B, T): the view head and its priors, the reward head
+        and the action head, which reads the predicted view."""
         cfg = self.cfg
-        b, t = actions.shape
+        b, t = steps.actions.shape
         g, p, c, v = self.grid, cfg.patch_size, cfg.num_channels, cfg.view_size
+        patches, previous, global_ = tokens
         hidden = self.patch_in(torch.cat([patches, previous], -1)) + self.global_to_patch(global_)[:, :, None]
         cells = self.view_head(F.gelu(hidden)).view(b, t, g, g, p, p, c)
         view_logits = cells.permute(0, 1, 6, 2, 4, 3, 5).reshape(b, t, c, v, v)
-        flat_views = views.reshape(b * t, c, v, v)
-        moves, entered = actions, None
-        if cfg.move_rules:
-            entered, moves = self.moves.outcome(kinds, actions)
-        if self.action_conv is not None:
-            view_logits = view_logits + conv_for_choice(self.action_conv, flat_views,
-                                                         moves.reshape(-1)).view_as(view_logits)
-        if self.memory_conv is not None and bool(has_prev.any()):
-            pair = (prev_actions * cfg.num_actions + actions).reshape(-1)
-            chosen = conv_for_choice(self.memory_conv, prev_views.reshape(b * t, c, v, v), pair)
-            view_logits = view_logits + chosen.view_as(view_logits) * has_prev.view(1, t, 1, 1, 1)
-        if memory is not None:
-            view_logits = view_logits + memory
-        reward = None
-        if self.reward_head is not None:
-            reward = self.reward_head(torch.cat([global_, patches[:, :, self.centre_patch]], -1))
-            if self.reward_prior is not None:
-                reward = reward + rule_logits(self.reward_prior, entered, cfg.num_channels)
-        if isinstance(self.action_head, FrameStackActionHead):
-            predicted = view_logits.detach().float().softmax(2).to(views.dtype)[:, :, None]
-            stack = predicted if frames is None else torch.cat([frames, predicted], 2)
-            action = self.action_head(stack.reshape(b * t, -1, v, v), global_.reshape(b * t, -1))
-            action = action.view(b, t, -1)
-        else:
-            action = self.action_head(global_)
-        return Outputs(view_logits, action, reward)
+        for prior in self.view_priors:
+            view_logits = prior.add_to(view_logits, steps)
+        centre = patches[:, :, self.centre_patch]
+        reward = predict_reward(self.reward_head, self.reward_prior, global_, centre, steps.entered)
+        return Outputs(view_logits, self.action_head.predict(global_, view_logits, steps), reward)
 
     # ------------------------------------------------------------------ training
     def reward_classes(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -352,9 +223,8 @@ class WorldModel(nn.Module):
         t = self.cfg.num_frames
         views = batch["views"].float()
         actions = batch["actions"]
-        agent_ids = batch["agent_id"] if self.cfg.agent_embedding else None
         inputs = views[:, :t] if input_mask is None else input_mask(views[:, :t])
-        out = self(inputs, actions[:, :t], agent_ids)
+        out = self(inputs, actions[:, :t], batch.get("agent_id"))  # read with an agent embedding only
         view_logits, action_logits = out.view.float(), out.action.float()
         target_codes = view_codes(views[:, 1:])  # (B, T, V, V)
         cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
@@ -393,9 +263,10 @@ class WorldModel(nn.Module):
         # step tables (3) only shift activations, and decaying them just biases them to zero.
         # The reward prior is a table of logits started at the game's rule, not a map of its input:
         # decay would pull its rarely seen rows (walls) back to "no idea".
-        prior = {id(self.reward_prior.weight)} if self.reward_prior is not None else set()
-        decay = [p for p in self.parameters() if p.dim() in (2, 4) and id(p) not in prior]
-        no_decay = [p for p in self.parameters() if p.dim() not in (2, 4) or id(p) in prior]
+        decays = [(p, p.dim() in (2, 4) and not name.startswith("reward_prior."))
+                  for name, p in self.named_parameters()]
+        decay = [p for p, decayed in decays if decayed]
+        no_decay = [p for p, decayed in decays if not decayed]
         return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
     # ------------------------------------------------------------------ imagination
@@ -412,51 +283,43 @@ class WorldModel(nn.Module):
         history (tested). Models with learned positions recompute their last steps instead.
         """
         state = Imagination(agent_ids=agent_ids) if state is None else state
-        if self.cfg.position != "rope":
-            return self._imagine_by_window(view, action, state)
-        t_window = self.cfg.num_frames
+        if not self.positions.caches_past:
+            views, actions = slide_window(state.window, view, action, self.cfg.num_frames)
+            return _last(self(views, actions, state.agent_ids)), replace(state, step=state.step + 1,
+                                                                          window=(views, actions))
         views, actions = view[:, None], action[:, None]
         local, global_ = self.embed(views, actions, state.agent_ids)
-        positions = torch.arange(2 * state.step, 2 * state.step + 2, device=view.device)
+        local, global_, past = self._attend_cached(local, global_, state)
+        patches = self.norm_local(local[:, :, : self.grid * self.grid])
+        previous = torch.zeros_like(patches) if state.prev_patches is None else state.prev_patches[:, None]
+        steps, recent, kept = imagined_steps(view, action, state, self.move_outcome, self.cfg)
+        out = self._heads(Tokens(patches, previous, self.norm_global(global_)), steps)
+        return out, replace(state, past=past, step=state.step + 1, prev_view=view, prev_action=action,
+                            prev_patches=patches[:, 0], recent_views=recent, memory=kept)
+
+    def _attend_cached(self, local: torch.Tensor, global_: torch.Tensor, state: Imagination
+                       ) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
+        """The layers over one step (T = 1) whose global attention also reads the cached keys and
+        values of ``state.past``; returns the tokens and the cache of the last ``num_frames - 1`` steps."""
+        t_window = self.cfg.num_frames
+        positions = torch.arange(2 * state.step, 2 * state.step + 2, device=local.device)
         past_len = state.past[0][0].shape[2] if state.past else 0
-        mask = torch.ones(2, past_len + 2, dtype=torch.bool, device=view.device)
+        mask = torch.ones(2, past_len + 2, dtype=torch.bool, device=local.device)
         mask[0, -1] = False  # the step's summary does not see its global token
         past = []
         for layer, block in enumerate(self.blocks):
             previous_kv = state.past[layer] if state.past else None
-            local, global_, kv = block(local, global_, None, mask=mask, rope=self._rope(positions),
-                                       past=previous_kv)
-            keys = kv if previous_kv is None else tuple(torch.cat([p, x], 2) for p, x in zip(previous_kv, kv,
-                                                                                              strict=True))
-            past.append(tuple(x[:, :, -2 * (t_window - 1):] if t_window > 1 else x[:, :, :0] for x in keys))
-        patches = self.norm_local(local[:, :, : self.grid * self.grid])
-        started = state.prev_view is not None
-        has_prev = torch.tensor([started], device=view.device)
-        previous = state.prev_patches[:, None] if started else torch.zeros_like(patches)
-        prev_view = state.prev_view[:, None] if started else torch.zeros_like(views)
-        prev_action = state.prev_action[:, None] if started else actions
-        frames, recent = imagined_frames(view, state.recent_views, self.cfg.action_frames)
-        memory, kept = None, None
-        kinds = None if self.moves is None else cell_kinds(views)
-        if self.memory_map is not None:
-            history, acts = kinds, actions
-            if state.memory is not None:
-                history, acts = torch.cat([state.memory[0], kinds], 1), torch.cat([state.memory[1], acts], 1)
-            memory = self.memory_map(history, acts, 1, self.moves)
-            kept = (history[:, 1 - t_window:], acts[:, 1 - t_window:]) if t_window > 1 else None
-        out = self._heads(patches, previous, self.norm_global(global_), views, actions, prev_view,
-                          prev_action, has_prev, frames, memory, kinds)
-        return out, replace(state, past=tuple(past), step=state.step + 1, prev_view=view, prev_action=action,
-                            prev_patches=patches[:, 0], recent_views=recent, memory=kept)
+            local, global_, kv = block(local, global_, self.embed.temporal, mask=mask,
+                                       rope=self.positions.rope(positions), past=previous_kv)
+            if previous_kv is not None:
+                kv = tuple(torch.cat([p, x], 2) for p, x in zip(previous_kv, kv, strict=True))
+            past.append(tuple(x[:, :, -2 * (t_window - 1):] if t_window > 1 else x[:, :, :0] for x in kv))
+        return local, global_, tuple(past)
 
     @property
     def context_steps(self) -> int:
-        """Steps of history a prediction depends on: each layer's attention reaches ``num_frames - 1``
-        steps further back, the view head reads the step before and the action head's frame stack
-        ``action_frames - 1`` steps (learned positions: the window)."""
-        if self.cfg.position != "rope":
-            return self.cfg.num_frames
-        return max(self.cfg.num_layers * (self.cfg.num_frames - 1) + 2, self.cfg.action_frames - 1)
+        """Steps of history a prediction depends on (`RotaryPositions`; learned positions: the window)."""
+        return self.positions.context_steps
 
     @torch.no_grad()
     def predict_last(self, views: torch.Tensor, actions: torch.Tensor,
@@ -465,16 +328,6 @@ class WorldModel(nn.Module):
         a history ``views`` (N, t, C, V, V), ``actions`` (N, t); outputs of the last step (T = 1)."""
         k = self.context_steps
         return _last(self(views[:, -k:], actions[:, -k:], agent_ids))
-
-    def _imagine_by_window(self, view: torch.Tensor, action: torch.Tensor,
-                           state: Imagination) -> tuple[Outputs, Imagination]:
-        """`imagine_step` for absolute positions: recompute the window of the last steps."""
-        views, actions = view[:, None], action[:, None]
-        if state.window is not None:
-            views = torch.cat([state.window[0], views], 1)[:, -self.cfg.num_frames:]
-            actions = torch.cat([state.window[1], actions], 1)[:, -self.cfg.num_frames:]
-        return _last(self(views, actions, state.agent_ids)), replace(state, step=state.step + 1,
-                                                                      window=(views, actions))
 
     @torch.no_grad()
     def imagine_context(self, views: torch.Tensor, actions: torch.Tensor,
