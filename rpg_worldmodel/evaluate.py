@@ -36,7 +36,6 @@ from pathlib import Path
 
 from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.errors import InputError
-from rpg_worldmodel.config import MASK_KINDS
 from rpg_worldmodel.data import CONTEXTS, window_plan
 from rpg_worldmodel.evaluation.baselines import (
     MOTION_ORACLE_TEXT,
@@ -59,19 +58,19 @@ from rpg_worldmodel.evaluation.episodes import (
 from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation, run_evaluation, write_outputs
 from rpg_worldmodel.evaluation.scoring import Batch, Scores, iter_windows, score_eval_set
 from rpg_worldmodel.evaluation.tables import (
-    MASK_FIGURES,
-    QUALITY_BAR,
     TRANSFER_FIGURES,
     evaluate_file,
     figure_table,
+    mask_figures,
     masking_table,
+    quality_bar,
     quality_checks,
     transfer_table,
 )
 from rpg_worldmodel.report import evaluation_summary, fmt_interval, format_table
 
 __all__ = [
-    "CONTEXTS", "MASK_FIGURES", "MOTION_ORACLE_TEXT", "QUALITY_BAR", "SPLITS", "TRANSFER_FIGURES",
+    "CONTEXTS", "MOTION_ORACLE_TEXT", "SPLITS", "TRANSFER_FIGURES", "mask_figures", "quality_bar",
     "Batch", "EvalOptions", "EvalSet", "Evaluation", "FittedBaselines", "Scores", "TrainingEpisodesError",
     "baselines_summary", "checkpoint_split", "evaluate_file", "figure_table",
     "fit_baselines", "fmt_interval", "format_table", "is_training_file", "iter_windows", "masking_table",
@@ -87,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", action="append", required=True,
                         help="trajectory file (repeat for transfer: the training file first)")
     parser.add_argument("--out", default=None, help="folder for metrics.json and examples.npz")
-    parser.add_argument("--masks", nargs="*", default=[], choices=MASK_KINDS, metavar="MASK",
-                        help=f"evaluation-time input masks ({' '.join(MASK_KINDS)})")
+    parser.add_argument("--masks", nargs="*", default=[], metavar="MASK",
+                        help="evaluation-time input masks: none, random_cells or channels of the data to "
+                             "hide (its items and wall, e.g. none random_cells gem wall)")
     parser.add_argument("--masked-checkpoint", action="append", default=[],
                         help="a checkpoint trained with cfg.train.train_mask, for the masking table")
     parser.add_argument("--split", default="auto", choices=SPLITS)

@@ -1,8 +1,6 @@
 """Compatibility alias: the evaluation metrics moved to `rpg_worldmodel.evaluation.metrics`."""
 
 from rpg_worldmodel.evaluation.metrics import (  # noqa: F401
-    ENTITY_NAMES,
-    ITEM_NAMES,
     Counts,
     Figures,
     Interval,

@@ -1,12 +1,19 @@
 """Data for the world model: trajectory files (`sources`), several files of one game as one set of
 episodes (`shards`), where the steps are held, in memory or streamed from disk (`stores`), the one
-windowing of their episodes shared by training and evaluation (`windows`), and input masks (`masks`).
+windowing of their episodes shared by training and evaluation (`windows`), what each channel is
+(`kinds`, from the file's channel names) and input masks (`masks`).
 
 Nothing here imports the environment: the trajectory file is the contract with the game.
 """
 
-from rpg_worldmodel.config import MASK_KINDS
-from rpg_worldmodel.data.masks import CHANNEL_MASKS, MASKED_CHANNELS, apply_input_mask, masked_channels
+from rpg_worldmodel.data.kinds import FRAME_KINDS, entity_names, item_names, items_first, maskable_kinds
+from rpg_worldmodel.data.masks import (
+    MASKED_CHANNELS,
+    apply_input_mask,
+    check_mask,
+    mask_choices,
+    masked_channels,
+)
 from rpg_worldmodel.data.shards import (
     DataFiles,
     data_record,
@@ -44,9 +51,14 @@ __all__ = [
     "kind_values",
     "movement_rules",
     "reward_classes",
-    "MASK_KINDS",
-    "CHANNEL_MASKS",
+    "FRAME_KINDS",
     "MASKED_CHANNELS",
+    "check_mask",
+    "entity_names",
+    "item_names",
+    "items_first",
+    "mask_choices",
+    "maskable_kinds",
     "CONTEXTS",
     "DataFiles",
     "DataMismatchError",

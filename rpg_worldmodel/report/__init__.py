@@ -14,8 +14,8 @@ tables (`format_table`, `fmt_interval`, `fmt_percent`), the console summaries pr
 
 from rpg_worldmodel.report.document import read_metrics, write_report
 from rpg_worldmodel.report.plots import (
-    CELL_COLOURS,
     PREDICTOR_COLOURS,
+    cell_colours,
     plot_entity_f1,
     plot_learning_curves,
     plot_masking,
@@ -25,23 +25,24 @@ from rpg_worldmodel.report.plots import (
 )
 from rpg_worldmodel.report.text import (
     FIGURE_HELP,
-    MAIN_FIGURES,
     evaluation_summary,
     fmt_interval,
     fmt_percent,
     format_table,
+    main_figures,
     quality_lines,
+    recorded_kinds,
     rollout_goal,
     rollout_line,
     seeds_line,
     transfer_line,
 )
 
-__all__ = ["CELL_COLOURS", "FIGURE_HELP", "MAIN_FIGURES", "PREDICTOR_COLOURS", "evaluation_summary",
-           "fmt_interval", "fmt_percent", "format_table", "main", "plot_entity_f1", "plot_learning_curves",
-           "plot_masking", "plot_transfer", "plot_view_strip", "quality_lines", "read_metrics",
-           "read_metrics_csv", "rollout_goal", "rollout_line", "seeds_line", "transfer_line",
-           "write_report"]
+__all__ = ["FIGURE_HELP", "PREDICTOR_COLOURS", "cell_colours", "evaluation_summary",
+           "fmt_interval", "fmt_percent", "format_table", "main", "main_figures", "plot_entity_f1",
+           "plot_learning_curves", "plot_masking", "plot_transfer", "plot_view_strip", "quality_lines",
+           "read_metrics", "read_metrics_csv", "recorded_kinds", "rollout_goal", "rollout_line", "seeds_line",
+           "transfer_line", "write_report"]
 
 
 def main(argv=None):
