@@ -130,3 +130,26 @@ def test_bad_yaml_files(tmp_path):
     bad.write_text("model: 3\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_config(bad)
+
+
+def _keys(mapping: dict, prefix: str = "") -> set[str]:
+    return {k for key, value in mapping.items()
+            for k in (_keys(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}"})}
+
+
+def test_train_without_config_runs_the_defaults_and_records_every_value(tmp_path):
+    from rpg_env.record import record
+    from rpg_worldmodel.data import DataSource, fill_game_settings
+    from rpg_worldmodel.train import main
+
+    data = tmp_path / "greedy.h5"
+    record("greedy", data, 4, seed=0, num_envs=4, mode="w", progress=False)
+    overrides = ["train.max_steps=2", "train.eval_every=2", "train.checkpoint_every=2",
+                 "train.progress=false", "data.max_val_windows=8"]
+    assert main(["--data", str(data), "--out", str(tmp_path / "run"), *overrides]) == 0
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    expected = load_config(None, overrides)
+    expected.data.path, expected.out_dir = str(data), str(tmp_path / "run")
+    fill_game_settings(expected.model, DataSource.open(data).meta)  # the game's settings, read from the file
+    assert load_config(tmp_path / "run" / "config.yaml").to_dict() == expected.to_dict()
+    assert _keys(yaml.safe_load(saved)) == _keys(WorldModelConfig().to_dict())  # a record: every key

@@ -32,8 +32,8 @@ def item_names(channel_names: Sequence[str]) -> tuple[str, ...]:
 
 
 def items_first(channel_names: Sequence[str]) -> tuple[str, ...]:
-    """`entity_names` as tables and plots show them: the items, then the walls and the agents
-    (``gem, bone, food, wall, agent`` in the reference game)."""
+    """`entity_names` as tables and plots show them: the items, then the frame's walls and agents,
+    each part in channel order (``gem, bone, food, wall, agent`` in the reference game)."""
     items = item_names(channel_names)
     return items + tuple(n for n in entity_names(channel_names) if n not in items)
 
