@@ -15,7 +15,7 @@ N worlds; random actions):
   table (``--baseline`` sets its overrides; ``--baseline ""`` leaves the row out), so what those
   cost per step is a ratio within this run, whatever the machine's speed.
 
-The model has the default configuration (``rpg_worldmodel/configs/default.yaml``); its weights
+The model has the default configuration (``rpg_worldmodel.config``'s defaults); its weights
 are a few training steps old (speed does not depend on training). Rounds alternate between the
 rows so that load from other processes hits all alike; the median and best round are reported.
 
@@ -43,7 +43,7 @@ import rpg_env
 import rpg_worldmodel
 from rpg_base.provenance import provenance
 from rpg_env.record import record
-from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+from rpg_worldmodel.config import load_config
 from rpg_worldmodel.train import train
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -59,9 +59,9 @@ def build_checkpoint(root: Path, device: str, overrides: Sequence[str] = (), nam
     data = root / "greedy.h5"
     if not data.exists():
         record("greedy", data, 40, seed=0, num_envs=20, mode="w", progress=False)
-    cfg = load_config(DEFAULT_CONFIG_PATH, ["train.max_steps=3", "train.warmup_steps=1", "train.eval_every=3",
-                                            "train.checkpoint_every=3", "train.progress=false",
-                                            f"train.device={device}", "data.max_val_windows=32", *overrides])
+    cfg = load_config(None, ["train.max_steps=3", "train.warmup_steps=1", "train.eval_every=3",
+                             "train.checkpoint_every=3", "train.progress=false",
+                             f"train.device={device}", "data.max_val_windows=32", *overrides])
     cfg.data.path, cfg.out_dir = str(data), str(root / name)
     return Path(train(cfg).checkpoint)
 
@@ -139,7 +139,7 @@ def main() -> None:
         checkpoint = build_checkpoint(Path(tmp), args.device)
         baseline = (build_checkpoint(Path(tmp), args.device, args.baseline.split(), "baseline")
                     if args.baseline.strip() else None)
-        cfg = load_config(DEFAULT_CONFIG_PATH)
+        cfg = load_config()
         results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device, baseline)
     at = "256" if "256" in results["cached"] else str(sizes[-1])
     summary = {

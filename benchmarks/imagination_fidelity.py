@@ -43,12 +43,12 @@ from rpg_env.game.constants import ACTION_NAMES
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import load_checkpoint
+from rpg_worldmodel.data.kinds import AGENT, WALL, item_names
 from rpg_worldmodel.envs.imagination import VIEWS
 from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weights
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = ("dqn", "greedy", "random", "left")
-AGENT, WALL, ITEMS = "agent", "wall", ("gem", "bone", "food")
 
 
 class Constant(BatchPolicy):
@@ -100,7 +100,7 @@ def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> 
     loaded = load_checkpoint(checkpoint)
     names = list(loaded.record.data.channel_names)
     agent, wall = names.index(AGENT), names.index(WALL)
-    items = [names.index(k) for k in ITEMS]
+    items = [names.index(k) for k in item_names(names)]
     num_agents = int(loaded.record.data.env_kwargs.get("num_agents", 2))
     imagined = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, num_envs=worlds, checkpoint=checkpoint,
                             sample=True, views=views)

@@ -55,7 +55,7 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
                     extra: Sequence[str] = (), label: str = "") -> dict:
     """Train the default config with ``frames`` of context (and the ``extra`` overrides); its
     held-out figures and seconds."""
-    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.config import load_config
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
     from rpg_worldmodel.train import train
 
@@ -65,7 +65,7 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
                  f"train.warmup_steps={min(100, steps // 4)}", "train.progress=false"]
     if quick:
         overrides += ["model.width=32", "model.num_heads=2", "model.num_layers=1", "data.max_val_windows=64"]
-    cfg = load_config(DEFAULT_CONFIG_PATH, [*overrides, *extra])
+    cfg = load_config(None, [*overrides, *extra])
     label = label or f"T{frames}"
     cfg.data.path, cfg.out_dir = str(data), str(root / label)
     started = time.perf_counter()

@@ -12,8 +12,9 @@ split (``rpg_worldmodel.data.training_splits``, default ``data`` settings) is se
   views are read through h5py's chunk cache. Before each disk round the file's pages are dropped
   from the OS page cache (``posix_fadvise(DONTNEED)``, Linux), so reads start from the disk.
 
-Each round times ``--steps`` training steps of the default model (`configs/default.yaml`: width 96,
-2 layers, batch 64, 5 frames; DataLoader with ``--workers`` workers, loss, backward, clipping, AdamW, as
+Each round times ``--steps`` training steps of the default model (`rpg_worldmodel.config`'s defaults:
+width 96, 2 layers, batch 64, 5 frames; DataLoader with ``--workers`` workers, loss, backward, clipping,
+AdamW, as
 ``rpg_worldmodel.train``) after ``--warmup`` untimed ones, alternating memory and disk rounds in
 the same run so that load from other processes hits both alike; the batches continue one epoch
 order across rounds. Also timed: the data alone (batches/s without the model). Goal: disk

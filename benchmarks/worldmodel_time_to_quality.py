@@ -146,14 +146,14 @@ class Candidate:
 
 
 def make_candidate(spec: str, quick: bool):
-    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.config import load_config
 
     name, _, overrides = spec.partition("=")
     path = CONFIGS / f"{name}.yaml"
     if not overrides and path.is_file():
         cfg = load_config(path)
     else:
-        cfg = load_config(DEFAULT_CONFIG_PATH, overrides.split())
+        cfg = load_config(None, overrides.split())
     if quick:
         cfg.train.max_steps = 40
     return Candidate(name, cfg)

@@ -36,7 +36,6 @@ from pathlib import Path
 
 from rpg_base.cli import ArgumentParser, run_command
 from rpg_base.errors import InputError
-from rpg_worldmodel.config import MASK_KINDS
 from rpg_worldmodel.data.windows import CONTEXTS
 from rpg_worldmodel.evaluation.cells import FLOOR_MODES
 from rpg_worldmodel.evaluation.episodes import (
@@ -53,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", action="append", required=True,
                         help="trajectory file (repeat for transfer: the training file first)")
     parser.add_argument("--out", default=None, help="folder for metrics.json and examples.npz")
-    parser.add_argument("--masks", nargs="*", default=[], choices=MASK_KINDS, metavar="MASK",
-                        help=f"evaluation-time input masks ({' '.join(MASK_KINDS)})")
+    parser.add_argument("--masks", nargs="*", default=[], metavar="MASK",
+                        help="evaluation-time input masks: none, random_cells or channels of the data to "
+                             "hide (its items and wall, e.g. none random_cells gem wall)")
     parser.add_argument("--masked-checkpoint", action="append", default=[],
                         help="a checkpoint trained with cfg.train.train_mask, for the masking table")
     parser.add_argument("--split", default="auto", choices=SPLITS)

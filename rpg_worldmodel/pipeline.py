@@ -85,7 +85,7 @@ class PipelineSettings:
     # The probe model is the main model fine-tuned with that mask for this fraction of its steps
     # (60): the table's rows then share their start and differ only by the mask.
     mask_train_steps_fraction: float = 0.05
-    eval_masks: tuple[str, ...] = ("none", "random_cells", "gem", "bone", "food", "wall")
+    eval_masks: tuple[str, ...] = ()  # masking table's columns; () -> every mask of the self file's channels
     mask_eval_episodes: int = 40  # test episodes scored per cell of the masking table
     context: str = "full"  # main and transfer tables: every prediction with num_frames of history
     mask_context: str = "stride"  # masking table: non-overlapping windows (num_frames times cheaper)
@@ -160,15 +160,15 @@ def stage_record(policy: str, label: str, out: Path, games: int, seed: int, num_
 
 
 def training_config(overrides: Sequence[str], seed: int, quick: bool = False) -> WorldModelConfig:
-    """The default config (`rpg_worldmodel/configs/default.yaml`) plus ``overrides``, read once.
+    """The default config (the dataclasses of `rpg_worldmodel.config`) plus ``overrides``, read once.
 
     The pipeline chooses the data file and the run folders itself, so overriding ``data.path``
     or ``out_dir`` is refused rather than ignored.
     """
-    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.config import load_config
 
-    cfg = load_config(DEFAULT_CONFIG_PATH, [f"train.seed={seed}", *overrides])
-    default = load_config(DEFAULT_CONFIG_PATH, [f"train.seed={seed}"])
+    cfg = load_config(None, [f"train.seed={seed}", *overrides])
+    default = load_config(None, [f"train.seed={seed}"])
     settings = (("data.path (the recorded self file)", cfg.data.path, default.data.path),
                 ("out_dir (OUT/run)", cfg.out_dir, default.out_dir))
     ignored = [what for what, value, default_value in settings if value != default_value]
@@ -226,9 +226,9 @@ def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path,
 
 def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     """Run every stage; returns the path of ``report.md``."""
-    from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+    from rpg_worldmodel.data.masks import mask_choices
+    from rpg_worldmodel.data.sources import DataSource
     from rpg_worldmodel.report.document import write_report
-    from rpg_worldmodel.report.text import format_table, quality_lines, rollout_line, transfer_line
 
     s = settings
     out = Path(s.out or default_out())
@@ -237,28 +237,76 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     timings: dict[str, float] = {}
     total, start = 9 if s.extra_seeds else 8, time.perf_counter()
     with Stage(1, total, "experts", timings):
-        self_policy, self_label = resolve_expert(s.self_expert)
-        cross_policy, cross_label = resolve_expert(s.cross_expert)
-        if self_label == cross_label:
-            cross_label = f"{cross_label}-cross"
-        print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
+        experts = stage_experts(s.self_expert, s.cross_expert)
     with Stage(2, total, "record", timings):
-        self_file, cross_file = out / "data" / f"{self_label}.h5", out / "data" / f"{cross_label}.h5"
-        recorded = {
-            "self": stage_record(self_policy, self_label, self_file, s.self_games, s.seed, s.num_envs,
-                                 s.record_co_players, s.quick),
-            "cross": stage_record(cross_policy, cross_label, cross_file, s.cross_games, s.seed + 1,
-                                  s.num_envs, s.record_co_players, s.quick),
-        }
-        for key, summary in recorded.items():
-            print(f"    {key}: {summary['games']} games, {summary['agent_steps']} steps, mean return "
-                  f"{summary['mean_return']:.2f}, {summary['seconds']:.1f}s -> {summary['path']}")
+        self_file, cross_file, recorded = stage_record_both(s, experts, out / "data")
     with Stage(3, total, "train", timings):
-        checkpoint, run_dir = stage_train(self_file, out / "run", cfg)
-        masked = None
-        if s.mask_train and s.mask_train != "none":
-            masked, _ = stage_train(self_file, out / f"run_mask_{s.mask_train}",
-                                    masked_config(cfg, s.mask_train, s.mask_train_steps_fraction, checkpoint))
+        checkpoint, run_dir, masked = stage_train_both(s, cfg, self_file, out)
+    masks = s.eval_masks or mask_choices(DataSource.open(self_file).channel_names)
+    ev = stage_evaluate(s, checkpoint, masked, (self_file, cross_file), masks, (total, timings))
+    seeds = None
+    if s.extra_seeds:
+        with Stage(8, total, f"seeds ({', '.join(map(str, (s.seed, *s.extra_seeds)))})", timings):
+            seeds = stage_seeds(ev, cfg, self_file, cross_file, out, s)
+    section = {"settings": {**asdict(s), "eval_masks": masks}, "recorded": recorded, "run_dir": str(run_dir),
+               "masked_checkpoint": str(masked) if masked else None, "timings_s": timings}
+    extra = {"pipeline": section, **({"seeds": seeds} if seeds else {})}
+    with Stage(total, total, "report", timings):
+        timings["total_before_report"] = round(time.perf_counter() - start, 2)
+        metrics_path = ev.write(out, extra)
+        report = write_report(metrics_path, run_dir, extra_sections=pipeline_section(section))
+    timings["total"] = round(time.perf_counter() - start, 2)
+    ev.write(out, extra)
+    return report
+
+
+def stage_experts(self_expert: str, cross_expert: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """``((policy, label) of self, (policy, label) of cross)``; the labels differ (`resolve_expert`)."""
+    self_policy, self_label = resolve_expert(self_expert)
+    cross_policy, cross_label = resolve_expert(cross_expert)
+    if self_label == cross_label:
+        cross_label = f"{cross_label}-cross"
+    print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
+    return (self_policy, self_label), (cross_policy, cross_label)
+
+
+def stage_record_both(s: PipelineSettings, experts: tuple[tuple[str, str], tuple[str, str]],
+                      folder: Path) -> tuple[Path, Path, dict]:
+    """Each expert's games into ``folder/<label>.h5``: ``(self file, cross file, summaries)``."""
+    (self_policy, self_label), (cross_policy, cross_label) = experts
+    self_file, cross_file = folder / f"{self_label}.h5", folder / f"{cross_label}.h5"
+    recorded = {
+        "self": stage_record(self_policy, self_label, self_file, s.self_games, s.seed, s.num_envs,
+                             s.record_co_players, s.quick),
+        "cross": stage_record(cross_policy, cross_label, cross_file, s.cross_games, s.seed + 1,
+                              s.num_envs, s.record_co_players, s.quick),
+    }
+    for key, summary in recorded.items():
+        print(f"    {key}: {summary['games']} games, {summary['agent_steps']} steps, mean return "
+              f"{summary['mean_return']:.2f}, {summary['seconds']:.1f}s -> {summary['path']}")
+    return self_file, cross_file, recorded
+
+
+def stage_train_both(s: PipelineSettings, cfg: WorldModelConfig, self_file: Path,
+                     out: Path) -> tuple[Path, Path, Path | None]:
+    """The main model, then (unless ``s.mask_train`` is empty or none) its mask-fine-tuned probe:
+    ``(main best checkpoint, main run folder, probe best checkpoint or None)``."""
+    checkpoint, run_dir = stage_train(self_file, out / "run", cfg)
+    masked = None
+    if s.mask_train and s.mask_train != "none":
+        masked, _ = stage_train(self_file, out / f"run_mask_{s.mask_train}",
+                                masked_config(cfg, s.mask_train, s.mask_train_steps_fraction, checkpoint))
+    return checkpoint, run_dir, masked
+
+
+def stage_evaluate(s: PipelineSettings, checkpoint: Path, masked: Path | None, files: tuple[Path, Path],
+                   masks: Sequence[str], progress: tuple[int, dict[str, float]]):
+    """Stages 4 to 7 on ``files`` (self, cross): held-out table, transfer, masking probes with
+    ``masks``, rollouts; returns the `Evaluation` (``progress``: the stage count and timings)."""
+    from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+    from rpg_worldmodel.report.text import format_table, quality_lines, rollout_line, transfer_line
+
+    (self_file, cross_file), (total, timings) = files, progress
     options = EvalOptions(num_boot=s.bootstrap, seed=s.seed, batch_size=s.batch_size, context=s.context,
                           mask_context=s.mask_context, mask_episodes=s.mask_eval_episodes)
     with Stage(4, total, "evaluate (held-out test split)", timings):
@@ -269,24 +317,11 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
         ev.evaluate_file(cross_file, num_examples=0)
         print("    " + transfer_line(ev.transfer()[str(cross_file)]))
     with Stage(6, total, "masking probes", timings):
-        ev.masking(s.eval_masks, [masked] if masked is not None else [])
+        ev.masking(masks, [masked] if masked is not None else [])
     with Stage(7, total, f"rollouts ({s.rollout_horizon} steps, open loop)", timings):
         if s.rollout_horizon:
             print("    " + rollout_line(ev.rollout(s.rollout_horizon)))
-    seeds = None
-    if s.extra_seeds:
-        with Stage(8, total, f"seeds ({', '.join(map(str, (s.seed, *s.extra_seeds)))})", timings):
-            seeds = stage_seeds(ev, cfg, self_file, cross_file, out, s)
-    section = {"settings": asdict(s), "recorded": recorded, "run_dir": str(run_dir),
-               "masked_checkpoint": str(masked) if masked else None, "timings_s": timings}
-    extra = {"pipeline": section, **({"seeds": seeds} if seeds else {})}
-    with Stage(total, total, "report", timings):
-        timings["total_before_report"] = round(time.perf_counter() - start, 2)
-        metrics_path = ev.write(out, extra)
-        report = write_report(metrics_path, run_dir, extra_sections=pipeline_section(section))
-    timings["total"] = round(time.perf_counter() - start, 2)
-    ev.write(out, extra)
-    return report
+    return ev
 
 
 def stage_seeds(first, cfg: WorldModelConfig, self_file: Path, cross_file: Path, out: Path,

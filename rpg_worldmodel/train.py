@@ -57,8 +57,8 @@ from rpg_worldmodel.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, WorldModelConfig, load_config, save_config
-from rpg_worldmodel.data.masks import apply_input_mask
+from rpg_worldmodel.config import WorldModelConfig, load_config, save_config
+from rpg_worldmodel.data.masks import apply_input_mask, check_mask
 from rpg_worldmodel.data.shards import (
     DataFiles,
     data_record,
@@ -204,13 +204,14 @@ class Run:
 def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[str, np.ndarray], DataRecord]:
     """The training files (every rank the same: checked), their split and data record; fills in
     the model's settings that come from the game (`fill_game_settings`) when the config leaves
-    them empty."""
+    them empty. The input mask must name a channel of these files (or be none / random_cells)."""
     files = DataFiles.open(cfg.data.path)
     procs.same_everywhere(files.fingerprints, "the training data",
                           shown=[f"{s.path} ({fp[:12]})" for s, fp in zip(files.sources, files.fingerprints,
                                                                           strict=True)])
     fill_game_settings(cfg.model, files.meta)
     check_data_matches(cfg.model, files.meta, data_path=files.describe())
+    check_mask(cfg.train.train_mask, files.meta["channel_names"], "train.train_mask")
     return files, training_splits(files, cfg.data), DataRecord.from_dict(data_record(files))
 
 
@@ -448,7 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", nargs="+", action="extend", metavar="FILE",
                    help="trajectory files or globs (repeatable; several files of one game are one data "
                    "set); same as data.path=FILE or data.path=[A, B]")
-    p.add_argument("--config", help="YAML config (default: rpg_worldmodel/configs/default.yaml)")
+    p.add_argument("--config", help="YAML file of the settings that differ from the defaults listed below "
+                   "(e.g. rpg_worldmodel/configs/reference.yaml); default: none")
     p.add_argument("--out", help="run folder; same as out_dir=DIR")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     p.add_argument("--stop-at", type=int, help="stop after this step with a checkpoint (schedule: max_steps)")
@@ -468,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         cfg = resume_config(args.resume, list(args.overrides))
     else:
-        cfg = load_config(args.config or DEFAULT_CONFIG_PATH, list(args.overrides))
+        cfg = load_config(args.config, list(args.overrides))
     if data:
         cfg.data.path = data[0] if len(data) == 1 else data
     if args.out:

@@ -35,10 +35,10 @@ def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli_inputs")
     good = root / "good.h5"
     record("greedy", good, 12, seed=0, num_envs=6, mode="w", progress=False)
-    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.config import load_config
     from rpg_worldmodel.train import train
 
-    cfg = load_config(DEFAULT_CONFIG_PATH, TINY_MODEL)
+    cfg = load_config(None, TINY_MODEL)
     cfg.data.path, cfg.out_dir = str(good), str(root / "run")
     checkpoint = Path(train(cfg).checkpoint)
     paths = {"good": good, "run": root / "run", "checkpoint": checkpoint, "missing": root / "missing.h5"}

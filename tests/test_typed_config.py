@@ -227,22 +227,56 @@ def test_project_configs_document_every_key():
 
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERT_FILES = sorted([*ROOT.glob("rpg_env/experts/configs/*.yaml"),
-                       *ROOT.glob("rpg_env/experts/pretrained/*/config.yaml")])
+#: Shipped expert configs: each lists what differs from ExpertConfig's defaults (its dict sections,
+#: env and hyperparams, whole).
+EXPERT_CONFIGS = sorted([*ROOT.glob("rpg_env/experts/configs/*.yaml"),
+                         *ROOT.glob("rpg_worldmodel/configs/dream_*.yaml")])
+#: What shipped expert runs used, every value written out by to_yaml (records, not sources).
+EXPERT_RECORDS = sorted([*ROOT.glob("rpg_env/experts/pretrained/*/config.yaml"),
+                         *ROOT.glob("rpg_worldmodel/pretrained/*/config.yaml")])
 
 
-@pytest.mark.parametrize("path", EXPERT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_shipped_expert_configs_load_unchanged(path):
+def _defaults_restated(listed: dict, defaults: dict, prefix: str = "") -> list[str]:
+    """Keys of a YAML mapping whose value is the config's default (dict sections, empty by
+    default, are not defaults restated)."""
+    same = []
+    for key, value in listed.items():
+        default = defaults.get(key)
+        if isinstance(value, dict) and isinstance(default, dict):
+            same += _defaults_restated(value, default, f"{prefix}{key}.") if default else []
+        elif value == default:
+            same.append(f"{prefix}{key}")
+    return same
+
+
+@pytest.mark.parametrize("path", EXPERT_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shipped_expert_configs_list_only_what_differs(path):
+    from rpg_env.experts.config import ExpertConfig, load_config
+
+    listed = yaml.safe_load(path.read_text())
+    assert _defaults_restated(listed, ExpertConfig().to_dict()) == []
+    assert load_config(path=path).to_dict() == tc.to_dict(tc.build(ExpertConfig, listed))
+
+
+@pytest.mark.parametrize("path", EXPERT_RECORDS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shipped_expert_records_load_unchanged(path):
     from rpg_env.experts.config import load_config
 
     cfg = load_config(path=path)
     assert cfg.to_dict() == yaml.safe_load(path.read_text())
-    if path.name == "config.yaml":  # written by to_yaml: the same text again
-        assert cfg.to_yaml() == path.read_text()
+    assert cfg.to_yaml() == path.read_text()  # written by to_yaml: the same text again
 
 
-def test_shipped_world_model_config_loads_unchanged():
-    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+def test_algorithm_configs_resolve_to_their_shipped_settings():
+    """What `load_config(algo)` gives, pinned when the files were cut down to their differences."""
+    from rpg_env.experts.config import load_config
 
-    assert load_config(DEFAULT_CONFIG_PATH).to_dict() == yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
-    assert len(EXPERT_FILES) >= 4
+    dqn, ppo = load_config("dqn"), load_config("ppo")
+    def run(cfg):
+        return cfg.algo, cfg.seed, cfg.total_timesteps, cfg.frame_stack, cfg.checkpoint_freq
+
+    assert run(dqn) == ("dqn", 0, 200_000, 5, 50_000) and run(ppo) == ("ppo", 1, 300_000, 2, 100_000)
+    assert (dqn.eval.freq, ppo.eval.freq, dqn.eval.episodes, ppo.eval.episodes) == (20_000, 40_000, 20, 20)
+    assert dqn.env == ppo.env == {"vision_radius": 4, "co_policy": "random"}
+    assert dqn.hyperparams["exploration_final_eps"] == 0.02 and ppo.hyperparams["n_steps"] == 128
+    assert len(EXPERT_CONFIGS) == 4 and len(EXPERT_RECORDS) >= 3

@@ -163,14 +163,14 @@ def test_floor_of_a_cell():
 
 def test_theory_of_mind_ceiling_of_a_shipped_expert(tmp_path):
     from rpg_env.experts import pretrained_path
-    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.config import load_config
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
     from rpg_worldmodel.train import train
 
     data = tmp_path / "dqn.h5"
     record(str(pretrained_path("dqn")), data, 10, seed=0, num_envs=10, mode="w", progress=False,
            policy_id="dqn", record_co_players=False, env_kwargs=SMALL)
-    cfg = load_config(DEFAULT_CONFIG_PATH, [
+    cfg = load_config(None, [
         "model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.max_steps=3", "train.warmup_steps=1", "train.batch_size=8", "train.progress=false",
         "data.max_val_windows=16", "data.split_fractions=[0.6, 0.2, 0.2]"])

@@ -169,11 +169,11 @@ def test_masking_table_rows_columns_and_seeded_masks(files):
 # ------------------------------------------------------------------------------ with a real checkpoint
 @pytest.fixture(scope="module")
 def trained(files, tmp_path_factory):
-    from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, load_config
+    from rpg_worldmodel.config import load_config
     from rpg_worldmodel.train import train
 
     greedy, _ = files
-    cfg = load_config(DEFAULT_CONFIG_PATH, [
+    cfg = load_config(None, [
         "model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.max_steps=4", "train.warmup_steps=1", "train.batch_size=8", "train.eval_every=4",
         "train.checkpoint_every=4", "train.progress=false", "data.max_val_windows=16"])
@@ -204,7 +204,8 @@ def test_cli_refuses_training_episodes_and_evaluates_held_out(files, trained, tm
     assert metrics["self"] == str(greedy) and str(rand) in metrics["transfer"]
     assert list(metrics["masking"]["table"]["none"]) == ["none", "wall"]
     assert metrics["provenance"]["seed"] == 0 and "torch" in metrics["provenance"]["versions"]
-    with pytest.raises(InputError, match="invalid choice: 'everything'"):
+    with pytest.raises(InputError, match=r"mask='everything' is not a mask of this data .* choose one of "
+                                         r"\['none', 'random_cells', 'gem', 'bone', 'food', 'wall'\]"):
         E.main(["--checkpoint", str(trained), "--data", str(greedy), "--masks", "everything"])
 
 

@@ -5,8 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rpg_worldmodel.config import MASK_KINDS, ModelConfig
-from rpg_worldmodel.data.masks import MASKED_CHANNELS, apply_input_mask, masked_channels
+from rpg_env.game.constants import vocabulary
+from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.data.masks import MASKED_CHANNELS, apply_input_mask, mask_choices, masked_channels
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
 TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4, reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))
@@ -145,7 +146,7 @@ def test_input_masks():
     assert ((a.sum(2) == 1) | hidden).all()
     assert 0.2 < hidden.float().mean() < 0.4
     assert apply_input_mask(views, "random_cells", 0.0).equal(views)
-    assert set(MASK_KINDS) == {"none", "random_cells", "gem", "bone", "food", "wall"}
+    assert mask_choices(vocabulary().cell_names) == ("none", "random_cells", "gem", "bone", "food", "wall")
     with pytest.raises(ValueError, match="unknown mask kind"):
         apply_input_mask(views, "gems")
     with pytest.raises(ValueError, match=r"prob must be in \[0, 1\]"):

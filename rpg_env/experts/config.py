@@ -183,7 +183,8 @@ def validate(cfg: ExpertConfig) -> None:
 
 # --------------------------------------------------------------------------- loading
 def default_config_path(algo: str) -> Path:
-    """The shipped config of ``algo``: ``configs/<algo>.yaml``."""
+    """The shipped config of ``algo``: ``configs/<algo>.yaml``, which lists what ``algo``'s runs
+    change of `ExpertConfig`'s defaults (and its whole env and hyperparams sections)."""
     if algo not in ALGOS:
         raise ConfigError(f"algo must be one of {ALGOS}, got {algo!r}")
     return CONFIG_DIR / f"{algo}.yaml"

@@ -1,31 +1,49 @@
 """Input masks: hide part of the model's input views, as the reference's masking probes do.
 
-Whole-channel masks name a channel (``gem``, ``bone``, ``food``, ``wall``); the channel is
-found by that name in the data's ``channel_names``, so a file with another channel order is
-masked right.
+A mask is ``none``, ``random_cells`` or the name of a channel of the data (an item or ``wall``,
+`rpg_worldmodel.data.kinds.maskable_kinds`): that channel is found by its name in the data's
+``channel_names``, so a file with another channel order, or other kinds, is masked right.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 import torch
 
 from rpg_base.errors import InputError
+from rpg_base.typed_config.values import ConfigError
 from rpg_env.game.constants import vocabulary
-from rpg_worldmodel.config import MASK_KINDS
+from rpg_worldmodel.data.kinds import maskable_kinds
 
-#: Mask kinds that hide one whole channel (the others: ``none``, ``random_cells``).
-CHANNEL_MASKS = tuple(k for k in MASK_KINDS if k not in ("none", "random_cells"))
+#: Masks any data allows; every other mask names a channel.
+NO_MASK, RANDOM_CELLS = "none", "random_cells"
+
+
+def mask_choices(channel_names: Sequence[str]) -> tuple[str, ...]:
+    """Every mask of data with these channels: ``none``, ``random_cells``, then each maskable
+    channel (``gem, bone, food, wall`` in the reference game)."""
+    return (NO_MASK, RANDOM_CELLS, *maskable_kinds(channel_names))
+
+
+def check_mask(kind: str, channel_names: Sequence[str], setting: str = "mask") -> None:
+    """Raise `ConfigError` naming the valid choices when ``kind`` is no mask of this data
+    (``setting`` names where it was given, e.g. ``train.train_mask``)."""
+    choices = mask_choices(channel_names)
+    if kind not in choices:
+        hint = difflib.get_close_matches(kind, choices, n=1)
+        raise ConfigError(f"{setting}={kind!r} is not a mask of this data (channels {list(channel_names)}); "
+                          f"choose one of {list(choices)}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
 
 
 def masked_channels(channel_names: Sequence[str]) -> dict[str, int]:
     """``{mask kind: channel index}`` of every whole-channel mask the channel names allow."""
     names = list(channel_names)
-    return {kind: names.index(kind) for kind in CHANNEL_MASKS if kind in names}
+    return {kind: names.index(kind) for kind in maskable_kinds(names)}
 
 
-#: Channel hidden by each whole-channel mask in the game's own vocabulary (what files record).
+#: Channel hidden by each whole-channel mask in the game's own vocabulary (what it records).
 MASKED_CHANNELS = masked_channels(vocabulary().cell_names)
 
 
@@ -44,21 +62,19 @@ def apply_input_mask(
     - ``"none"``: unchanged;
     - ``"random_cells"``: every (b, t, y, x) cell independently hidden with probability ``prob``
       (all its channels zeroed, so a hidden cell reads as "unknown", not as some entity);
-    - ``"gem" | "bone" | "food" | "wall"``: the channel of that name zeroed everywhere.
+    - a channel's name (``"gem"``, ``"wall"``...): that channel zeroed everywhere.
 
-    ``channel_names`` (the data's, default the game's vocabulary) places the channel masks.
+    ``channel_names`` (the data's; default the game's vocabulary) places the channel masks.
     ``generator`` makes the random mask reproducible (it must live on ``views``' device).
     ``rows`` ``(first, total)``: ``views`` are rows ``first .. first + B - 1`` of a batch of
     ``total`` (a process's slice of the global batch); the random mask is drawn for all
     ``total`` rows and cut, so the slices are masked exactly as the whole batch would be.
     """
-    if kind not in MASK_KINDS:
-        raise ValueError(f"unknown mask kind {kind!r}; choose one of {list(MASK_KINDS)}")
     if views.dim() != 5:
         raise ValueError(f"views must be (B, T, C, V, V), got shape {tuple(views.shape)}")
-    if kind == "none":
+    if kind == NO_MASK:
         return views
-    if kind == "random_cells":
+    if kind == RANDOM_CELLS:
         if not 0.0 <= prob <= 1.0:
             raise ValueError(f"prob must be in [0, 1], got {prob}")
         b, t, _, h, w = views.shape
@@ -66,10 +82,11 @@ def apply_input_mask(
         draw = torch.rand((total, t, 1, h, w), generator=generator, device=views.device)
         keep = draw[first : first + b] >= prob
         return views * keep.to(views.dtype)
-    channels = MASKED_CHANNELS if channel_names is None else masked_channels(channel_names)
+    names = vocabulary().cell_names if channel_names is None else channel_names
+    channels = masked_channels(names)
     if kind not in channels:
-        raise InputError(f"mask {kind!r} hides the channel of that name, but the data has channels "
-                         f"{list(channel_names or [])}; choose another mask")
+        raise InputError(f"unknown mask kind {kind!r}: a mask hides the channel of that name, but the data "
+                         f"has channels {list(names)}; choose one of {list(mask_choices(names))}")
     masked = views.clone()
     masked[:, :, channels[kind]] = 0
     return masked

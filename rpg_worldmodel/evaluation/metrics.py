@@ -18,25 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: The reference game's classes with precision / recall / F1, and its items; a file's own are
-#: `entity_names` / `item_names` of its ``channel_names``.
-ENTITY_NAMES: tuple[str, ...] = ("gem", "bone", "food", "wall", "agent")
-ITEM_NAMES: tuple[str, ...] = ("gem", "bone", "food")
+# The classes and items of the figures are the data's, from its channel names.
+from rpg_worldmodel.data.kinds import entity_names, item_names
+
 #: Steps per block of the return error (``return_mae``): the return summed over this many
 #: consecutive scored steps of an episode, predicted against true.
 RETURN_BLOCK = 10
-#: Channels that are the frame of the world rather than things in it.
-NOT_ITEMS = ("empty", "wall", "agent")
-
-
-def entity_names(channel_names: Sequence[str]) -> tuple[str, ...]:
-    """The classes reported with precision / recall / F1: every channel but ``empty``."""
-    return tuple(n for n in channel_names if n != "empty")
-
-
-def item_names(channel_names: Sequence[str]) -> tuple[str, ...]:
-    """The items among the channels (``f1_items`` averages their F1): all but `NOT_ITEMS`."""
-    return tuple(n for n in channel_names if n not in NOT_ITEMS)
 
 #: Where a predicted cell lies (`rpg_worldmodel.evaluation.cells` defines each).
 CELL_CATEGORIES: tuple[str, ...] = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen",

@@ -23,6 +23,7 @@ import numpy as np
 from rpg_base.errors import InputError
 from rpg_base.provenance import provenance
 from rpg_worldmodel.checkpoint import load_checkpoint
+from rpg_worldmodel.data.masks import check_mask
 from rpg_worldmodel.data.sources import DataSource, check_data_matches
 from rpg_worldmodel.evaluation.baselines import (
     BASELINES_FILE,
@@ -182,6 +183,7 @@ class Evaluation:
         """Train mask x evaluation mask on the self file: this checkpoint's model and those of
         ``masked_checkpoints`` (one row per training mask)."""
         opts = self.options
+        check_masks(masks, self.self_key)
         models = {train_mask_of(self.config): (self.model, self.config)}
         for extra in masked_checkpoints:
             other = load_checkpoint(extra)
@@ -269,6 +271,8 @@ def run_evaluation(
     if masked_checkpoints and not masks:
         raise InputError("--masked-checkpoint is only used by the masking table: add --masks "
                          "(e.g. --masks none random_cells gem) or drop it")
+    if masks and data:  # refused before the checkpoint is read and its baselines fitted
+        check_masks(masks, data[0])
     ev = Evaluation(checkpoint, data, EvalOptions(split, allow_training_episodes, num_boot, seed, batch_size,
                                                   device, baseline_episodes, context, floor=floor))
     for path in ev.data:
@@ -281,6 +285,14 @@ def run_evaluation(
     if out is not None:
         ev.write(out)
     return ev.metrics()
+
+
+def check_masks(masks: Sequence[str], path: str | Path) -> None:
+    """`ConfigError` naming the valid choices unless every one of ``masks`` is a mask of the
+    trajectory file at ``path`` (none, random_cells or one of its channels)."""
+    channels = DataSource.open(path).channel_names
+    for mask in masks:
+        check_mask(mask, channels, "evaluation mask")
 
 
 def write_outputs(results: dict, self_scores: Scores, out: str | Path) -> Path:

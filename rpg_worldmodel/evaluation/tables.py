@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rpg_worldmodel.config import WorldModelConfig
+from rpg_worldmodel.data.kinds import item_names, items_first
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines
 from rpg_worldmodel.evaluation.episodes import EvalSet
@@ -21,15 +22,26 @@ from rpg_worldmodel.models.world_model import WorldModel
 
 #: Figures shown in the transfer table; ``total_ce`` is the reference's "state + action loss".
 TRANSFER_FIGURES = ("view_ce", "action_ce", "total_ce", "cell_acc", "changed_acc", "f1_items", "action_acc")
-MASK_FIGURES = ("view_ce", "cell_acc", "changed_acc", "f1_gem", "f1_bone", "f1_food", "f1_wall",
-                "f1_agent", "action_acc")
-#: The quality bar: (figure, baseline, direction). "lower" / "higher": the model must beat the
-#: baseline, i.e. the paired 95% interval of (model - baseline) must lie entirely on the better
-#: side. "match": the model may trail the baseline by at most `MATCH_TOLERANCE` (point estimate).
-QUALITY_BAR = (("view_ce", "motion_oracle", "lower"), ("f1_gem", "motion_oracle", "higher"),
-               ("f1_bone", "motion_oracle", "higher"), ("f1_food", "motion_oracle", "higher"),
-               ("action_acc", "majority_action", "higher"), ("reward_acc", "reward_rule", "match"))
 MATCH_TOLERANCE = 0.01
+
+
+def mask_figures(channel_names: Sequence[str]) -> tuple[str, ...]:
+    """Figures of the masking table: the view's, the F1 of every kind of the data (items first) and
+    the action accuracy."""
+    kinds = tuple(f"f1_{n}" for n in items_first(channel_names))
+    return ("view_ce", "cell_acc", "changed_acc", *kinds, "action_acc")
+
+
+def quality_bar(channel_names: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    """The quality bar: (figure, baseline, direction), with the F1 of each item of the data.
+
+    "lower" / "higher": the model must beat the baseline, i.e. the paired 95% interval of
+    (model - baseline) must lie entirely on the better side. "match": the model may trail the
+    baseline by at most `MATCH_TOLERANCE` (point estimate).
+    """
+    items = tuple((f"f1_{n}", "motion_oracle", "higher") for n in item_names(channel_names))
+    return (("view_ce", "motion_oracle", "lower"), *items, ("action_acc", "majority_action", "higher"),
+            ("reward_acc", "reward_rule", "match"))
 
 
 def figure_table(scores: Scores, counts: dict[str, M.Counts] | None = None, num_boot: int = 1000,
@@ -48,9 +60,10 @@ def figure_table(scores: Scores, counts: dict[str, M.Counts] | None = None, num_
 
 
 def quality_checks(file_result: dict) -> dict:
-    """Each `QUALITY_BAR` criterion with its paired difference and whether it is met."""
+    """Each `quality_bar` criterion of the result's channels with its paired difference and whether
+    it is met."""
     out = {}
-    for figure, baseline, direction in QUALITY_BAR:
+    for figure, baseline, direction in quality_bar(file_result["channel_names"]):
         diff = file_result["model_minus"].get(baseline, {}).get(figure)
         if diff is None or diff["lo"] is None:
             out[f"{figure}_vs_{baseline}"] = {"difference": diff, "met": None, "better": direction}
@@ -84,6 +97,7 @@ def evaluate_file(model: WorldModel, config: WorldModelConfig, es: EvalSet, base
         "predictions": scores.num_predictions,
         "context": context,
         "floor_method": scores.floor_method,
+        "channel_names": list(scores.channel_names),
         **figure_table(scores, num_boot=num_boot, seed=seed),
         "by_policy": {pid: figure_table(scores, c, num_boot, seed)["predictors"]
                       for pid, c in scores.by_policy.items()},
@@ -143,15 +157,16 @@ def masking_table(models: dict[str, tuple[WorldModel, WorldModelConfig]], es: Ev
             scores = score_eval_set(model, config, es, None, mask_kind=eval_mask, mask_seed=seed,
                                     batch_size=batch_size, device=device,
                                     desc=f"mask train={train_mask} eval={eval_mask}", context=context)
-            fn = scores.figures_fn()
+            fn, figures = scores.figures_fn(), mask_figures(scores.channel_names)
             counts[eval_mask] = scores.counts["model"]
             figs = M.bootstrap_figures(counts[eval_mask], fn, num_boot, seed)
-            table[train_mask][eval_mask] = {k: figs[k].as_dict() for k in MASK_FIGURES if k in figs}
+            table[train_mask][eval_mask] = {k: figs[k].as_dict() for k in figures if k in figs}
         if "none" in counts:
             for eval_mask in eval_masks:
                 diff = M.bootstrap_differences(counts[eval_mask], counts["none"], fn, num_boot, seed)
-                cost[train_mask][eval_mask] = {k: diff[k].as_dict() for k in MASK_FIGURES if k in diff}
+                cost[train_mask][eval_mask] = {k: diff[k].as_dict() for k in figures if k in diff}
     return {"rows": "train mask", "columns": "eval mask", "file": str(es.path), "selection": es.label,
+            "channel_names": es.store().channel_names,
             "episodes": len(es.episodes), "context": context, "train_steps": steps,
             "fine_tuned_from": starts, "table": table,
             "cost": cost if any(cost.values()) else {}}

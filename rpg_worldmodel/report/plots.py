@@ -8,12 +8,21 @@ from pathlib import Path
 
 import numpy as np
 
-from rpg_worldmodel.evaluation.metrics import ENTITY_NAMES
-from rpg_worldmodel.report.text import fmt_percent
+from rpg_env.game.constants import vocabulary
+from rpg_worldmodel.data.kinds import items_first
+from rpg_worldmodel.report.text import fmt_percent, recorded_kinds
 
-# Cell colours by class name (as the game's sprites: floor, wall, gem, bone, food, agent).
-CELL_COLOURS = {"empty": "#ece8dc", "wall": "#545460", "gem": "#28a0e6", "bone": "#c82828",
-                "food": "#3caa46", "agent": "#f0aa1e"}
+#: Colours of kinds the game's vocabulary does not know, in turn (matplotlib's tab10 minus its
+#: blue, orange and grey, which mark predictors).
+OTHER_KIND_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#2ca02c", "#d62728")
+
+
+def cell_colours(channel_names: Sequence[str]) -> list[str]:
+    """A colour per channel: the game's own tile colour for a kind its vocabulary names
+    (`rpg_env.game.constants`: what the renderer draws), else one of `OTHER_KIND_COLOURS`."""
+    vocab, others = vocabulary(), iter(OTHER_KIND_COLOURS * len(channel_names))
+    return ["#" + bytes(vocab.cells[vocab.code(n)].rgb).hex() if n in vocab.cell_names else next(others)
+            for n in channel_names]
 
 
 PREDICTOR_COLOURS = {"model": "#4c72b0", "copy": "#999999", "motion_oracle": "#dd8452",
@@ -95,13 +104,14 @@ def plot_entity_f1(file_result: dict, out: str | Path) -> Path:
     preds = [p for p in ("model", "motion_oracle", "copy") if p in file_result["predictors"]]
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / len(preds)
-    x = np.arange(len(ENTITY_NAMES))
+    kinds = items_first(recorded_kinds(file_result))
+    x = np.arange(len(kinds))
     for i, name in enumerate(preds):
         figs = file_result["predictors"][name]
-        values, err = _err([figs.get(f"f1_{e}") for e in ENTITY_NAMES])
+        values, err = _err([figs.get(f"f1_{e}") for e in kinds])
         ax.bar(x + (i - (len(preds) - 1) / 2) * width, values, width, yerr=err, capsize=3, label=name,
                color=PREDICTOR_COLOURS.get(name))
-    ax.set_xticks(x, ENTITY_NAMES)
+    ax.set_xticks(x, kinds)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("F1 (next view)")
     ax.set_title("per-entity F1 on held-out episodes (95% bootstrap CI)")
@@ -122,7 +132,8 @@ def plot_view_strip(examples_npz: str | Path, out: str | Path, max_examples: int
     if "input" not in data or len(data["input"]) == 0:
         return None
     names = [str(n) for n in data["channel_names"]]
-    cmap = ListedColormap([CELL_COLOURS.get(n, "#ffffff") for n in names])
+    colours = cell_colours(names)
+    cmap = ListedColormap(colours)
     k = min(max_examples, len(data["input"]))
     fig, axes = plt.subplots(3, k, figsize=(1.6 * k, 5.2), squeeze=False)
     for row, key in enumerate(("input", "predicted", "true")):
@@ -133,7 +144,7 @@ def plot_view_strip(examples_npz: str | Path, out: str | Path, max_examples: int
             ax.set_yticks([])
             if j == 0:
                 ax.set_ylabel({"input": "input (t)", "predicted": "predicted t+1", "true": "true t+1"}[key])
-    handles = [plt.Rectangle((0, 0), 1, 1, color=CELL_COLOURS.get(n, "#fff")) for n in names]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours]
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
     fig.suptitle("held-out windows: input, prediction, truth")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
@@ -226,7 +237,7 @@ def plot_rollout_strip(strip_npz: str | Path, out: str | Path) -> Path | None:
 
     data = np.load(strip_npz)
     names = [str(n) for n in data["channel_names"]]
-    cmap = ListedColormap([CELL_COLOURS.get(n, "#ffffff") for n in names])
+    cmap = ListedColormap(cell_colours(names))
     real, imagined = data["real"], data["imagined"]
     steps = len(imagined)
     if steps == 0:

@@ -10,11 +10,34 @@ from pathlib import Path
 
 import numpy as np
 
-from rpg_worldmodel.evaluation.metrics import ITEM_NAMES, RETURN_BLOCK
+from rpg_worldmodel.data.kinds import item_names, items_first
+from rpg_worldmodel.evaluation.metrics import RETURN_BLOCK
 from rpg_worldmodel.evaluation.tables import MATCH_TOLERANCE
 
-MAIN_FIGURES = ("view_ce", "cell_acc", "changed_acc", "f1_gem", "f1_bone", "f1_food", "f1_wall", "f1_agent",
-                "action_ce", "action_acc")
+
+def recorded_kinds(table: dict) -> tuple[str, ...]:
+    """The channel names a table of ``metrics.json`` was scored with (its ``channel_names``); for a
+    metrics.json written before they were recorded, the kinds of its per-kind F1 figures."""
+    if "channel_names" in table:
+        return tuple(table["channel_names"])
+    return _f1_kinds(table)
+
+
+def _f1_kinds(node: object) -> tuple[str, ...]:
+    """The kinds with an F1 figure (``f1_X``) in the first dict of figures under ``node``."""
+    if not isinstance(node, dict):
+        return ()
+    kinds = tuple(k[3:] for k in node if k.startswith("f1_") and k != "f1_items")
+    for child in node.values():
+        kinds = kinds or _f1_kinds(child)
+    return kinds
+
+
+def main_figures(result: dict) -> tuple[str, ...]:
+    """The columns of a file's table: the view's figures, the F1 of every kind of its data (items
+    first) and the action's figures."""
+    kinds = tuple(f"f1_{n}" for n in items_first(recorded_kinds(result)))
+    return ("view_ce", "cell_acc", "changed_acc", *kinds, "action_ce", "action_acc")
 
 
 SCORING_TEXT = {"full": "(every transition once, with up to num_frames steps of history).",
@@ -25,7 +48,7 @@ FIGURE_HELP = {
     "view_ce": "next-view cross-entropy, nats per cell (lower is better)",
     "cell_acc": "fraction of next-view cells predicted right",
     "changed_acc": "accuracy on the cells that change between t and t+1",
-    "f1_X": "per-entity F1 of the arg-max prediction (gem, bone, food, wall, agent)",
+    "f1_X": "per-entity F1 of the arg-max prediction (every channel of the data but empty)",
     "action_ce": "next-action cross-entropy, nats per step",
     "action_acc": "next-action accuracy",
     "total_ce": "view_ce + action_ce (the reference's 'state + action loss')",
@@ -65,9 +88,10 @@ def _table(rows: dict[str, dict], figures: Sequence[str], first: str = "predicto
     return lines
 
 
-def format_table(result: dict, figures: Sequence[str] = MAIN_FIGURES) -> str:
-    """A markdown table of one file's predictors (rows) by figures (columns), with intervals."""
-    return "\n".join(_table(result["predictors"], figures))
+def format_table(result: dict, figures: Sequence[str] | None = None) -> str:
+    """A markdown table of one file's predictors (rows) by figures (columns, default
+    `main_figures`), with intervals."""
+    return "\n".join(_table(result["predictors"], main_figures(result) if figures is None else figures))
 
 
 def quality_lines(result: dict) -> list[str]:
@@ -103,6 +127,7 @@ def _held_out_section(results: dict) -> list[str]:
     """Header, the self file's table beside the baselines, the paired differences, the quality bar."""
     self_key = results["self"]
     main = results["files"][self_key]
+    figures = main_figures(main)
     lines = ["# World model evaluation", ""]
     if not main.get("held_out", True):
         lines += ["**WARNING: these figures include TRAINING episodes; they are not held out.**", ""]
@@ -120,11 +145,11 @@ def _held_out_section(results: dict) -> list[str]:
         "",
         "## Held-out table",
         "",
-        *_table(main["predictors"], MAIN_FIGURES),
+        *_table(main["predictors"], figures),
         "",
         "Model minus baseline (paired bootstrap; negative CE and positive accuracy/F1 favour the model):",
         "",
-        *_table(main["model_minus"], MAIN_FIGURES, "model minus"),
+        *_table(main["model_minus"], figures, "model minus"),
         "",
     ]
     lines += _reward_section(results, main)
@@ -140,7 +165,7 @@ def _held_out_section(results: dict) -> list[str]:
     if len(main.get("by_policy", {})) > 1:
         lines += ["### By policy (stream)", ""]
         for pid, preds in main["by_policy"].items():
-            lines += [f"`{pid}`:", "", *_table(preds, MAIN_FIGURES), ""]
+            lines += [f"`{pid}`:", "", *_table(preds, figures), ""]
     return lines
 
 
@@ -181,11 +206,12 @@ def _masking_section(mk: dict) -> list[str]:
              "input at evaluation (targets are never masked). Cells: next-view CE (nats/cell) and "
              "mean item F1 in parentheses.", ""]
     cols = list(next(iter(mk["table"].values())))
+    items = item_names(recorded_kinds(mk))
     lines += ["| train \\ eval | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
     for row, cells in mk["table"].items():
         rendered = []
         for c in cols:
-            f1s = [cells[c].get(f"f1_{e}", {}).get("value") for e in ITEM_NAMES]
+            f1s = [cells[c].get(f"f1_{e}", {}).get("value") for e in items]
             f1s = [f for f in f1s if f is not None]
             rendered.append(fmt_interval(cells[c].get("view_ce")) + (f" ({np.mean(f1s):.2f})" if f1s else ""))
         how = "fine-tuned " if row in starts else ""
