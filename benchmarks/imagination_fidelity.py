@@ -27,7 +27,6 @@ Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png``.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -37,16 +36,18 @@ import torch
 
 import rpg_env
 import rpg_worldmodel
+from rpg_env.cli import ArgumentParser, int_in, non_negative_int, output_file, positive_int, run_command
 from rpg_env.experts import pretrained_path
 from rpg_env.game.constants import ACTION_NAMES
 from rpg_env.policies import BatchPolicy, make_policy
-from rpg_env.provenance import provenance
-from rpg_worldmodel.checkpoint import load_checkpoint
+from rpg_env.provenance import portable_path, provenance
+from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 from rpg_worldmodel.envs.imagination import VIEWS
 from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weights
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = ("dqn", "greedy", "random", "left")
+MAX_STEPS = 99  # turns played stay inside one episode of the shipped game's 100
 AGENT, WALL, ITEMS = "agent", "wall", ("gem", "bone", "food")
 
 
@@ -105,7 +106,8 @@ def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> 
                             sample=True, views=views)
     real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds, **loaded.meta["data"]["env_kwargs"])  # its game
     tail = slice(2 * steps // 3, steps)
-    out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "views": views, "policies": {}}
+    out = {"checkpoint": portable_path(checkpoint), "checkpoint_used": loaded.choice, "views": views,
+           "policies": {}}
     burn_in = loaded.config.model.num_frames - 1  # real games get the imagined worlds' greedy burn-in
     for name in POLICIES:
         (r_im, c_im), (r_re, c_re) = play(imagined, name, steps, seed), play(real, name, steps, seed, burn_in)
@@ -163,18 +165,27 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/imagination_fidelity.py",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", nargs="+", default=["pretrained"],
                         help="world models to compare (run folders, checkpoint folders or 'pretrained')")
     parser.add_argument("--views", nargs="+", default=["game"], choices=VIEWS,
                         help="samplers: 'game' (as the dream trains) and/or 'cells' (each cell on its own)")
-    parser.add_argument("--worlds", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=60, help="turns played (< the episode's 100)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=RESULTS / "imagination_fidelity.json")
-    args = parser.parse_args()
+    parser.add_argument("--worlds", type=positive_int, default=64)
+    parser.add_argument("--steps", type=int_in(1, MAX_STEPS), default=60,
+                        help=f"turns played, 1..{MAX_STEPS} (< the episode's 100)")
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--out", type=output_file, default=RESULTS / "imagination_fidelity.json")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    for checkpoint in args.checkpoint:  # every world model is found before the first is played
+        if checkpoint != "pretrained":
+            choose_checkpoint(checkpoint)
     torch.set_num_threads(args.threads)
     rows = [compare(ck, views, args.worlds, args.steps, args.seed)
             for ck in args.checkpoint for views in args.views]
@@ -186,4 +197,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from rpg_env.errors import InputError
+from rpg_env.provenance import portable_path
 from rpg_worldmodel.config import ConfigError, ModelConfig, WorldModelConfig
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.shipped import PRETRAINED_NAME, pretrained_path
@@ -200,12 +201,13 @@ class Choice:
 
     def describe(self) -> str:
         """``"RUN/checkpoints/step_00001600 (the best by validation loss 0.4521, step 1600 of 2000)"``."""
+        folder = portable_path(self.folder)  # recorded in dream.json and provenance: no machine paths
         if self.how == "pretrained":
-            return f"the shipped world model ({self.folder}, step {self.step})"
+            return f"the shipped world model ({folder}, step {self.step})"
         if self.how == "best":
-            return (f"{self.folder} (the best by validation loss {self.val_loss:.4f}, step {self.step}; "
+            return (f"{folder} (the best by validation loss {self.val_loss:.4f}, step {self.step}; "
                     f"the last is step {self.last_step})")
-        return f"{self.folder} ({'as given' if self.how == 'given' else 'the last'}, step {self.step})"
+        return f"{folder} ({'as given' if self.how == 'given' else 'the last'}, step {self.step})"
 
 
 def choose_checkpoint(path: str | os.PathLike, which: str = "best") -> Choice:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from rpg_env import typed_config as tc
+from rpg_env.cli import check_device
+from rpg_env.errors import InputError
 from rpg_env.typed_config import ConfigError, section, setting
 
 __all__ = ["MASK_KINDS", "DEFAULT_CONFIG_PATH", "ConfigError", "DataConfig", "ModelConfig", "TrainConfig",
@@ -246,9 +248,10 @@ class TrainConfig:
             )
         if not 0.0 <= self.mask_prob <= 1.0:
             raise ConfigError(f"train.mask_prob must be in [0, 1], got {self.mask_prob}")
-        dev = self.device
-        if not (dev in ("auto", "cpu", "cuda", "mps") or (dev.startswith("cuda:") and dev[5:].isdigit())):
-            raise ConfigError(f"train.device={dev!r}: use auto, cpu, cuda, cuda:N or mps")
+        try:  # the name only: a saved run's config may name a GPU this machine lacks
+            check_device(self.device, what="train.device", here=False)
+        except InputError as err:
+            raise ConfigError(str(err)) from None
 
 
 @dataclass

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -32,8 +31,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rpg_env.cli import ArgumentParser, run_command
-from rpg_env.errors import InputError
+from rpg_env.cli import ArgumentParser, output_folder, positive_float, run_command
+from rpg_env.provenance import portable_command
 from rpg_worldmodel import IMAGINED_ENV_ID
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
@@ -163,9 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", default=PRETRAINED_NAME,
                         help="world model: a run folder, a checkpoint, or 'pretrained' (the shipped one)")
     parser.add_argument("--config", default=None, help="YAML config (default: configs/dream_<algo>.yaml)")
-    parser.add_argument("--out", default=None, help="run folder (default: runs/dream/<algo>-<time>-s<seed>)")
+    parser.add_argument("--out", type=output_folder, default=None,
+                        help="run folder (default: runs/dream/<algo>-<time>-s<seed>)")
     parser.add_argument("--argmax", action="store_true", help="imagine the most likely views, not samples")
-    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--temperature", type=positive_float, default=1.0)
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides, e.g. timesteps=100000")
     return parser
@@ -175,12 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rpg_env.experts.config import load_config
 
     args = build_parser().parse_args(argv)
-    if not args.temperature > 0:
-        raise InputError(f"--temperature must be > 0, got {args.temperature}")
     cfg = load_config(args.algo, args.config or default_config_path(args.algo), args.overrides)
     world = World(args.checkpoint, sample=not args.argmax, temperature=args.temperature)
-    out = args.out or str(Path("runs") / "dream" / f"{cfg.algo}-{_stamp()}-s{cfg.seed}")
-    command = "python -m rpg_worldmodel.dream " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
+    out = str(args.out) if args.out else str(Path("runs") / "dream" / f"{cfg.algo}-{_stamp()}-s{cfg.seed}")
+    words = list(argv) if argv is not None else sys.argv[1:]
+    command = "python -m rpg_worldmodel.dream " + portable_command(words)
     print(f"run folder: {dream(cfg, world, out, command)}")
     return 0
 

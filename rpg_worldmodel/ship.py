@@ -26,7 +26,7 @@ import torch
 
 from rpg_env.cli import ArgumentParser, run_command
 from rpg_env.errors import InputError
-from rpg_env.provenance import provenance
+from rpg_env.provenance import portable_path, provenance
 from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, choose_checkpoint
 from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, fit_baselines, save_baselines
 from rpg_worldmodel.evaluation.episodes import checkpoint_split, training_files
@@ -65,7 +65,7 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     (dest / "eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     pipeline = metrics.get("pipeline", {})
     (dest / "provenance.json").write_text(json.dumps(provenance(
-        seed=meta.get("seed"), checkpoint_step=meta["step"], data=meta["data"]["files"],
+        seed=meta.get("seed"), checkpoint_step=meta["step"], data=_portable_files(meta["data"]["files"]),
         trained_by=metrics.get("provenance", {}).get("command"), pipeline_settings=pipeline.get("settings"),
         pipeline_git_revision=metrics.get("provenance", {}).get("git_revision")), indent=1) + "\n")
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
@@ -88,8 +88,14 @@ def _ship_baselines(meta: dict, folder: Path) -> Path:
     fb = fit_baselines(trained.path, trained.part(checkpoint_split(meta))["train"], options.baseline_episodes,
                        options.seed, model["reward_values"] if model.get("reward_head") else ())
     return save_baselines(fb, folder / BASELINES_FILE, {
-        "path": str(trained.path), "fingerprint": trained.fingerprint, "seed": options.seed,
+        "path": portable_path(trained.path), "fingerprint": trained.fingerprint, "seed": options.seed,
         "max_episodes": options.baseline_episodes})
+
+
+def _portable_files(files: list[dict]) -> list[dict]:
+    """The checkpoint's training files as provenance keeps them: `portable_path`s (the fingerprint
+    says which file it was)."""
+    return [{**f, "path": portable_path(f["path"])} if "path" in f else f for f in files]
 
 
 def _rollout_summary(metrics: dict) -> dict | None:

@@ -40,10 +40,11 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from rpg_env import typed_config as tc
-from rpg_env.cli import ArgumentParser, run_command
+from rpg_env.cli import ArgumentParser, output_folder, positive_int, run_command
+from rpg_env.progress import progress_bar
 from rpg_env.provenance import package_versions, pinned_torch_threads, provenance
 from rpg_worldmodel.checkpoint import (
     LATEST_FILE,
@@ -389,7 +390,7 @@ def train(
         end_step = t.max_steps if stop_at is None else min(stop_at, t.max_steps)
         p = Progress(run.start_step, end_step, start_time,
                      MetricsLog(run.run_dir, run.start_step) if procs.master else None,
-                     tqdm(total=end_step, initial=run.start_step, desc="train", unit="step",
+                     progress_bar(total=end_step, initial=run.start_step, desc="train", unit="step",
                           disable=not (t.progress and procs.master), dynamic_ncols=True), Meter(), {},
                      best_val=best_val_loss(run.checkpoint_dir))
         mask_gen = torch.Generator(device=run.device)
@@ -452,9 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trajectory files or globs (repeatable; several files of one game are one data "
                    "set); same as data.path=FILE or data.path=[A, B]")
     p.add_argument("--config", help="YAML config (default: rpg_worldmodel/configs/default.yaml)")
-    p.add_argument("--out", help="run folder; same as out_dir=DIR")
+    p.add_argument("--out", type=output_folder, help="run folder; same as out_dir=DIR")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    p.add_argument("--stop-at", type=int, help="stop after this step with a checkpoint (schedule: max_steps)")
+    p.add_argument("--stop-at", type=positive_int,
+                   help="stop after this step with a checkpoint (schedule: max_steps)")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
 
@@ -475,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if data:
         cfg.data.path = data[0] if len(data) == 1 else data
     if args.out:
-        cfg.out_dir = args.out
+        cfg.out_dir = str(args.out)
     result = train(cfg.validate(), resume=args.resume, stop_at=args.stop_at)
     if result.rank != 0:
         return 0

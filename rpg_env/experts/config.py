@@ -178,6 +178,21 @@ def validate(cfg: ExpertConfig) -> None:
             raise ConfigError(f"hyperparams.{key} must be {bounds}, got {value}")
     if cfg.eval.final_episodes < 2:
         raise ConfigError("eval.final_episodes must be >= 2 for a confidence interval")
+    _check_game(cfg.env)
+
+
+def _check_game(env: dict[str, Any]) -> None:
+    """The env section's game settings, checked by the game's own rules (`WorldParams`) here,
+    so a bad size fails before any env, model or run folder is made."""
+    from dataclasses import fields
+
+    from rpg_env.game.world import WorldParams
+
+    names = {f.name for f in fields(WorldParams)}
+    try:
+        WorldParams(**{k: v for k, v in env.items() if k in names})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"env: {err}") from None
 
 
 # --------------------------------------------------------------------------- loading

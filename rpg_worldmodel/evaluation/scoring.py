@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from rpg_env.errors import InputError
+from rpg_env.progress import progress_bar
 from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.data import apply_input_mask, plan_windows, reward_classes
 from rpg_worldmodel.evaluation import metrics as M
@@ -53,7 +53,7 @@ def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str 
     store = es.store()
     plan = plan_windows(store.lengths, num_frames, context)
     starts = range(0, len(plan), batch_size)
-    for a in tqdm(starts, desc=desc or f"windows {es.path.name}", unit="batch", leave=False,
+    for a in progress_bar(starts, desc=desc or f"windows {es.path.name}", unit="batch", leave=False,
                   disable=desc == ""):
         rows, starts = plan.rows[a : a + batch_size], plan.starts[a : a + batch_size]
         views, actions, rewards = store.gather(rows, starts, num_frames + 1)
