@@ -71,6 +71,8 @@ class DataConfig:
             raise ConfigError(f"data.max_val_windows must be >= 1, got {self.max_val_windows}")
         if self.max_memory_mb < 0:
             raise ConfigError(f"data.max_memory_mb must be >= 0 (0: always stream), got {self.max_memory_mb}")
+        if self.split_seed < 0:
+            raise ConfigError(f"data.split_seed must be >= 0, got {self.split_seed}")
 
 
 @dataclass
@@ -228,6 +230,7 @@ class TrainConfig:
             "warmup_steps",
             "num_threads",
             "keep_last_checkpoints",
+            "seed",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")

@@ -47,7 +47,6 @@ from rpg_env.cli import ArgumentParser, output_folder, positive_int, run_command
 from rpg_env.progress import progress_bar
 from rpg_env.provenance import package_versions, pinned_torch_threads, provenance
 from rpg_worldmodel.checkpoint import (
-    LATEST_FILE,
     CheckpointError,
     Choice,
     best_val_loss,
@@ -58,7 +57,7 @@ from rpg_worldmodel.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, ConfigError, WorldModelConfig, load_config, save_config
+from rpg_worldmodel.config import DEFAULT_CONFIG_PATH, WorldModelConfig, load_config, save_config
 from rpg_worldmodel.data import (
     DataFiles,
     EpochBatchSampler,
@@ -87,6 +86,7 @@ from rpg_worldmodel.distributed import (
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 from rpg_worldmodel.resume import (
     Resume,
+    check_new_run_dir,
     restore_training,
     resume_config,
     resume_from,
@@ -221,11 +221,8 @@ def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[
 def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | None = None) -> Run:
     """Seeds, data (split by game), model, optimizer; a resumed run's state restored."""
     run_dir = Path(cfg.out_dir)
-    if resume is None and (run_dir / "checkpoints" / LATEST_FILE).exists():
-        raise ConfigError(
-            f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose another "
-            f"out_dir (nothing was overwritten)"
-        )
+    if resume is None:
+        check_new_run_dir(run_dir)
     start = starting_checkpoint(cfg) if resume is None and cfg.train.init_from else None
     seed_everything(cfg.train.seed)
     files, splits, record = open_data(cfg, procs)

@@ -178,6 +178,9 @@ def validate(cfg: ExpertConfig) -> None:
             raise ConfigError(f"hyperparams.{key} must be {bounds}, got {value}")
     if cfg.eval.final_episodes < 2:
         raise ConfigError("eval.final_episodes must be >= 2 for a confidence interval")
+    for name, seed in (("seed", cfg.seed), ("eval.seed", cfg.eval.seed)):
+        if seed < 0:
+            raise ConfigError(f"{name} must be >= 0 (Gymnasium seeds are non-negative), got {seed}")
     _check_game(cfg.env)
 
 

@@ -93,8 +93,6 @@ def repair(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bool = 
         raise InputError(f"the destination {dst} is a folder: name the new file (e.g. {dst / src.name})")
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{dst} exists; choose a new path (or pass overwrite=True / --overwrite)")
-    if not dst.parent.is_dir():
-        raise InputError(f"the folder of {dst} does not exist: create it first")
     tmp = dst.with_name(dst.name + ".partial")
     with TrajectoryFile(src) as tf:
         writer = TrajectoryWriter(tmp, tf.meta, mode="w", run_info={"repaired_from": str(src)})
