@@ -312,8 +312,9 @@ def test_the_modules_exit_2_with_one_line(inputs, tmp_path):
     import os
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCHMARKS.parent), os.environ.get("PYTHONPATH",
-        "")])}
+    # the checkout's packages, also for a script (whose own folder is first on its path)
+    paths = [str(BENCHMARKS.parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     for command in (["-m", "rpg_env.trajectories", "info", str(inputs["truncated"])],
                     ["-m", "rpg_worldmodel.evaluate", "--checkpoint", str(inputs["reshaped"]),
                      "--data", str(inputs["good"])],
