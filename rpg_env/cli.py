@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +32,8 @@ class ArgumentParser(argparse.ArgumentParser):
     every other bad input: one ``error:`` line (with a pointer to ``--help``) and exit status 2."""
 
     def error(self, message: str):
+        # "argument --fps: must be > 0, got 0" reads as "--fps must be > 0, got 0"
+        message = re.sub(r"^argument (\S+): must ", r"\1 must ", message)
         raise InputError(f"{message} (see {self.prog} --help)")
 
 
