@@ -167,7 +167,7 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
     rec = ["--policy", "random", "--episodes", "1", "--out", "{tmp}/r.h5", "--no-progress"]
     return [
         ("play", "zero fps", ["--fps", "0", "--max-frames", "1"], "--fps must be > 0"),
-        ("play", "tiny map", ["--height", "2", "--max-frames", "1"], "--height must be >= 3"),
+        ("play", "tiny map", ["--height", "2", "--max-frames", "1"], "height and width must be >= 3"),
         ("record", "gzip level 10", [*rec, "--compression-level", "10"], "level must be in [0, 9]"),
         ("record", "zero worlds", [*rec, "--num-envs", "0"], "--num-envs must be >= 1"),
         ("record", "spawn rate over 1", [*rec, "--spawn-prob", "2"], "spawn_prob"),

@@ -17,7 +17,6 @@ import gymnasium as gym
 import rpg_env
 from rpg_env.cli import (
     ArgumentParser,
-    int_in,
     non_negative_int,
     output_file,
     positive_float,
@@ -41,19 +40,20 @@ def _co_policy_arg(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The game's sizes are checked by the game's own rules (`WorldParams`), in `make_env`.
     parser = ArgumentParser(
         prog="python -m rpg_env.play",
         description="Play Treasurehunt with the keyboard: arrows/WASD move, R restarts, Esc quits.")
-    parser.add_argument("--height", type=int_in(3), default=20, help="map rows, border walls included")
-    parser.add_argument("--width", type=int_in(3), default=20, help="map columns, border walls included")
-    parser.add_argument("--vision-radius", type=non_negative_int, default=4,
-                        help="view is (2r+1) x (2r+1) cells")
+    parser.add_argument("--height", type=int, default=20, help="map rows, border walls included")
+    parser.add_argument("--width", type=int, default=20, help="map columns, border walls included")
+    parser.add_argument("--vision-radius", type=int, default=4, help="view is (2r+1) x (2r+1) cells")
     parser.add_argument("--seed", type=non_negative_int, default=None, help="seed of the first episode")
-    parser.add_argument("--max-turns", type=positive_int, default=100, help="turns per episode")
-    parser.add_argument("--num-agents", type=positive_int, default=2, help="you plus co-players")
+    parser.add_argument("--max-turns", type=int, default=100, help="turns per episode")
+    parser.add_argument("--num-agents", type=int, default=2, help="you plus co-players")
     parser.add_argument("--co-policy", type=_co_policy_arg, default="random",
                         help="random, greedy, or a path to an SB3 .zip (default: random)")
-    parser.add_argument("--fps", type=positive_float, default=DEFAULT_FPS, help="window redraws per second")
+    parser.add_argument("--fps", type=positive_float, default=DEFAULT_FPS,
+                        help="window redraws per second (> 0)")
     parser.add_argument("--record", type=output_file, default=None, metavar="FILE.h5",
                         help="record your games to this HDF5 trajectory file (policy id 'human')")
     parser.add_argument("--max-frames", type=positive_int, default=None,
