@@ -106,8 +106,8 @@ def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> 
                             sample=True, views=views)
     real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds, **loaded.meta["data"]["env_kwargs"])  # its game
     tail = slice(2 * steps // 3, steps)
-    out = {"checkpoint": portable_path(checkpoint), "checkpoint_used": loaded.choice, "views": views,
-           "policies": {}}
+    used = choose_checkpoint(checkpoint).describe(portable=True)  # the record names no machine folder
+    out = {"checkpoint": portable_path(checkpoint), "checkpoint_used": used, "views": views, "policies": {}}
     burn_in = loaded.config.model.num_frames - 1  # real games get the imagined worlds' greedy burn-in
     for name in POLICIES:
         (r_im, c_im), (r_re, c_re) = play(imagined, name, steps, seed), play(real, name, steps, seed, burn_in)

@@ -199,9 +199,10 @@ class Choice:
     val_loss: float | None = None
     last_step: int | None = None
 
-    def describe(self) -> str:
-        """``"RUN/checkpoints/step_00001600 (the best by validation loss 0.4521, step 1600 of 2000)"``."""
-        folder = portable_path(self.folder)  # recorded in dream.json and provenance: no machine paths
+    def describe(self, portable: bool = False) -> str:
+        """``"RUN/checkpoints/step_00001600 (the best by validation loss 0.4521, step 1600 of 2000)"``;
+        ``portable``: the folder as `portable_path` gives it, for records that travel (dream.json)."""
+        folder = portable_path(self.folder) if portable else self.folder
         if self.how == "pretrained":
             return f"the shipped world model ({folder}, step {self.step})"
         if self.how == "best":

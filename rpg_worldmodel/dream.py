@@ -114,14 +114,15 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
     """``dream.json``: the world model, and the imagination-to-reality gap. Imagined episodes are
     ``max_turns - (num_frames - 1)`` turns long (the burn-in is real), real ones ``max_turns``: the
     gap compares points per turn, scaled to a full episode."""
-    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 
     loaded = load_checkpoint(world.checkpoint)
     turns = int(loaded.meta["data"]["env_kwargs"]["max_turns"])
     imagined_turns = turns - (loaded.config.model.num_frames - 1)
     imagined, real = results["imagined"]["mean"], results["model"]["mean"]
     greedy = results["greedy"]["mean"]
-    return {"world_model": loaded.choice, "world": asdict(world), "imagined_turns": imagined_turns,
+    choice = choose_checkpoint(world.checkpoint).describe(portable=True)  # no machine paths in the record
+    return {"world_model": choice, "world": asdict(world), "imagined_turns": imagined_turns,
             "real_turns": turns, "imagined_return": imagined, "real_return": real,
             "gap_per_episode": round(imagined * turns / imagined_turns - real, 4),
             "real_vs_greedy": round(real / greedy, 4) if greedy else None}
@@ -139,8 +140,9 @@ def dream(cfg, world: World, out: str | Path | None = None, command: str | None 
         results.update(real_and_imagined(model_zip, cfg, world))
         return results
 
+    provenance = {"trained_in": IMAGINED_ENV_ID, "world_model": choice.describe(portable=True)}
     run_dir = train(cfg, out, command=command, make_env=imagined_envs(world), final_eval=final_eval,
-                    extra_provenance={"trained_in": IMAGINED_ENV_ID, "world_model": choice.describe()})
+                    extra_provenance=provenance)
     record = dream_record(results, world)
     (run_dir / "dream.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"imagined return {record['imagined_return']:.1f} over {record['imagined_turns']} turns, "

@@ -53,7 +53,7 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     state = torch.load(choice.folder / MODEL_FILE, weights_only=True)
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, folder / MODEL_FILE)
     meta = json.loads((choice.folder / META_FILE).read_text())
-    meta["shipped"] = {"from": choice.describe(), "weights": "float16"}
+    meta["shipped"] = {"from": choice.describe(portable=True), "weights": "float16"}
     (folder / META_FILE).write_text(json.dumps(meta, indent=1))
     _ship_baselines(meta, folder)
     main = metrics["files"][metrics["self"]]
