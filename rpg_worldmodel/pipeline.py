@@ -141,6 +141,10 @@ def resolve_expert(name: str) -> tuple[str, str]:
     if name in ("greedy", "random") or name.endswith(".zip"):
         if name.endswith(".zip") and not Path(name).is_file():
             raise FileNotFoundError(f"expert file {name} does not exist")
+        if name.endswith(".zip"):
+            from rpg_env.experts import load_expert
+
+            load_expert(name)  # a file that is not an expert zip fails here, before anything is written
         return name, Path(name).stem if name.endswith(".zip") else name
     from rpg_env.experts import PRETRAINED, pretrained_path
 

@@ -194,6 +194,8 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
         ("evaluate", "unknown device",
          ["--checkpoint", "{checkpoint}", "--data", "{good}", "--device", "foo"], "not a torch device"),
         ("pipeline", "zero games", ["--out", "{tmp}/p", "--quick", "--self-games", "0"], "--self-games"),
+        ("pipeline", "expert not a zip", ["--out", "{tmp}/p", "--quick", "--cross-expert", "{not_a_zip}"],
+         "not a Stable-Baselines3 model zip"),
         ("pipeline", "unknown expert", ["--out", "{tmp}/p", "--quick", "--self-expert", "bogus"],
          "unknown expert"),
         ("wm_play", "zero steps", ["--agent", "greedy", "--out", "{tmp}/p.gif", "--steps", "0"],
