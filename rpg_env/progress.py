@@ -29,6 +29,12 @@ class PlainLineBar(tqdm):
         self.fp.flush()
         return True
 
+    def set_postfix(self, ordered_dict=None, refresh: bool = True, **kwargs) -> None:
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)  # shown with the next timed line
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        super().set_description(desc, refresh=False)
+
     def close(self) -> None:
         if self.disable:
             return

@@ -34,6 +34,17 @@ def test_an_iterated_bar_off_a_terminal_ends_with_its_final_count_even_with_leav
     assert "5000/5000" in lines[-1]
 
 
+def test_postfix_updates_wait_for_the_next_line():
+    log = io.StringIO()
+    bar = progress_bar(total=1000, desc="train", file=log)
+    for step in range(1000):
+        bar.update(1)
+        bar.set_postfix(loss=f"{1 / (step + 1):.3f}")
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert len(lines) <= 3 and "loss=0.001" in lines[-1]
+
+
 def test_plain_lines_come_at_most_every_interval():
     bar = progress_bar(total=10, file=io.StringIO(), mininterval=0.5)
     assert bar.mininterval == PLAIN_INTERVAL_S  # a caller's short interval does not flood a log
