@@ -158,6 +158,16 @@ def resolve_expert(name: str) -> tuple[str, str]:
         return fallback, fallback
 
 
+def resolve_experts(s: PipelineSettings) -> tuple[tuple[str, str], tuple[str, str]]:
+    """``(policy, label)`` of the self and the cross expert (`resolve_expert`); the same expert
+    twice is labelled ``NAME`` and ``NAME-cross``."""
+    (self_policy, self_label), (cross_policy, cross_label) = (resolve_expert(s.self_expert),
+                                                              resolve_expert(s.cross_expert))
+    if self_label == cross_label:
+        cross_label = f"{cross_label}-cross"
+    return (self_policy, self_label), (cross_policy, cross_label)
+
+
 def stage_record(policy: str, label: str, out: Path, games: int, seed: int, num_envs: int,
                  record_co_players: bool, quick: bool = False) -> dict:
     """Record ``games`` games of ``policy`` into ``out`` (replacing it); returns the summary."""
@@ -242,14 +252,12 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     s = settings
     out = Path(s.out or default_out())
     cfg = training_config(s.train_overrides, s.seed, s.quick)  # refused before anything is written
-    experts = resolve_expert(s.self_expert), resolve_expert(s.cross_expert)  # so are unknown experts
+    experts = resolve_experts(s)  # so are unknown experts and files that are not experts
     prepare_out(out, overwrite)
     timings: dict[str, float] = {}
     total, start = 9 if s.extra_seeds else 8, time.perf_counter()
     with Stage(1, total, "experts", timings):
         (self_policy, self_label), (cross_policy, cross_label) = experts
-        if self_label == cross_label:
-            cross_label = f"{cross_label}-cross"
         print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
     with Stage(2, total, "record", timings):
         self_file, cross_file = out / "data" / f"{self_label}.h5", out / "data" / f"{cross_label}.h5"
