@@ -151,21 +151,17 @@ class Ours:
         from rpg_worldmodel.config import load_config
         from rpg_worldmodel.data import EpochBatchSampler, TrajectoryWindows
         from rpg_worldmodel.distributed import autocast_context, to_device
-        from rpg_worldmodel.model import WorldModel
+        from rpg_worldmodel.models.world_model import WorldModel
         from rpg_worldmodel.train import loss_weights
 
         if threads:
             torch.set_num_threads(threads)
         self.torch, self.autocast, self.to_device = torch, autocast_context, to_device
-        self.cfg = load_config(None, [f"data.path={data}"])
+        # The default model at the reference (Sorrel's) size: the default grew past it since.
+        shape = [f"model.{k}={REFERENCE[k]}"
+                 for k in ("width", "num_layers", "num_heads", "num_frames", "patch_size")]
+        self.cfg = load_config(None, [f"data.path={data}", *shape])
         self.weights = loss_weights(self.cfg, vocabulary().cell_names)
-        with_ref = self.cfg.model
-        assert (with_ref.width, with_ref.num_layers, with_ref.num_heads, with_ref.num_frames) == (
-            REFERENCE["width"],
-            REFERENCE["num_layers"],
-            REFERENCE["num_heads"],
-            REFERENCE["num_frames"],
-        )
         from rpg_env.trajectories import TrajectoryFile
 
         with TrajectoryFile(data) as tf:
