@@ -133,7 +133,7 @@ def output_file(text: str) -> Path:
     """An argparse type: a path a command may write a file to: not a folder, and not under a file."""
     path = Path(text)
     if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder: name a file (e.g. {path / 'out'}...)")
+        raise argparse.ArgumentTypeError(f"{text} is a folder: name a file (in it or elsewhere)")
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             raise argparse.ArgumentTypeError(f"{parent} is a file, so {text} cannot be written")

@@ -57,7 +57,7 @@ def portable_path(path: str | os.PathLike, base: str | os.PathLike | None = None
     resolved = path.resolve()
     for root in (base, SOURCE_ROOT, Path.cwd()):
         if root is not None and resolved.is_relative_to(Path(root).resolve()):
-            return resolved.relative_to(Path(root).resolve()).as_posix() or "."
+            return resolved.relative_to(Path(root).resolve()).as_posix()
     return path.name
 
 
@@ -65,7 +65,7 @@ def portable_command(argv: list[str], base: str | os.PathLike | None = None) -> 
     """A command line with every absolute path in it made `portable_path` (``--out=/a/b`` too)."""
     words = []
     for word in argv:
-        key, eq, value = word.partition("=") if word.startswith("-") or "=" in word else ("", "", word)
+        key, eq, value = word.partition("=")
         if eq and os.path.isabs(value):
             words.append(f"{key}={portable_path(value, base)}")
         else:
