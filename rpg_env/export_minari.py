@@ -63,9 +63,11 @@ def select_streams(tf: TrajectoryFile, agents: str = "0", policy_id: str | None 
 def check_dataset_id(dataset_id: str) -> str:
     """``dataset_id`` if Minari's own parser takes it as ``(namespace/)name-vN``; else `InputError`.
     Checked before the file is read, so a bad id writes nothing."""
-    minari = _require_minari()
+    _require_minari()
+    from minari.dataset.minari_dataset import parse_dataset_id
+
     try:
-        _, _, version = minari.dataset.minari_dataset.parse_dataset_id(dataset_id)
+        _, _, version = parse_dataset_id(dataset_id)
     except (ValueError, TypeError):  # TypeError: Minari 0.5 parses a missing version as int(None)
         version = None
     if version is None:
