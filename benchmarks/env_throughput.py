@@ -22,7 +22,6 @@ Writes ``benchmarks/results/env_throughput.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -34,6 +33,9 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env  # noqa: F401  (registers Treasurehunt-v0)
+from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive_int, run_command
+from rpg_base.errors import InputError
+from rpg_base.progress import progress_bar
 from rpg_base.provenance import provenance
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_throughput.json"
@@ -116,58 +118,53 @@ def _row(name: str, per_step: list[tuple[float, float]], worlds: int, agents: in
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/env_throughput.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few steps: a smoke check (noisy figures)")
-    parser.add_argument("--repeats", type=int, default=None, help="timed runs per row (best is reported)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pin", type=int, default=None, metavar="CPU",
+    parser.add_argument("--repeats", type=positive_int, default=None,
+                        help="timed runs per row (best is reported)")
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--pin", type=non_negative_int, default=None, metavar="CPU",
                         help="pin the process to this CPU (Linux), so 'one core' is literal")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON output path")
-    args = parser.parse_args(argv)
-    if args.pin is not None:
-        os.sched_setaffinity(0, {args.pin})
-    repeats = args.repeats or (2 if args.quick else 5)
-    single_steps = 5_000 if args.quick else 50_000
-    # Vector loops scale their step count so every row does a similar amount of work.
-    vector_work = 200_000 if args.quick else 1_000_000  # world-steps per timed run
+    parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path")
+    return parser
 
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm is a project dependency; keep the benchmark runnable without it
-        tqdm = None
+
+def measure(repeats: int, single_steps: int, vector_work: int, seed: int) -> list[dict]:
+    """Every row: CartPole (the reference), the single env, the vector env at each size, and the
+    greedy co-player's cost; ``vector_work`` world-steps per timed vector run."""
     jobs = ["CartPole-v1", "Treasurehunt-v0", *[f"vector N={n}" for n in VECTOR_SIZES],
             "greedy single", "greedy vector"]
-    bar = tqdm(total=len(jobs), desc="env throughput", file=sys.stderr) if tqdm else None
-
-    load_before = os.getloadavg()
+    bar = progress_bar(total=len(jobs), desc="env throughput", file=sys.stderr)
     rows = []
-    cart = _time_single("CartPole-v1", single_steps, repeats, args.seed)
-    cart_steps_per_s = 1.0 / min(w for w, _ in cart)
-    cart_cpu_steps_per_s = 1.0 / min(c for _, c in cart)
-    ref = (cart_steps_per_s, cart_cpu_steps_per_s)
+    cart = _time_single("CartPole-v1", single_steps, repeats, seed)
+    ref = (1.0 / min(w for w, _ in cart), 1.0 / min(c for _, c in cart))
     rows.append(_row("CartPole-v1 (gymnasium.make)", cart, 1, 1, *ref))
-    bar and bar.update()
-    single = _time_single("Treasurehunt-v0", single_steps, repeats, args.seed)
+    bar.update()
+    single = _time_single("Treasurehunt-v0", single_steps, repeats, seed)
     rows.append(_row("Treasurehunt-v0 (gymnasium.make)", single, 1, 2, *ref))
-    bar and bar.update()
+    bar.update()
     for n in VECTOR_SIZES:
         steps = max(20, min(20_000, vector_work // n))
-        per = _time_vector(n, steps, repeats, args.seed)
+        per = _time_vector(n, steps, repeats, seed)
         rows.append(_row(f"Treasurehunt-v0 make_vec N={n}", per, n, 2, *ref))
-        bar and bar.update()
+        bar.update()
     # Context, not targets: the scripted greedy co-player (a BFS per view) costs more.
-    greedy = _time_single("Treasurehunt-v0", single_steps // 5, repeats, args.seed, co_policy="greedy")
+    greedy = _time_single("Treasurehunt-v0", single_steps // 5, repeats, seed, co_policy="greedy")
     rows.append(_row("single env, greedy co-player", greedy, 1, 2, *ref))
-    bar and bar.update()
-    per = _time_vector(1024, max(10, vector_work // 1024 // 5), repeats, args.seed, co_policy="greedy")
+    bar.update()
+    per = _time_vector(1024, max(10, vector_work // 1024 // 5), repeats, seed, co_policy="greedy")
     rows.append(_row("make_vec N=1024, greedy co-player", per, 1024, 2, *ref))
-    bar and bar.update()
-    bar and bar.close()
+    bar.update()
+    bar.close()
+    return rows
 
+
+def summarize(rows: list[dict]) -> dict:
+    """The headline figures against the targets (rows as `measure` orders them)."""
     single_row = rows[1]
     vec_1024 = next(r for r in rows if r["num_envs"] == 1024 and "make_vec" in r["name"])
-    summary = {
+    return {
         "single_env_steps_per_s": single_row["steps_per_s"],
         "single_env_target": TARGET_SINGLE,
         "single_env_meets_target": single_row["steps_per_s"] >= TARGET_SINGLE,
@@ -179,8 +176,24 @@ def main(argv: list[str] | None = None) -> dict:
         "vector_1024_meets_target": vec_1024["agent_steps_per_s"] >= TARGET_VECTOR_1024,
         "vector_1024_cpu_agent_steps_per_s": vec_1024["cpu_agent_steps_per_s"],
         "vector_1024_cpu_meets_target": vec_1024["cpu_agent_steps_per_s"] >= TARGET_VECTOR_1024,
-        "cartpole_steps_per_s": cart_steps_per_s,
+        "cartpole_steps_per_s": rows[0]["steps_per_s"],
     }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    if args.pin is not None:
+        if args.pin not in os.sched_getaffinity(0):
+            raise InputError(f"--pin {args.pin}: this process may run on CPUs "
+                             f"{sorted(os.sched_getaffinity(0))}; pin one of them")
+        os.sched_setaffinity(0, {args.pin})
+    repeats = args.repeats or (2 if args.quick else 5)
+    single_steps = 5_000 if args.quick else 50_000
+    # Vector loops scale their step count so every row does a similar amount of work.
+    vector_work = 200_000 if args.quick else 1_000_000  # world-steps per timed run
+    load_before = os.getloadavg()
+    rows = measure(repeats, single_steps, vector_work, args.seed)
+    summary = summarize(rows)
     report = {
         "benchmark": "env_throughput",
         "config": {"map": "20x20", "view": "9x9 one-hot", "agents": 2,
@@ -224,4 +237,4 @@ def _print_table(rows: list[dict], summary: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

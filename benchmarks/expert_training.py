@@ -21,7 +21,6 @@ Writes ``benchmarks/results/expert_training.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 import rpg_env
+from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
 from rpg_base.provenance import provenance
 from rpg_env.experts import pretrained_path
 from rpg_env.experts.config import load_config
@@ -56,11 +56,17 @@ def time_act(policy, obs: np.ndarray, calls: int) -> float:
     return calls * len(obs) / (time.perf_counter() - start)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=30_000)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/expert_training.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=positive_int, default=30_000,
+                        help="learner steps timed per algorithm")
     parser.add_argument("--quick", action="store_true", help="3,000 steps, for a smoke check")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     steps = 3_000 if args.quick else args.steps
     torch.set_num_threads(1)
 
@@ -83,15 +89,15 @@ def main() -> None:
     print(f"{'measurement':<44} {'per second':>12} {'vs reference':>13}")
     for name, rate, ratio in rows:
         print(f"{name:<44} {rate:>12,.0f} {ratio:>12.2f}x")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     record = provenance(seed=0, steps=steps, results={
         "learn_steps_per_s": {"treasurehunt_dqn": round(treasure, 1), "cartpole_dqn": round(cartpole, 1),
                               "ratio": round(treasure / cartpole, 3)},
         "act_rows_per_s": {"dqn_expert": round(expert, 1), "greedy": round(greedy, 1),
                            "ratio": round(expert / greedy, 3)}})
-    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -27,7 +27,6 @@ Goal on a 2-core CPU: >= 5,000 imagined steps/s at N = 256 and >= 3x the uncache
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -41,6 +40,7 @@ import torch
 
 import rpg_env
 import rpg_worldmodel
+from rpg_base.cli import ArgumentParser, device_name, non_negative_int, positive_int, run_command
 from rpg_base.provenance import provenance
 from rpg_env.record import record
 from rpg_worldmodel.config import load_config
@@ -121,16 +121,23 @@ def measure(checkpoint: Path, sizes: tuple[int, ...], steps: int, repeats: int, 
                    for n, v in per.items()} for name, per in rows.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/imagination.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 1 and 64, few steps: a smoke check")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    parser.add_argument("--steps", type=int, default=0, help="timed steps per round (default: by N)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", type=device_name, default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=non_negative_int, default=0,
+                        help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--steps", type=non_negative_int, default=0,
+                        help="timed steps per round (default: by N)")
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--baseline", default=PREVIOUS_DEFAULT,
                         help="overrides of the cached_baseline row's model ('' leaves the row out)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    load_config(None, args.baseline.split())  # bad overrides fail before any training
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = SIZES[:2] if args.quick else SIZES
@@ -151,10 +158,10 @@ def main() -> None:
         summary[f"cached_over_baseline_at_{at}"] = (results["cached"][at]["median"]
                                                     / results["cached_baseline"][at]["median"])
         summary["baseline_overrides"] = args.baseline
-    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size")
     shape = {k: getattr(cfg.model, k) for k in keys}
-    record_ = provenance(seed=0, device=args.device, device_name=device_name,
+    record_ = provenance(seed=0, device=args.device, device_name=hardware,
                          torch_threads=torch.get_num_threads(), model=shape,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
     print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"
@@ -173,4 +180,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

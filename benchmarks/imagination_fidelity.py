@@ -1,190 +1,259 @@
-"""Does the dream stay a game under policies unlike the data, and can a policy exploit it?
+"""Does the dream stay a world for a whole game, under policies unlike the data?
 
-A world model learns the game from an expert's games; an agent trained inside it goes wherever
-the model is wrong and profits. This benchmark steps N imagined worlds of
-``TreasurehuntImagined-v0`` (sampled, as `rpg_worldmodel.dream` trains in them) and N real games
-of ``Treasurehunt-v0`` with the same policies for the same number of turns and compares:
+A world model learns the game from an expert's games; a dream is judged by the world it imagines
+over a whole game, not by one step. For each world model, sampler and policy, N imagined worlds
+(`rpg_worldmodel.envs.imagination.ImaginedWorlds`) and N real games of ``Treasurehunt-v0`` start
+from the same real opening (a greedy burn-in of ``num_frames - 1`` turns beside a random
+co-player, as the imagined env's own openings are played) and play on to the episode's end
+(turn 100). Every frame from the last real one is measured with `rpg_worldmodel.envs.fidelity`,
+the same way in both worlds:
 
-- **reward per step**, imagined and real, and their difference with a 95% bootstrap interval over
-  worlds: a positive gap under a fixed policy is what an agent trained in the dream can exploit;
-- **invalid frames**: the share of imagined views that no game state gives (the centre is not the
-  agent, or more agents than the game has); real views are always valid, and so are views drawn
-  with ``--views game`` (the default sampler) by construction: ``--views cells`` samples every cell
-  on its own and measures how often the model itself puts its mass on impossible views;
-- **item and wall shares** of the views over the last third of the turns, imagined and real.
+- ``frame_validity``: the share of frames the game could show (wall layouts read from the game
+  itself, the learner at the centre, at most ``num_agents - 1`` others, known kinds);
+- ``geometric_consistency``: the share of frames whose walls fit the position the moves imply,
+  bumps included, from the real start (the dream must keep to the real map) and, as
+  ``consistency_any_start``, from every start the first frame allows (it must keep to some map);
+- ``item_persistence``: of items seen and not collected, the share still there when their cell
+  comes back into view; ``spawn_rate``: new items per empty cell in view per turn;
+- ``return``: points per episode after the opening, imagined and real, their gap and the gap as a
+  share of the real return.
 
-Policies: ``dqn`` (the shipped expert whose games the model learned), ``greedy``, ``random``, and
-``left``: always the same action, which presses into the border wall for most of the episode
-(the expert almost never bumps a wall: 0.09% of its steps). Imagined worlds start from a real
-greedy burn-in of ``num_frames - 1`` turns, as the dream's do, and so do the real games (the
-burn-in is not counted); both with a random co-player.
+Every figure carries a 95% bootstrap interval over worlds. Policies: ``greedy``, ``random``,
+``dqn`` (the shipped expert whose games the model learned) and ``dream`` (the agent trained in
+the shipped model's imagination). Samplers: ``sampled`` (temperature 1) and ``argmax``; views
+drawn as the game can show them (``--views game``: the learner at the centre, at most
+``num_agents - 1`` others) or every cell on its own (``--views cells``: the placement rule off).
 
     python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--views game cells]
-        [--worlds 64] [--steps 60]
+        [--samplers sampled argmax] [--policies greedy random dqn dream] [--worlds 64] [--seed 0]
 
-Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png``.
+Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png`` (validity by turn).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
 
-import rpg_env
-import rpg_worldmodel
+from rpg_base.cli import (
+    ArgumentParser,
+    non_negative_int,
+    output_file,
+    positive_int,
+    run_command,
+)
 from rpg_base.provenance import provenance
-from rpg_env.experts import pretrained_path
-from rpg_env.game.constants import ACTION_NAMES
-from rpg_env.policies.base import BatchPolicy
+from rpg_env.envs.vector import TreasurehuntVectorEnv
+from rpg_env.experts import pretrained_path as expert_path
 from rpg_env.policies.registry import make_policy
-from rpg_worldmodel.checkpoint import load_checkpoint
-from rpg_worldmodel.data.kinds import AGENT, WALL, item_names
-from rpg_worldmodel.envs.imagination import VIEWS
-from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weights
+from rpg_worldmodel.checkpoint import LoadedCheckpoint, choose_checkpoint, load_checkpoint
+from rpg_worldmodel.envs.fidelity import FidelityReference, Share, fidelity, frame_validity
+from rpg_worldmodel.envs.imagination import VIEWS, GivenContext, ImaginedWorlds, Start
+from rpg_worldmodel.shipped import pretrained_path as shipped_path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-POLICIES = ("dqn", "greedy", "random", "left")
+POLICIES = ("greedy", "random", "dqn", "dream")
+SAMPLERS = ("sampled", "argmax")
+MEASURES = ("frame_validity", "geometric_consistency", "consistency_any_start", "item_persistence",
+            "spawn_rate")
+REPS = 2000
 
 
-class Constant(BatchPolicy):
-    """Always the same action."""
-
-    def __init__(self, action: int) -> None:
-        super().__init__()
-        self.action = action
-
-    def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
-        return np.full(len(obs), self.action, dtype=np.int64)
+def policy(name: str):
+    """A fresh policy by name: the shipped DQN expert, the shipped dream agent, or a scripted one."""
+    if name == "dqn":
+        return make_policy(str(expert_path("dqn")))
+    if name == "dream":
+        return make_policy(str(shipped_path("dream")))
+    return make_policy(name)
 
 
-def policy(name: str) -> BatchPolicy:
-    if name == "left":
-        return Constant(ACTION_NAMES.index("left"))
-    return make_policy(str(pretrained_path(name)) if name == "dqn" else name)
-
-
-def play(venv, name: str, steps: int, seed: int, burn_in: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``steps`` turns of policy ``name`` from a seeded reset after ``burn_in`` turns of greedy
-    (not counted): rewards (steps, N) and cell codes (steps, N, V, V)."""
-    pol = policy(name)
-    pol.seed(np.random.default_rng(seed))
-    obs, _ = venv.reset(seed=seed)
+def opening(rules: dict, num_frames: int, worlds: int, seed: int):
+    """A real greedy burn-in of ``num_frames - 1`` turns: the `Start` the dream continues from, the
+    real games (still running), their last views and the learner's positions."""
+    env = TreasurehuntVectorEnv(worlds, **rules, co_policy="random")
+    obs, info = env.reset(seed=seed)
     greedy = make_policy("greedy")
-    greedy.seed(np.random.default_rng(seed + 1))  # it breaks ties at random: unseeded, real rows drift
-    for _ in range(burn_in):
-        obs, *_ = venv.step(greedy.act(obs))
-    start = np.ones(venv.num_envs, dtype=bool)
-    rewards, codes = [], []
-    for _ in range(steps):
-        obs, reward, _, truncated, _ = venv.step(pol.act(obs, start))
-        start = np.asarray(truncated, dtype=bool)
-        rewards.append(np.asarray(reward, dtype=np.float64))
-        codes.append(np.asarray(obs).argmax(1))
-    return np.stack(rewards), np.stack(codes)
+    greedy.seed(np.random.default_rng(seed + 1))
+    views, actions = [obs], []
+    for _ in range(num_frames - 1):
+        action = greedy.act(obs)
+        obs, _, _, _, info = env.step(action)
+        views.append(obs)
+        actions.append(action)
+    turns = np.full(worlds, num_frames - 1, dtype=np.int64)
+    start = Start(np.stack(views, 1).astype(np.uint8), np.stack(actions, 1).astype(np.int64), turns)
+    return start, env, obs, info["positions"][:, 0]
 
 
-def interval(per_world: np.ndarray, seed: int, reps: int = 2000) -> dict:
-    """Mean over worlds with a 95% percentile bootstrap interval (the evaluation's bootstrap)."""
-    means = resample_weights(len(per_world), reps, seed) @ per_world / len(per_world)
-    return bootstrap_interval(per_world.mean(), means).as_dict()
+def play(step, obs: np.ndarray, name: str, seed: int):
+    """Play policy ``name`` to the episode's end through ``step(actions) -> (obs, rewards, done)``:
+    cell codes (N, T, V, V) from the given view on, actions (N, T - 1), returns (N,) points."""
+    pol = policy(name)
+    pol.seed(np.random.default_rng(seed + 2))
+    start = np.ones(len(obs), dtype=bool)
+    codes, actions, returns = [obs.argmax(1)], [], np.zeros(len(obs))
+    while True:
+        action = pol.act(obs, start)
+        obs, rewards, done = step(action)
+        start[:] = False
+        codes.append(obs.argmax(1))
+        actions.append(action)
+        returns += rewards
+        if done.all():
+            return np.stack(codes, 1), np.stack(actions, 1), returns
 
 
-def compare(checkpoint: str, views: str, worlds: int, steps: int, seed: int) -> dict:
-    """Every policy in the imagined game of ``checkpoint`` (views drawn by ``views``) and in the
-    real game."""
-    loaded = load_checkpoint(checkpoint)
-    names = list(loaded.record.data.channel_names)
-    agent, wall = names.index(AGENT), names.index(WALL)
-    items = [names.index(k) for k in item_names(names)]
-    num_agents = int(loaded.record.data.env_kwargs.get("num_agents", 2))
-    imagined = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, num_envs=worlds, checkpoint=checkpoint,
-                            sample=True, views=views)
-    real = gym.make_vec(rpg_env.ENV_ID, num_envs=worlds, **loaded.record.data.env_kwargs)  # its game
-    tail = slice(2 * steps // 3, steps)
-    out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "views": views, "policies": {}}
-    burn_in = loaded.config.model.num_frames - 1  # real games get the imagined worlds' greedy burn-in
-    for name in POLICIES:
-        (r_im, c_im), (r_re, c_re) = play(imagined, name, steps, seed), play(real, name, steps, seed, burn_in)
-        v = c_im.shape[-1] // 2
-        invalid = (c_im[..., v, v] != agent) | ((c_im == agent).sum((-1, -2)) > num_agents)
-        row = {
-            "imagined_reward_per_step": interval(r_im.mean(0), seed),
-            "real_reward_per_step": interval(r_re.mean(0), seed),
-            "imagined_minus_real": interval(r_im.mean(0) - r_re.mean(0), seed),
-            "invalid_frames": interval(invalid.mean(0).astype(np.float64), seed),
-            "item_share": {"imagined": float(np.isin(c_im[tail], items).mean()),
-                           "real": float(np.isin(c_re[tail], items).mean())},
-            "wall_share": {"imagined": float((c_im[tail] == wall).mean()),
-                           "real": float((c_re[tail] == wall).mean())},
-        }
-        out["policies"][name] = row
-        gap = row["imagined_minus_real"]
-        im, rl = row["imagined_reward_per_step"], row["real_reward_per_step"]
-        print(f"{checkpoint} [{views}]  {name:>6}: reward/step imagined {im['value']:+.3f} "
-              f"real {rl['value']:+.3f} "
-              f"gap {gap['value']:+.3f} [{gap['lo']:+.3f}, {gap['hi']:+.3f}]  "
-              f"invalid {row['invalid_frames']['value']:.3f}", flush=True)
-    imagined.close()
-    real.close()
+def real_step(env: TreasurehuntVectorEnv):
+    def step(action):
+        obs, reward, _, truncated, _ = env.step(action)
+        return obs, np.asarray(reward, dtype=np.float64), np.asarray(truncated, dtype=bool)
+    return step
+
+
+def imagined_step(worlds: ImaginedWorlds):
+    def step(action):
+        rewards, done = worlds.step(action)
+        return worlds.observations(), rewards.astype(np.float64), done
+    return step
+
+
+def share_interval(share: Share, seed: int) -> dict:
+    """A pooled share (hits / total over worlds) with a 95% bootstrap interval over worlds."""
+    picks = np.random.default_rng(seed).integers(0, len(share.hits), (REPS, len(share.hits)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        draws = share.hits[picks].sum(1) / share.total[picks].sum(1)
+    lo, hi = np.nanpercentile(draws, [2.5, 97.5]) if np.isfinite(draws).any() else (np.nan, np.nan)
+    return {"value": float(share.value), "lo": float(lo), "hi": float(hi),
+            "hits": int(share.hits.sum()), "total": int(share.total.sum())}
+
+
+def mean_interval(per_world: np.ndarray, seed: int) -> dict:
+    picks = np.random.default_rng(seed).integers(0, len(per_world), (REPS, len(per_world)))
+    lo, hi = np.percentile(per_world[picks].mean(1), [2.5, 97.5])
+    return {"value": float(per_world.mean()), "lo": float(lo), "hi": float(hi)}
+
+
+def measures(codes, actions, ref: FidelityReference, start_cells, seed: int) -> dict:
+    known = fidelity(codes, actions, ref, start=start_cells)
+    free = fidelity(codes, actions, ref)
+    shares = {**{m: known[m] for m in MEASURES if m in known},
+              "consistency_any_start": free["geometric_consistency"]}
+    out = {m: share_interval(shares[m], seed) for m in MEASURES}
+    out["failed"] = {k: int(v) for k, v in known["failed"].items()}
     return out
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def one_row(loaded: LoadedCheckpoint, ref: FidelityReference, name: str, sampler: str, views: str,
+            worlds: int, seed: int) -> dict:
+    """One policy under one sampler: the dream and the real game from the same opening."""
+    rules, num_frames = dict(loaded.record.data.env_kwargs), loaded.config.model.num_frames
+    start, real, obs, first = opening(rules, num_frames, worlds, seed)
+    context = GivenContext()
+    context.give(start)
+    dream = ImaginedWorlds(loaded, worlds, context, sample=sampler == "sampled", views=views)
+    dream.reset(np.arange(worlds), np.random.default_rng(seed))
+    im_codes, im_actions, im_return = play(imagined_step(dream), dream.observations(), name, seed)
+    re_codes, re_actions, re_return = play(real_step(real), obs, name, seed)
+    real.close()
+    gap = im_return - re_return
+    valid = frame_validity(im_codes, ref).valid
+    return {
+        "imagined": measures(im_codes, im_actions, ref, first, seed),
+        "real": measures(re_codes, re_actions, ref, first, seed),
+        "return": {"imagined": mean_interval(im_return, seed), "real": mean_interval(re_return, seed),
+                   "imagined_minus_real": mean_interval(gap, seed),
+                   "gap_share_of_real": float(gap.mean() / abs(re_return.mean()))
+                   if re_return.mean() else None},
+        "validity_by_turn": valid.mean(0).round(4).tolist(),
+    }
+
+
+def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str], worlds: int,
+            seed: int) -> dict:
+    loaded = load_checkpoint(checkpoint)
+    data = loaded.record.data
+    ref = FidelityReference.for_game(dict(data.env_kwargs), channel_names=data.channel_names)
+    out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "views": views, "rows": {}}
+    for sampler in samplers:
+        for name in policies:
+            row = one_row(loaded, ref, name, sampler, views, worlds, seed)
+            out["rows"][f"{sampler}/{name}"] = row
+            print(line(checkpoint, views, sampler, name, row), flush=True)
+    return out
+
+
+def line(checkpoint: str, views: str, sampler: str, name: str, row: dict) -> str:
+    im, re = row["imagined"], row["real"]
+    fig = lambda m, d=3: f"{im[m]['value']:.{d}f} [{im[m]['lo']:.{d}f}, {im[m]['hi']:.{d}f}]"
+    gap = row["return"]["imagined_minus_real"]
+    share = row["return"]["gap_share_of_real"]
+    of_real = f" ({share:+.1%} of real)" if share is not None else ""
+    return (f"{checkpoint} [{views}, {sampler}] {name:>6}: valid {fig('frame_validity')}  "
+            f"consistent {fig('geometric_consistency')}  persistence {fig('item_persistence')} "
+            f"(real {re['item_persistence']['value']:.3f})  spawn {fig('spawn_rate', 4)} "
+            f"(real {re['spawn_rate']['value']:.4f})  return gap {gap['value']:+.1f} "
+            f"[{gap['lo']:+.1f}, {gap['hi']:+.1f}]{of_real}")
+
+
+def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    x = np.arange(len(POLICIES))
-    width = 0.8 / len(rows)
-    for i, row in enumerate(rows):
-        label = Path(row["checkpoint"]).name if row["checkpoint"] != "pretrained" else "pretrained"
-        label += f" ({row['views']})"
-        for ax, key in ((axes[0], "imagined_minus_real"), (axes[1], "invalid_frames")):
-            figs = [row["policies"][p][key] for p in POLICIES]
-            values = np.array([f["value"] for f in figs])
-            err = np.array([[f["value"] - f["lo"], f["hi"] - f["value"]] for f in figs]).T
-            ax.bar(x + i * width, values, width, yerr=err, capsize=2, label=label)
-    axes[0].axhline(0, color="black", lw=0.8)
-    axes[0].set_ylabel("reward per step, imagined minus real")
-    axes[1].set_ylabel("share of imagined frames no game gives")
-    for ax in axes:
-        ax.set_xticks(x + 0.4 - width / 2)
-        ax.set_xticklabels(POLICIES)
-        ax.legend(fontsize=7)
-    fig.suptitle("imagination fidelity under policies unlike the data (95% intervals over worlds)")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for result in results:
+        for key, row in result["rows"].items():
+            curve = row["validity_by_turn"]
+            ax.plot(range(len(curve)), curve, label=f"{result['checkpoint']} {result['views']} {key}", lw=1)
+    ax.set_xlabel("frames since the imagined episode began (0: the last real frame)")
+    ax.set_ylabel("share of imagined frames the game could show")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=6, ncol=2)
+    fig.suptitle("frame validity over a whole imagined game (real games: 1.0 throughout)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/imagination_fidelity.py",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", nargs="+", default=["pretrained"],
                         help="world models to compare (run folders, checkpoint folders or 'pretrained')")
     parser.add_argument("--views", nargs="+", default=["game"], choices=VIEWS,
-                        help="samplers: 'game' (as the dream trains) and/or 'cells' (each cell on its own)")
-    parser.add_argument("--worlds", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=60, help="turns played (< the episode's 100)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=RESULTS / "imagination_fidelity.json")
-    args = parser.parse_args()
+                        help="'game': views the game can show (the imagined env's default); 'cells': every "
+                             "cell on its own (the agent placement rule off)")
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS,
+                        help="sampled (temperature 1) and/or argmax")
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
+    parser.add_argument("--worlds", type=positive_int, default=64, help="imagined worlds and real games each")
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--threads", type=positive_int, default=1,
+                        help="torch CPU threads (one is fastest for these small steps)")
+    parser.add_argument("--out", type=output_file, default=RESULTS / "imagination_fidelity.json")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    for checkpoint in args.checkpoint:  # every world model is found before the first is played
+        if checkpoint != "pretrained":
+            choose_checkpoint(checkpoint)
     torch.set_num_threads(args.threads)
-    rows = [compare(ck, views, args.worlds, args.steps, args.seed)
-            for ck in args.checkpoint for views in args.views]
-    record = provenance(seed=args.seed, worlds=args.worlds, steps=args.steps, policies=list(POLICIES),
-                        rows=rows)
+    results = [compare(ck, views, args.samplers, args.policies, args.worlds, args.seed)
+               for ck in args.checkpoint for views in args.views]
+    record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
+                        threads=args.threads, results=results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    plot(rows, args.out.with_suffix(".png"))
+    plot(results, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

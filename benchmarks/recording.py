@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rpg_base.cli import ArgumentParser, output_file, output_folder, positive_int, run_command
 from rpg_base.provenance import provenance
 from rpg_env.record import record
 from rpg_env.trajectories.format import (
@@ -115,69 +116,76 @@ def rewrite(src: Path, dst: Path, level: int, obs_rows: int, games_per_commit: i
         w.write_games(games)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policy", action="append", default=None,
+def _policy_arg(value: str) -> str:
+    if value in ("random", "greedy") or (value.endswith(".zip") and Path(value).is_file()):
+        return value
+    if value.endswith(".zip"):
+        raise argparse.ArgumentTypeError(f"no such model file: {value}")
+    raise argparse.ArgumentTypeError(f"{value!r} is not a policy: use random, greedy or an SB3 .zip")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/recording.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", action="append", default=None, type=_policy_arg,
                         help="random, greedy or an SB3 .zip (repeatable; default: shipped experts, "
                              "greedy, random)")
-    parser.add_argument("--games", type=int, default=1024)
-    parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--k", type=int, default=8, help="window length in steps")
-    parser.add_argument("--windows", type=int, default=20_000, help="random windows to read")
+    parser.add_argument("--games", type=positive_int, default=1024)
+    parser.add_argument("--num-envs", type=positive_int, default=64)
+    parser.add_argument("--k", type=positive_int, default=8, help="window length in steps")
+    parser.add_argument("--windows", type=positive_int, default=20_000, help="random windows to read")
     parser.add_argument("--sweep", action="store_true", help="also compare gzip levels and chunk sizes")
     parser.add_argument("--quick", action="store_true", help="64 games, 2,000 windows")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the recorded files in this folder")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.games, args.windows = min(args.games, 64), min(args.windows, 2_000)
-    policies = args.policy or default_policies()
-    tmp = tempfile.TemporaryDirectory(prefix="rpg_recording_")
-    folder = args.keep or Path(tmp.name)
-    folder.mkdir(parents=True, exist_ok=True)
+    parser.add_argument("--keep", type=output_folder, default=None,
+                        help="keep the recorded files in this folder")
+    parser.add_argument("--out", type=output_file, default=RESULTS)
+    return parser
 
-    rows = []
-    for i, policy in enumerate(policies):
-        path = folder / f"rec{i}_{Path(policy).stem}.h5"
-        summary = record(policy, path, args.games, seed=0, num_envs=args.num_envs, mode="w",
-                         progress=sys.stderr.isatty())
-        with TrajectoryFile(path) as tf:
-            raw = raw_bytes(tf)
-        size = path.stat().st_size
-        reading = window_throughput(path, args.k, args.windows, seed=1)
-        rows.append({
-            "policy": summary["policy_id"], "games": summary["games"], "agent_steps": summary["agent_steps"],
-            "record_s": summary["seconds"], "games_per_s": summary["games"] / summary["seconds"],
-            "policy_s": summary["policy_seconds"],
-            "env_and_recording_s": summary["seconds"] - summary["policy_seconds"],
-            "load_average_1min_after": os.getloadavg()[0],
-            "file_bytes": size, "bytes_per_agent_step": size / summary["agent_steps"],
-            "raw_numpy_bytes": raw, "compression_ratio": raw / size,
-            "vs_pickle_reference": PICKLE_REFERENCE_BYTES * (summary["games"] / 1024) / size,
-            "learner_mean_return": summary["mean_return"], **reading,
-            "meets_size_target": size * (1024 / summary["games"]) <= TARGET_BYTES,
-            "meets_time_target": summary["seconds"] * (1024 / summary["games"]) <= TARGET_SECONDS,
-        })
-        print(f"{summary['policy_id']}: recorded in {summary['seconds']:.1f} s, {size / 1e6:.2f} MB",
-              file=sys.stderr)
 
+def measure_policy(policy: str, path: Path, args: argparse.Namespace) -> dict:
+    """One row: record ``args.games`` games of ``policy`` into ``path``, then read windows back."""
+    summary = record(policy, path, args.games, seed=0, num_envs=args.num_envs, mode="w",
+                     progress=sys.stderr.isatty())
+    with TrajectoryFile(path) as tf:
+        raw = raw_bytes(tf)
+    size = path.stat().st_size
+    reading = window_throughput(path, args.k, args.windows, seed=1)
+    print(f"{summary['policy_id']}: recorded in {summary['seconds']:.1f} s, {size / 1e6:.2f} MB",
+          file=sys.stderr)
+    return {
+        "policy": summary["policy_id"], "games": summary["games"], "agent_steps": summary["agent_steps"],
+        "record_s": summary["seconds"], "games_per_s": summary["games"] / summary["seconds"],
+        "policy_s": summary["policy_seconds"],
+        "env_and_recording_s": summary["seconds"] - summary["policy_seconds"],
+        "load_average_1min_after": os.getloadavg()[0],
+        "file_bytes": size, "bytes_per_agent_step": size / summary["agent_steps"],
+        "raw_numpy_bytes": raw, "compression_ratio": raw / size,
+        "vs_pickle_reference": PICKLE_REFERENCE_BYTES * (summary["games"] / 1024) / size,
+        "learner_mean_return": summary["mean_return"], **reading,
+        "meets_size_target": size * (1024 / summary["games"]) <= TARGET_BYTES,
+        "meets_time_target": summary["seconds"] * (1024 / summary["games"]) <= TARGET_SECONDS,
+    }
+
+
+def sweep_settings(src: Path, folder: Path, args: argparse.Namespace) -> list[dict]:
+    """``src`` rewritten with each gzip level and observation chunk size; size and read speed."""
     sweep = []
-    if args.sweep and rows:
-        src = folder / f"rec0_{Path(policies[0]).stem}.h5"
-        for level in (1, DEFAULT_COMPRESSION_LEVEL, 9):
-            for obs_rows in (16, DEFAULT_OBS_CHUNK_ROWS, 128):
-                dst = folder / f"sweep_l{level}_c{obs_rows}.h5"
-                start = time.perf_counter()
-                rewrite(src, dst, level, obs_rows, args.num_envs)
-                seconds = time.perf_counter() - start
-                reading = window_throughput(dst, args.k, min(args.windows, 5_000), seed=1)
-                sweep.append({"gzip_level": level, "obs_chunk_rows": obs_rows,
-                              "games_per_commit": args.num_envs,
-                              "file_bytes": dst.stat().st_size, "rewrite_s": seconds,
-                              "cold_windows_per_s": reading["cold_windows_per_s"],
-                              "warm_windows_per_s": reading["warm_windows_per_s"]})
-                dst.unlink()
+    for level in (1, DEFAULT_COMPRESSION_LEVEL, 9):
+        for obs_rows in (16, DEFAULT_OBS_CHUNK_ROWS, 128):
+            dst = folder / f"sweep_l{level}_c{obs_rows}.h5"
+            start = time.perf_counter()
+            rewrite(src, dst, level, obs_rows, args.num_envs)
+            seconds = time.perf_counter() - start
+            reading = window_throughput(dst, args.k, min(args.windows, 5_000), seed=1)
+            sweep.append({"gzip_level": level, "obs_chunk_rows": obs_rows,
+                          "games_per_commit": args.num_envs,
+                          "file_bytes": dst.stat().st_size, "rewrite_s": seconds,
+                          "cold_windows_per_s": reading["cold_windows_per_s"],
+                          "warm_windows_per_s": reading["warm_windows_per_s"]})
+            dst.unlink()
+    return sweep
 
+
+def print_results(rows: list[dict], sweep: list[dict], args: argparse.Namespace) -> None:
     print(f"\nRecording {args.games} games x 100 steps x 2 agents, 9x9 views; windows of k={args.k} "
           f"({args.windows} random)")
     header = (f"{'policy':<22} {'record s':>9} {'policy s':>9} {'games/s':>8} {'MB':>7} {'B/step':>7} "
@@ -199,6 +207,21 @@ def main(argv: list[str] | None = None) -> dict:
         for s in sweep:
             print(f"{s['gzip_level']:>4} {s['obs_chunk_rows']:>6} {s['file_bytes'] / 1e6:>7.2f} "
                   f"{s['rewrite_s']:>9.1f} {s['cold_windows_per_s']:>9.0f} {s['warm_windows_per_s']:>9.0f}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    if args.quick:
+        args.games, args.windows = min(args.games, 64), min(args.windows, 2_000)
+    policies = args.policy or default_policies()
+    tmp = tempfile.TemporaryDirectory(prefix="rpg_recording_")
+    folder = args.keep or Path(tmp.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [measure_policy(policy, folder / f"rec{i}_{Path(policy).stem}.h5", args)
+            for i, policy in enumerate(policies)]
+    first = folder / f"rec0_{Path(policies[0]).stem}.h5"
+    sweep = sweep_settings(first, folder, args) if args.sweep and rows else []
+    print_results(rows, sweep, args)
     report = {"benchmark": "recording", "quick": args.quick, "games": args.games, "num_envs": args.num_envs,
               "store": {"step_datasets": list(STEP_DATASETS), "gzip_level": DEFAULT_COMPRESSION_LEVEL,
                         "obs_chunk_rows": DEFAULT_OBS_CHUNK_ROWS},
@@ -213,4 +236,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -23,7 +23,6 @@ Writes ``benchmarks/results/worldmodel_context.json`` and ``.png``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -31,6 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
+from rpg_base.errors import InputError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA = Path("runs/benchmarks/dqn_1500.h5")
@@ -40,14 +42,20 @@ BASELINE_LABEL = "T5_previous_default"  # 5 frames, the two-step conv, no map or
 
 
 def ensure_data(path: Path, games: int) -> Path:
-    """The pipeline's self file (the shipped DQN expert, seed 0), recorded once and reused."""
+    """The pipeline's self file (the shipped DQN expert, seed 0), recorded once and reused; an
+    existing file is checked first (a folder or a foreign file is refused, before any training)."""
     from rpg_env.experts import pretrained_path
     from rpg_env.record import record
+    from rpg_env.trajectories.reader import TrajectoryFile
 
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        record(str(pretrained_path("dqn")), path, games, seed=0, num_envs=64, mode="w", policy_id="dqn",
-               record_co_players=False)
+    if path.is_dir():
+        raise InputError(f"--data {path} is a folder: name a trajectory file (recorded there if missing)")
+    if path.exists():
+        with TrajectoryFile(path):
+            return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record(str(pretrained_path("dqn")), path, games, seed=0, num_envs=64, mode="w", policy_id="dqn",
+           record_co_players=False)
     return path
 
 
@@ -150,19 +158,19 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    import torch
-
-    from rpg_base.provenance import provenance
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--frames", type=int, nargs="+", default=[5, 10, 20, 50])
-    parser.add_argument("--steps", type=int, default=1200, help="training steps of every row (the default's)")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--games", type=int, default=1500)
-    parser.add_argument("--threads", type=int, default=2)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/worldmodel_context.py",
+                            description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=positive_int, nargs="+", default=[5, 10, 20, 50])
+    parser.add_argument("--steps", type=positive_int, default=1200,
+                        help="training steps of every row (the default's)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help=f"trajectory file, recorded once if missing (default {DEFAULT_DATA}; "
+                             "with --quick a temporary one)")
+    parser.add_argument("--games", type=positive_int, default=1500)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--quick", action="store_true", help="tiny models, 20 steps, 60 games (no JSON)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "worldmodel_context.json")
+    parser.add_argument("--out", type=output_file, default=RESULTS / "worldmodel_context.json")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for every row, e.g. model.memory_map=false")
     parser.add_argument("--baseline", nargs="*",
@@ -171,14 +179,25 @@ def main() -> None:
                         metavar="KEY=VALUE",
                         help="overrides of the 5-frame baseline row (the previous default); "
                         "given empty: no baseline row")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    steps = 20 if args.quick else args.steps
-    data = ensure_data(Path(tempfile.mkdtemp()) / "dqn.h5" if args.quick else args.data,
-                       60 if args.quick else args.games)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    from rpg_base.provenance import portable_path, provenance
+    from rpg_worldmodel.config import load_config
+
+    args = build_parser().parse_args(argv)
     rows = []
     runs = [(5, [*args.set, *args.baseline], BASELINE_LABEL)] if args.baseline else []
     runs += [(frames, args.set, "") for frames in args.frames]
+    for frames, extra, _ in runs:  # every row's overrides are checked before the first is trained
+        load_config(None, [f"model.num_frames={frames}", *extra])
+    torch.set_num_threads(args.threads)
+    steps = 20 if args.quick else args.steps
+    data = ensure_data(args.data or (Path(tempfile.mkdtemp()) / "dqn.h5" if args.quick else DEFAULT_DATA),
+                       60 if args.quick else args.games)
     with tempfile.TemporaryDirectory() as root:
         for frames, extra, label in runs:
             rows.append(train_and_score(data, frames, steps, Path(root), args.quick, extra, label))
@@ -193,11 +212,12 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
     if not args.quick:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(provenance(seed=0, data=str(data), threads=args.threads, rows=rows,
-                                                  summary=summary), indent=1) + "\n")
+        record = provenance(seed=0, data=portable_path(data), threads=args.threads, rows=rows,
+                            summary=summary)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
         plot(rows, args.out.with_suffix(".png"))
         print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

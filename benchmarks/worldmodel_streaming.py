@@ -34,10 +34,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from rpg_base.cli import ArgumentParser, device_name, non_negative_int, output_file, positive_int, run_command
+from rpg_base.errors import InputError
 
 RESULTS = Path(__file__).resolve().parent / "results" / "worldmodel_streaming.json"
 SCALE = 10  # times the pipeline's default number of games
@@ -173,20 +175,43 @@ def measure(data: Path, args: argparse.Namespace) -> tuple[dict, dict]:
     return rows, info
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python benchmarks/worldmodel_streaming.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="300 games, one round of 3 steps: a smoke check")
-    p.add_argument("--games", type=int, default=None,
+    p.add_argument("--games", type=positive_int, default=None,
                    help=f"games to record (default {SCALE}x the pipeline's)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per round (default 20, quick 3)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3, quick 1)")
-    p.add_argument("--repeats", type=int, default=None, help="alternating rounds (default 5, quick 1)")
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers for both (data.num_workers)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--data", type=Path, help="use (or record once into) this file instead of a temporary one")
-    p.add_argument("--out", type=Path, default=RESULTS)
-    args = p.parse_args(argv)
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help="timed steps per round (default 20, quick 3)")
+    p.add_argument("--warmup", type=non_negative_int, default=None,
+                   help="untimed steps first (default 3, quick 1)")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help="alternating rounds (default 5, quick 1)")
+    p.add_argument("--workers", type=non_negative_int, default=0,
+                   help="DataLoader workers for both (data.num_workers)")
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--device", type=device_name, default="auto", help="auto, cpu or cuda")
+    p.add_argument("--data", type=_data_arg,
+                   help="use (or record once into) this file instead of a temporary one")
+    p.add_argument("--out", type=output_file, default=RESULTS)
+    return p
+
+
+def _data_arg(text: str) -> Path:
+    """A trajectory file that exists and opens, or a new path to record into."""
+    from rpg_env.trajectories.reader import TrajectoryFile
+
+    path = output_file(text)
+    if path.exists():
+        try:
+            with TrajectoryFile(path):
+                pass
+        except InputError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     import torch
 
@@ -229,4 +254,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -157,15 +157,11 @@ class Ours:
         if threads:
             torch.set_num_threads(threads)
         self.torch, self.autocast, self.to_device = torch, autocast_context, to_device
-        self.cfg = load_config(None, [f"data.path={data}"])
+        # The default model at the reference (Sorrel's) size: the default grew past it since.
+        shape = [f"model.{k}={REFERENCE[k]}"
+                 for k in ("width", "num_layers", "num_heads", "num_frames", "patch_size")]
+        self.cfg = load_config(None, [f"data.path={data}", *shape])
         self.weights = loss_weights(self.cfg, vocabulary().cell_names)
-        with_ref = self.cfg.model
-        assert (with_ref.width, with_ref.num_layers, with_ref.num_heads, with_ref.num_frames) == (
-            REFERENCE["width"],
-            REFERENCE["num_layers"],
-            REFERENCE["num_heads"],
-            REFERENCE["num_frames"],
-        )
         from rpg_env.trajectories.reader import TrajectoryFile
 
         with TrajectoryFile(data) as tf:
@@ -207,40 +203,63 @@ def _summary(seconds: list[float], per_call: int) -> dict:
     return {"median": statistics.median(rates), "best": max(rates), "rounds": rates}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="few steps, one round: a smoke check")
-    p.add_argument(
-        "--sorrel-python", help="python of a virtualenv with sorrel==1.6.0 (see shared/ANCHORS.md)"
+def build_parser() -> argparse.ArgumentParser:
+    # rpg_env is imported here, not at the top: the Sorrel worker runs this file in Sorrel's own
+    # virtualenv, where only torch, numpy and sorrel are installed.
+    from rpg_base.cli import (
+        ArgumentParser,
+        device_name,
+        existing_file,
+        non_negative_int,
+        output_file,
+        positive_int,
     )
-    p.add_argument("--steps", type=int, default=None, help="timed calls per round (default 30, quick 3)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3, quick 1)")
-    p.add_argument("--repeats", type=int, default=None, help="alternating rounds (default 3, quick 1)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads for both (0: torch's default)")
-    p.add_argument("--device", default="cpu", help="cpu (the reference comparison) or cuda[:N], for both")
-    p.add_argument("--out", type=Path, default=RESULTS)
-    p.add_argument("--worker", choices=["sorrel"], help=argparse.SUPPRESS)
-    p.add_argument("--worker-data", help=argparse.SUPPRESS)
-    p.add_argument("--worker-mode", choices=["train", "forward"], help=argparse.SUPPRESS)
+
+    p = ArgumentParser(prog="python benchmarks/worldmodel_throughput.py",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="few steps, one round: a smoke check")
+    p.add_argument("--sorrel-python", type=existing_file,
+                   help="python of a virtualenv with sorrel==1.6.0 (see shared/ANCHORS.md)")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help="timed calls per round (default 30, quick 3)")
+    p.add_argument("--warmup", type=non_negative_int, default=None,
+                   help="untimed calls first (default 3, quick 1)")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help="alternating rounds (default 3, quick 1)")
+    p.add_argument("--threads", type=non_negative_int, default=0,
+                   help="torch threads for both (0: torch's default)")
+    p.add_argument("--device", type=device_name, default="cpu",
+                   help="cpu (the reference comparison) or cuda[:N], for both")
+    p.add_argument("--out", type=output_file, default=RESULTS)
+    return p
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """The Sorrel side of one round, in Sorrel's virtualenv (`run_sorrel` starts it): its
+    seconds per call as one JSON line."""
+    p = argparse.ArgumentParser(description="Sorrel worker of benchmarks/worldmodel_throughput.py")
+    p.add_argument("--worker", choices=["sorrel"], required=True)
+    p.add_argument("--worker-data", required=True)
+    p.add_argument("--worker-mode", choices=["train", "forward"], required=True)
+    for name in ("--steps", "--warmup", "--threads"):
+        p.add_argument(name, type=int, required=True)
+    p.add_argument("--device", required=True)
     args = p.parse_args(argv)
-    steps = args.steps or (3 if args.quick else 30)
-    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
-    repeats = args.repeats or (1 if args.quick else 3)
-    if args.worker:
-        print(json.dumps(sorrel_worker(args.worker_data, steps, warmup, args.threads, args.worker_mode,
-                                       args.device)))
-        return 0
+    print(json.dumps(sorrel_worker(args.worker_data, args.steps, args.warmup, args.threads, args.worker_mode,
+                                   args.device)))
+    return 0
 
+
+def time_rounds(args: argparse.Namespace, steps: int, warmup: int, repeats: int, threads: int
+                ) -> tuple[dict[str, list[float]], dict | None, int]:
+    """Seconds per call of each (side, mode), alternating ``repeats`` rounds over the same greedy
+    games; Sorrel's last report (or None) and our model's parameter count."""
     import numpy as np
-    import torch
-    from tqdm.auto import tqdm
 
-    from rpg_base.provenance import provenance
+    from rpg_base.progress import progress_bar
     from rpg_env.record import record
     from rpg_env.trajectories.reader import TrajectoryFile
 
-    # Both sides run with the same thread count (record() below may change torch's setting).
-    threads = args.threads or torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="wm_bench_") as tmp:
         data = Path(tmp) / "greedy.h5"
         record("greedy", data, 16 if args.quick else 64, seed=0, num_envs=16, mode="w", progress=False)
@@ -249,7 +268,6 @@ def main(argv: list[str] | None = None) -> int:
         np.save(Path(tmp) / "views.npy", np.concatenate([e["obs"][:-1] for e in episodes]).astype(np.float32))
         np.save(Path(tmp) / "actions.npy", np.concatenate([e["actions"] for e in episodes]).astype(np.int64))
         ours = Ours(data, threads, args.device)
-        batch = REFERENCE["batch_size"]
         timings: dict[str, list[float]] = {
             "ours_train": [],
             "ours_forward": [],
@@ -257,21 +275,23 @@ def main(argv: list[str] | None = None) -> int:
             "sorrel_forward": [],
         }
         sorrel_info: dict | None = None
-        sorrel_note = (
-            None if args.sorrel_python else "skipped: pass --sorrel-python PATH (see shared/ANCHORS.md)"
-        )
         total = repeats * (4 if args.sorrel_python else 2)
-        with tqdm(total=total, desc="rounds", disable=args.quick) as bar:
+        with progress_bar(total=total, desc="rounds", disable=args.quick) as bar:
             for _ in range(repeats):
                 for mode in ("train", "forward"):
                     timings[f"ours_{mode}"].append(ours.time(mode, steps, warmup))
                     bar.update(1)
                     if args.sorrel_python:
-                        sorrel_info = run_sorrel(args.sorrel_python, tmp, steps, warmup, threads, mode,
+                        sorrel_info = run_sorrel(str(args.sorrel_python), tmp, steps, warmup, threads, mode,
                                                  args.device)
                         timings[f"sorrel_{mode}"].append(sorrel_info["seconds_per_call"])
                         bar.update(1)
+    return timings, sorrel_info, ours.model.num_parameters()
 
+
+def rates(timings: dict[str, list[float]], sorrel_info: dict | None) -> tuple[dict, dict]:
+    """Per-second rows of each side and mode, and ours over Sorrel's medians."""
+    batch = REFERENCE["batch_size"]
     rows = {
         "ours_train_sequences_per_s": _summary(timings["ours_train"], batch),
         "ours_forward_batches_per_s": _summary(timings["ours_forward"], 1),
@@ -287,9 +307,28 @@ def main(argv: list[str] | None = None) -> int:
             "forward_median": rows["ours_forward_batches_per_s"]["median"]
             / rows["sorrel_forward_batches_per_s"]["median"],
         }
+    return rows, ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    steps = args.steps or (3 if args.quick else 30)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else 3)
+
+    import torch
+
+    from rpg_base.provenance import portable_path, provenance
+
+    # Both sides run with the same thread count (record() below may change torch's setting).
+    threads = args.threads or torch.get_num_threads()
+    sorrel_note = None if args.sorrel_python else "skipped: pass --sorrel-python PATH (see shared/ANCHORS.md)"
+    timings, sorrel_info, parameters = time_rounds(args, steps, warmup, repeats, threads)
+    rows, ratios = rates(timings, sorrel_info)
+    batch = REFERENCE["batch_size"]
     result = {
         "reference_config": REFERENCE,
-        "ours_parameters": ours.model.num_parameters(),
+        "ours_parameters": parameters,
         "sorrel_parameters": sorrel_info["parameters"] if sorrel_info else None,
         "device": args.device,
         "threads": threads,
@@ -299,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "ratios_vs_sorrel": ratios,
         "target_ratio": TARGET_RATIO,
-        "sorrel": sorrel_note or f"sorrel 1.6.0 via {args.sorrel_python} (torch {sorrel_info['torch']})",
+        "sorrel": sorrel_note or (f"sorrel 1.6.0 via {portable_path(args.sorrel_python)} "
+                                  f"(torch {sorrel_info['torch']})"),
         "load_average": os.getloadavg(),
         "provenance": provenance(seed=0, quick=args.quick),
     }
@@ -322,4 +362,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if "--worker" in sys.argv[1:]:
+        sys.exit(worker_main())
+    from rpg_base.cli import run_command
+
+    run_command(main)

@@ -146,12 +146,17 @@ class Candidate:
 
 
 def make_candidate(spec: str, quick: bool):
+    from rpg_base.errors import InputError
     from rpg_worldmodel.config import load_config
 
     name, _, overrides = spec.partition("=")
     path = CONFIGS / f"{name}.yaml"
     if not overrides and path.is_file():
         cfg = load_config(path)
+    elif not overrides:
+        shipped = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+        raise InputError(f"--candidates {spec!r}: no config of that name; use one of {shipped} or "
+                         "name=key=value ... (overrides of the default)")
     else:
         cfg = load_config(None, overrides.split())
     if quick:
@@ -307,55 +312,90 @@ def plot(rows: dict[str, dict], path: Path) -> None:
 
 
 def ensure_data(path: Path) -> Path:
-    """The pipeline's self file (1,500 DQN games, seed 0), recorded once and reused."""
+    """The pipeline's self file (1,500 DQN games, seed 0), recorded once and reused; an existing
+    file is checked first (a folder or a foreign file is refused, before any training)."""
+    from rpg_base.errors import InputError
     from rpg_env.experts import pretrained_path
     from rpg_env.record import record
+    from rpg_env.trajectories.reader import TrajectoryFile
 
-    if not path.exists():
-        record(str(pretrained_path("dqn")), path, 1500, seed=0, num_envs=64, mode="w", policy_id="dqn",
-               record_co_players=False)
+    if path.is_dir():
+        raise InputError(f"--data {path} is a folder: name a trajectory file (recorded there if missing)")
+    if path.exists():
+        with TrajectoryFile(path):
+            return path
+    record(str(pretrained_path("dqn")), path, 1500, seed=0, num_envs=64, mode="w", policy_id="dqn",
+           record_co_players=False)
     return path
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    # rpg_env is imported here, not at the top: the Sorrel worker runs this file in Sorrel's own
+    # virtualenv, where only torch, numpy and sorrel are installed.
+    from rpg_base.cli import ArgumentParser, existing_file, non_negative_int, output_file, positive_int
+
+    parser = ArgumentParser(prog="python benchmarks/worldmodel_time_to_quality.py",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidates", nargs="+", default=["reference", "default"],
                         help="config names or name=key=value ... overrides of the default")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="recorded once if missing")
-    parser.add_argument("--sorrel-python", default=None, help="python of a virtualenv with sorrel==1.6.0")
-    parser.add_argument("--sorrel-steps", type=int, default=2000)
-    parser.add_argument("--sorrel-from", type=Path, default=None,
+    parser.add_argument("--sorrel-python", type=existing_file, default=None,
+                        help="python of a virtualenv with sorrel==1.6.0")
+    parser.add_argument("--sorrel-steps", type=positive_int, default=2000)
+    parser.add_argument("--sorrel-from", type=existing_file, default=None,
                         help="reuse the Sorrel row of an earlier result JSON instead of training it")
-    parser.add_argument("--eval-every", type=int, default=200, help="steps between scoring points")
-    parser.add_argument("--chunk", type=int, default=50, help="steps per interleaved turn")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--eval-windows", type=int, default=0,
+    parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between scoring points")
+    parser.add_argument("--chunk", type=positive_int, default=50, help="steps per interleaved turn")
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--eval-windows", type=non_negative_int, default=0,
                         help="score this many evenly spaced held-out windows (0: all; for cheaper sweeps)")
     parser.add_argument("--quick", action="store_true", help="40 steps each, a smoke check (no JSON written)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "worldmodel_time_to_quality.json")
-    parser.add_argument("--sorrel-worker", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    if args.sorrel_worker:
-        sorrel_worker(args.sorrel_worker, args.sorrel_steps, args.eval_every, args.threads)
-        return
-    from rpg_base.provenance import provenance
+    parser.add_argument("--out", type=output_file, default=RESULTS / "worldmodel_time_to_quality.json")
+    return parser
 
-    data = ensure_data(args.data)
+
+def worker_main(argv: list[str] | None = None) -> None:
+    """Sorrel's run, in Sorrel's virtualenv (`run_sorrel` starts it)."""
+    parser = argparse.ArgumentParser(description="Sorrel worker of benchmarks/worldmodel_time_to_quality.py")
+    parser.add_argument("--sorrel-worker", required=True)
+    for name in ("--sorrel-steps", "--eval-every", "--threads"):
+        parser.add_argument(name, type=int, required=True)
+    args = parser.parse_args(argv)
+    sorrel_worker(args.sorrel_worker, args.sorrel_steps, args.eval_every, args.threads)
+
+
+def earlier_sorrel_row(path: Path) -> dict:
+    """The Sorrel row of an earlier result JSON (`--sorrel-from`), marked as reused."""
+    from rpg_base.errors import InputError
+    from rpg_base.provenance import portable_path
+
+    try:
+        earlier = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise InputError(f"--sorrel-from {path} is not valid JSON ({err})") from None
+    if not isinstance(earlier, dict) or "sorrel" not in earlier.get("rows", {}):
+        raise InputError(f"{path} has no sorrel row; run with --sorrel-python instead")
+    return {**earlier["rows"]["sorrel"], "reused_from": {
+        "file": portable_path(path), "created": earlier.get("created"), "data": earlier.get("data")}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    from rpg_base.provenance import portable_path, provenance
+
+    args = build_parser().parse_args(argv)
     eval_every = 20 if args.quick else args.eval_every
     candidates = [make_candidate(spec, args.quick) for spec in args.candidates]
+    sorrel = earlier_sorrel_row(args.sorrel_from) if args.sorrel_from else None
+    torch.set_num_threads(args.threads)
+    data = ensure_data(args.data)
     run_ours(candidates, data, eval_every, args.chunk, args.eval_windows)
-    rows = {c.name: {"config": c.cfg.to_dict(), "parameters": c.model.num_parameters(), "curve": c.curve}
-            for c in candidates}
-    if args.sorrel_from:
-        earlier = json.loads(args.sorrel_from.read_text())
-        if "sorrel" not in earlier.get("rows", {}):
-            raise SystemExit(f"{args.sorrel_from} has no sorrel row; run with --sorrel-python instead")
-        rows["sorrel"] = {**earlier["rows"]["sorrel"], "reused_from": {
-            "file": str(args.sorrel_from), "created": earlier.get("created"), "data": earlier.get("data")}}
+    rows = {c.name: {"config": {**c.cfg.to_dict(), "out_dir": portable_path(c.cfg.out_dir)},
+                     "parameters": c.model.num_parameters(), "curve": c.curve} for c in candidates}
+    if sorrel is not None:
+        rows["sorrel"] = sorrel
     elif args.sorrel_python:
         steps = 40 if args.quick else args.sorrel_steps
-        rows["sorrel"] = run_sorrel(args.sorrel_python, data, steps, eval_every, args.threads)
+        rows["sorrel"] = run_sorrel(str(args.sorrel_python), data, steps, eval_every, args.threads)
     summary = summarise(rows)
     print(f"\n{'candidate':>12} {'params':>9} {'steps':>6} {'train s':>8} {'view CE':>8} {'cell acc':>8} "
           f"{'act acc':>7}")
@@ -365,7 +405,7 @@ def main() -> None:
               f"{last['view_ce']:>8.4f} {last['cell_acc']:>8.4f} {last['action_acc']:>7.3f}")
     print(json.dumps(summary, indent=1))
     if not args.quick:
-        record_ = provenance(seed=0, data=str(data), threads=args.threads, chunk=args.chunk,
+        record_ = provenance(seed=0, data=portable_path(data), threads=args.threads, chunk=args.chunk,
                              eval_every=eval_every, eval_windows=args.eval_windows, rows=rows,
                              summary=summary,
                              held_out="test split (150 games), every transition once, full history")
@@ -375,4 +415,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if "--sorrel-worker" in sys.argv[1:]:
+        sys.exit(worker_main())
+    from rpg_base.cli import run_command
+
+    run_command(main)

@@ -9,9 +9,12 @@ of an input error too.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from rpg_base.errors import InputError
@@ -29,7 +32,130 @@ class ArgumentParser(argparse.ArgumentParser):
     every other bad input: one ``error:`` line (with a pointer to ``--help``) and exit status 2."""
 
     def error(self, message: str):
+        # "argument --fps: must be > 0, got 0" reads as "--fps must be > 0, got 0"
+        message = re.sub(r"^argument (\S+): must ", r"\1 must ", message)
         raise InputError(f"{message} (see {self.prog} --help)")
+
+
+# --------------------------------------------------------------------------- argument types
+# Each command declares its bounds once, in `add_argument(type=...)`; argparse turns the
+# `ArgumentTypeError` into "argument --x: ..." and `ArgumentParser.error` into one `error:` line,
+# before any file is opened or written.
+def int_in(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in ``[low, high]`` (either end may be open)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{_bounds(low, high)}, got {value}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in "invalid <name> value" messages
+    return parse
+
+
+def float_in(low: float | None = None, high: float | None = None, *,
+             low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite float in ``[low, high]``, or ``(low, high]`` with ``low_open``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if not math.isfinite(value) or too_low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{_bounds(low, high, low_open)}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _bounds(low, high, low_open: bool = False) -> str:
+    if high is None:
+        return f"must be {'>' if low_open else '>='} {low:g}"
+    if low is None:
+        return f"must be <= {high:g}"
+    return f"must be in {'(' if low_open else '['}{low:g}, {high:g}]"
+
+
+#: A count that must be at least one (episodes, games, steps, batch sizes).
+positive_int = int_in(1)
+#: A count that may be zero (seeds, thread counts where 0 means the library's default).
+non_negative_int = int_in(0)
+#: A rate or duration that must be above zero (frames per second, temperatures).
+positive_float = float_in(0.0, low_open=True)
+
+
+def check_device(text: str, *, what: str = "device", here: bool = True) -> str:
+    """``text`` if it names ``auto`` or a device torch can use on this machine (``cpu``, ``cuda``,
+    ``cuda:N`` below the GPU count, ``mps`` where present); else an `InputError` naming ``what``.
+    Parsed by torch's own parser, so a typo fails up front and not deep in a model. With
+    ``here=False`` only the name is checked (a saved config may name a GPU this machine lacks)."""
+    if text == "auto":
+        return text
+    import torch  # only the commands that take a device pay for importing torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise InputError(f"{what}={text!r} is not a torch device: use auto, cpu, cuda, cuda:N or mps"
+                         ) from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise InputError(f"{what}={text!r}: use auto, cpu, cuda, cuda:N or mps")
+    if not here:
+        return text
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InputError(f"{what}={text!r}: this machine has no CUDA GPU; use cpu or auto")
+        if device.index is not None and device.index >= count:
+            raise InputError(f"{what}={text!r}: this machine has {count} CUDA GPU(s), "
+                             f"cuda:0..cuda:{count - 1}")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"{what}={text!r}: MPS is not available here; use cpu or auto")
+    return text
+
+
+def device_name(text: str) -> str:
+    """An argparse type: `check_device` of ``text``."""
+    try:
+        return check_device(text, what="device")
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("device=")) from None
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: a path a command may write a file to: not a folder, and not under a file."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: name a file (in it or elsewhere)")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{parent} is a file, so {text} cannot be written")
+    return path
+
+
+def output_folder(text: str) -> Path:
+    """An argparse type: a path a command may create a folder at: not an existing file."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file: name a folder")
+    return path
+
+
+def existing_file(text: str) -> Path:
+    """An argparse type: a file that exists (not a folder)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: name a file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} does not exist")
+    return path
 
 
 def one_line(err: BaseException) -> str:

@@ -5,7 +5,9 @@ Game-free: safe to import from `rpg_worldmodel` without pulling in the environme
 
 from __future__ import annotations
 
+import os
 import platform
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +15,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+
+#: The source tree (the folder holding rpg_env/ and rpg_worldmodel/): paths under it are recorded
+#: relative to it, so a record made on one machine reads the same on another.
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 TRACKED_PACKAGES = ("rpg-treasurehunt", "numpy", "gymnasium", "stable-baselines3", "torch",
                     "h5py", "pygame-ce", "tensorboard", "minari")
@@ -40,12 +46,40 @@ def git_revision(path: str | Path | None = None) -> str | None:
     return out.stdout.strip() or None
 
 
+def portable_path(path: str | os.PathLike, base: str | os.PathLike | None = None) -> str:
+    """``path`` as a record may keep it without naming this machine's folders: relative to
+    ``base`` (e.g. the run folder) when under it, else to the source tree, else to the working
+    folder; an absolute path elsewhere keeps only its file name (records pair it with a
+    fingerprint where the file matters). A relative path is kept as given."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
+    resolved = path.resolve()
+    for root in (base, SOURCE_ROOT, Path.cwd()):
+        if root is not None and resolved.is_relative_to(Path(root).resolve()):
+            return resolved.relative_to(Path(root).resolve()).as_posix()
+    return path.name
+
+
+def portable_command(argv: list[str], base: str | os.PathLike | None = None) -> str:
+    """A command line with every absolute path in it made `portable_path` (``--out=/a/b`` too)."""
+    words = []
+    for word in argv:
+        key, eq, value = word.partition("=")
+        if eq and os.path.isabs(value):
+            words.append(f"{key}={portable_path(value, base)}")
+        else:
+            words.append(portable_path(word, base) if os.path.isabs(word) else word)
+    return shlex.join(words)
+
+
 def provenance(seed: int | None = None, **extra) -> dict:
-    """A JSON-ready record of how an artifact was made."""
+    """A JSON-ready record of how an artifact was made (its command with `portable_command`'s
+    paths, so no record names this machine's folders)."""
     record = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seed": seed,
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": portable_command([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "platform": platform.platform(),
         "versions": package_versions(),
         "git_revision": git_revision(),

@@ -18,8 +18,14 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_base.cli import ArgumentParser, run_command
-from rpg_base.errors import InputError
+from rpg_base.cli import (
+    ArgumentParser,
+    non_negative_int,
+    output_folder,
+    positive_float,
+    positive_int,
+    run_command,
+)
 from rpg_base.provenance import provenance
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
@@ -98,21 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="python -m rpg_env.demo",
         description="Play a short seeded game with the scripted greedy agent; write a GIF and a PNG.")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default out/demo)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the game (default 0)")
-    parser.add_argument("--turns", type=int, default=100, help="turns in the game (default 100)")
+    parser.add_argument("--out", type=output_folder, default=DEFAULT_OUT,
+                        help="output folder (default out/demo)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the game (default 0)")
+    parser.add_argument("--turns", type=positive_int, default=100, help="turns in the game (default 100)")
     parser.add_argument("--co-policy", choices=("random", "greedy"), default="random",
                         help="policy of the co-player B (default random)")
-    parser.add_argument("--fps", type=float, default=8, help="GIF frames per second (default 8)")
+    parser.add_argument("--fps", type=positive_float, default=8, help="GIF frames per second (default 8)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> DemoResult:
     args = build_parser().parse_args(argv)
-    if args.turns < 1:
-        raise InputError(f"--turns must be >= 1, got {args.turns}")
-    if not args.fps > 0:
-        raise InputError(f"--fps must be > 0, got {args.fps}")
     result = run_demo(args.out, seed=args.seed, turns=args.turns, co_policy=args.co_policy,
                       fps=args.fps)
     print(f"greedy agent: score {result.greedy.score:+g} in {result.greedy.turns} turns "

@@ -17,6 +17,7 @@ began with a seeded reset, and per-step infos ``game_id``, ``agent_id`` and ``so
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, existing_file, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_env.trajectories.reader import TrajectoryFile
 
@@ -59,6 +60,22 @@ def select_streams(tf: TrajectoryFile, agents: str = "0", policy_id: str | None 
     return np.flatnonzero(keep)
 
 
+def check_dataset_id(dataset_id: str) -> str:
+    """``dataset_id`` if Minari's own parser takes it as ``(namespace/)name-vN``; else `InputError`.
+    Checked before the file is read, so a bad id writes nothing."""
+    _require_minari()
+    from minari.dataset.minari_dataset import parse_dataset_id
+
+    try:
+        _, _, version = parse_dataset_id(dataset_id)
+    except (ValueError, TypeError):  # TypeError: Minari 0.5 parses a missing version as int(None)
+        version = None
+    if version is None:
+        raise InputError(f"--dataset-id {dataset_id!r} is not a Minari id: use namespace/name-vN, e.g. "
+                         f"treasurehunt/expert-v0 (letters, digits, - and _; the version is required)")
+    return dataset_id
+
+
 def export(
     src: str | Path,
     dataset_id: str,
@@ -75,52 +92,75 @@ def export(
     """Write the selected streams of ``src`` as Minari dataset ``dataset_id``; returns the
     `minari.MinariDataset`."""
     minari = _require_minari()
-    from minari.data_collector import EpisodeBuffer
-
+    check_dataset_id(dataset_id)
+    if max_episodes is not None and max_episodes < 1:
+        raise InputError(f"--max-episodes must be >= 1 (or left out for all), got {max_episodes}")
     with TrajectoryFile(src) as tf:
         if tf.meta["env_id"] not in gym.registry:
             raise InputError(f"{src} was recorded in {tf.meta['env_id']!r}, which is not registered")
-        indices = select_streams(tf, agents, policy_id)
-        if max_episodes is not None:
-            indices = indices[: int(max_episodes)]
-        if not len(indices):
-            raise InputError(f"no streams of {src} match agents={agents!r}, policy_id={policy_id!r}; "
-                             f"the file has policies {sorted(set(tf.episodes['policy_id'].tolist()))} "
-                             f"and agents {sorted(set(tf.episodes['agent_id'].tolist()))}")
-        if dataset_id in minari.list_local_datasets():
-            if not overwrite:
-                raise FileExistsError(f"Minari dataset {dataset_id!r} already exists locally; choose "
-                                      f"another id or pass --overwrite")
-            minari.delete_dataset(dataset_id)
+        indices = _chosen_streams(tf, src, agents, policy_id, max_episodes)
+        _make_room(minari, dataset_id, overwrite)
         spec = dataclasses.replace(gym.spec(tf.meta["env_id"]), kwargs=dict(tf.meta["env_kwargs"]))
         env = gym.make(spec)
         policies = sorted(set(tf.episodes["policy_id"][indices].tolist()))
         text = description or (f"Treasurehunt trajectories exported from {Path(src).name} "
                                f"(agents {agents}, policies {', '.join(policies)}) by rpg_env "
                                f"{rpg_env.__version__}.")
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(indices), desc=f"export {dataset_id}", unit="episode")
-        dataset = None
         try:
-            for a in range(0, len(indices), BATCH_EPISODES):
-                buffers = [_buffer(tf, int(i), n, EpisodeBuffer)
-                           for n, i in enumerate(indices[a:a + BATCH_EPISODES], start=a)]
-                if dataset is None:
-                    dataset = minari.create_dataset_from_buffers(
-                        dataset_id, buffers, env=spec, algorithm_name=", ".join(policies),
-                        author=author, code_permalink=code_permalink, description=text, jpeg_encoding=False,
-                        observation_space=env.observation_space, action_space=env.action_space)
-                else:
-                    dataset.update_dataset_from_buffer(buffers)
-                if bar is not None:
-                    bar.update(len(buffers))
+            return _write(minari, tf, indices, progress, dataset_id=dataset_id, env=spec,
+                          algorithm_name=", ".join(policies), author=author, code_permalink=code_permalink,
+                          description=text, jpeg_encoding=False, observation_space=env.observation_space,
+                          action_space=env.action_space)
         finally:
             env.close()
+
+
+def _chosen_streams(tf: TrajectoryFile, src: str | Path, agents: str, policy_id: str | None,
+                    max_episodes: int | None) -> np.ndarray:
+    """The stream indices to export, the first ``max_episodes`` of them; `InputError` if none."""
+    indices = select_streams(tf, agents, policy_id)
+    if max_episodes is not None:
+        indices = indices[: int(max_episodes)]
+    if not len(indices):
+        raise InputError(f"no streams of {src} match agents={agents!r}, policy_id={policy_id!r}; "
+                         f"the file has policies {sorted(set(tf.episodes['policy_id'].tolist()))} "
+                         f"and agents {sorted(set(tf.episodes['agent_id'].tolist()))}")
+    return indices
+
+
+def _make_room(minari, dataset_id: str, overwrite: bool) -> None:
+    """Refuse an existing local dataset ``dataset_id``, or delete it with ``overwrite``."""
+    if dataset_id in minari.list_local_datasets():
+        if not overwrite:
+            raise FileExistsError(f"Minari dataset {dataset_id!r} already exists locally; choose "
+                             f"another id or pass --overwrite")
+        minari.delete_dataset(dataset_id)
+
+
+def _write(minari, tf: TrajectoryFile, indices: np.ndarray, progress: bool, **create: Any):
+    """The streams ``indices`` of ``tf`` as a new Minari dataset, `BATCH_EPISODES` at a time;
+    ``create`` are `minari.create_dataset_from_buffers`'s arguments."""
+    from minari.data_collector import EpisodeBuffer
+
+    bar = None
+    if progress:
+        from rpg_base.progress import progress_bar
+
+        bar = progress_bar(total=len(indices), desc=f"export {create['dataset_id']}", unit="episode")
+    dataset = None
+    try:
+        for a in range(0, len(indices), BATCH_EPISODES):
+            buffers = [_buffer(tf, int(i), n, EpisodeBuffer)
+                       for n, i in enumerate(indices[a:a + BATCH_EPISODES], start=a)]
+            if dataset is None:
+                dataset = minari.create_dataset_from_buffers(buffer=buffers, **create)
+            else:
+                dataset.update_dataset_from_buffer(buffers)
             if bar is not None:
-                bar.close()
+                bar.update(len(buffers))
+    finally:
+        if bar is not None:
+            bar.close()
     return dataset
 
 
@@ -142,16 +182,23 @@ def _buffer(tf: TrajectoryFile, i: int, episode_id: int, buffer_cls: Any):
     )
 
 
+def _dataset_id_arg(text: str) -> str:
+    try:
+        return check_dataset_id(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--dataset-id {text!r} ")) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m rpg_env.export_minari",
                                      description="Export a trajectory file to a Minari dataset.")
-    parser.add_argument("path", type=Path, help="trajectory file (.h5)")
-    parser.add_argument("--dataset-id", required=True,
+    parser.add_argument("path", type=existing_file, help="trajectory file (.h5)")
+    parser.add_argument("--dataset-id", required=True, type=_dataset_id_arg,
                         help="Minari id, e.g. treasurehunt/expert-v0 (namespace/name-version)")
     parser.add_argument("--agents", default="0",
                         help="agent ids to export, comma-separated, or 'all' (default: 0, the learner)")
     parser.add_argument("--policy-id", default=None, help="export only streams of this policy")
-    parser.add_argument("--max-episodes", type=int, default=None, help="export at most this many")
+    parser.add_argument("--max-episodes", type=positive_int, default=None, help="export at most this many")
     parser.add_argument("--author", default=None)
     parser.add_argument("--code-permalink", default=None,
                         help="link to the versioned code that made the data (Minari recommends one)")

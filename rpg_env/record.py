@@ -29,9 +29,9 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, int_in, non_negative_int, output_file, positive_int, run_command
 from rpg_base.errors import InputError
-from rpg_base.provenance import pinned_torch_threads
+from rpg_base.provenance import pinned_torch_threads, portable_command
 from rpg_env.game.world import WorldParams
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
@@ -79,7 +79,7 @@ def record(
     learner, env = _make(policy, env_id, min(int(num_envs), int(episodes)), env_kwargs)
     pid = policy_id or learner.policy_id  # an expert zip is "sb3-<name>" (SB3Policy.load)
     run_info = {"seed": int(seed), "num_envs": env.num_envs, "games": int(episodes),
-                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
+                "command": portable_command([Path(sys.argv[0]).name, *sys.argv[1:]])}
     try:
         rec = HDF5VectorRecorder(env, out, policy_id=pid, mode=mode, max_games=int(episodes),
                                  record_co_players=record_co_players, run_info=run_info, **writer_kwargs)
@@ -124,9 +124,9 @@ def _play_waves(rec: HDF5VectorRecorder, policy: BatchPolicy, seed: int, progres
     """
     bar = None
     if progress:
-        from tqdm import tqdm
+        from rpg_base.progress import progress_bar
 
-        bar = tqdm(total=rec.max_games, desc=f"record {rec.policy_id}", unit="game")
+        bar = progress_bar(total=rec.max_games, desc=f"record {rec.policy_id}", unit="game")
     returns: list[float] = []
 
     def progress_and_returns(step: Step) -> None:
@@ -185,17 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--policy", required=True,
                         help="learner policy: random, greedy, or a path to an SB3 .zip")
-    parser.add_argument("--episodes", type=int, required=True, help="games to record")
-    parser.add_argument("--out", type=Path, required=True, help="trajectory file (.h5)")
-    parser.add_argument("--seed", type=int, default=0, help="recording seed")
-    parser.add_argument("--num-envs", type=int, default=DEFAULT_NUM_ENVS, help="worlds played at once")
+    parser.add_argument("--episodes", type=positive_int, required=True, help="games to record")
+    parser.add_argument("--out", type=output_file, required=True, help="trajectory file (.h5)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="recording seed")
+    parser.add_argument("--num-envs", type=positive_int, default=DEFAULT_NUM_ENVS,
+                        help="worlds played at once")
     parser.add_argument("--policy-id", default=None, help="label for the learner's streams "
                         "(default: the policy's own id)")
     parser.add_argument("--learner-only", action="store_true", help="do not write co-player streams")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace OUT instead of appending to it")
-    parser.add_argument("--compression-level", type=int, default=4, help="gzip level 0-9")
-    parser.add_argument("--torch-threads", type=int, default=1,
+    parser.add_argument("--compression-level", type=int_in(0, 9), default=4, help="gzip level 0-9")
+    parser.add_argument("--torch-threads", type=non_negative_int, default=1,
                         help="torch threads for SB3 policies (0: torch's default)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--env-id", default=rpg_env.ENV_ID,
@@ -210,8 +211,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                   if getattr(args, f.name) is not None}
     if args.co_policy is not None:
         env_kwargs["co_policy"] = args.co_policy
-    if args.episodes < 1:
-        raise InputError(f"--episodes must be >= 1, got {args.episodes}")
     policy = args.policy
     if policy not in ("random", "greedy") and not policy.endswith(".zip"):
         raise InputError(f"--policy must be random, greedy, or a path to an SB3 .zip, got {policy!r}")

@@ -94,9 +94,9 @@ def replay_streams(path: str | Path, episodes: np.ndarray | list[int], progress:
         out: dict[int, ReplayedStream] = {}
         items = sorted(waves.items())
         if progress:
-            from tqdm.auto import tqdm
+            from rpg_base.progress import progress_bar
 
-            items = tqdm(items, desc=f"replay {path.name}", unit="wave", leave=False)
+            items = progress_bar(items, desc=f"replay {path.name}", unit="wave", leave=False)
         for (run, seed), members in items:
             streams = tf.read_episodes(members)
             replayed = _replay_wave(tf.meta, tf.runs[run], seed, members, table[members], streams, path)

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from rpg_base.provenance import portable_path
 from rpg_worldmodel.config import ModelConfig, WorldModelConfig
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, read_record, write_record
@@ -158,14 +159,16 @@ class Choice:
     val_loss: float | None = None
     last_step: int | None = None
 
-    def describe(self) -> str:
-        """``"RUN/checkpoints/step_00001600 (the best by validation loss 0.4521, step 1600 of 2000)"``."""
+    def describe(self, portable: bool = False) -> str:
+        """``"RUN/checkpoints/step_00001600 (the best by validation loss 0.4521, step 1600 of 2000)"``;
+        ``portable``: the folder as `portable_path` gives it, for records that travel (dream.json)."""
+        folder = portable_path(self.folder) if portable else self.folder
         if self.how == "pretrained":
-            return f"the shipped world model ({self.folder}, step {self.step})"
+            return f"the shipped world model ({folder}, step {self.step})"
         if self.how == "best":
-            return (f"{self.folder} (the best by validation loss {self.val_loss:.4f}, step {self.step}; "
+            return (f"{folder} (the best by validation loss {self.val_loss:.4f}, step {self.step}; "
                     f"the last is step {self.last_step})")
-        return f"{self.folder} ({'as given' if self.how == 'given' else 'the last'}, step {self.step})"
+        return f"{folder} ({'as given' if self.how == 'given' else 'the last'}, step {self.step})"
 
 
 def choose_checkpoint(path: str | os.PathLike, which: str = "best") -> Choice:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from rpg_base.cli import check_device
+from rpg_base.errors import InputError
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import section, setting
 from rpg_base.typed_config.values import ConfigError
@@ -72,6 +74,8 @@ class DataConfig:
             raise ConfigError(f"data.max_val_windows must be >= 1, got {self.max_val_windows}")
         if self.max_memory_mb < 0:
             raise ConfigError(f"data.max_memory_mb must be >= 0 (0: always stream), got {self.max_memory_mb}")
+        if self.split_seed < 0:
+            raise ConfigError(f"data.split_seed must be >= 0, got {self.split_seed}")
 
 
 @dataclass
@@ -231,6 +235,7 @@ class TrainConfig:
             "warmup_steps",
             "num_threads",
             "keep_last_checkpoints",
+            "seed",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
@@ -248,9 +253,10 @@ class TrainConfig:
                               "data")
         if not 0.0 <= self.mask_prob <= 1.0:
             raise ConfigError(f"train.mask_prob must be in [0, 1], got {self.mask_prob}")
-        dev = self.device
-        if not (dev in ("auto", "cpu", "cuda", "mps") or (dev.startswith("cuda:") and dev[5:].isdigit())):
-            raise ConfigError(f"train.device={dev!r}: use auto, cpu, cuda, cuda:N or mps")
+        try:  # the name only: a saved run's config may name a GPU this machine lacks
+            check_device(self.device, what="train.device", here=False)
+        except InputError as err:
+            raise ConfigError(str(err)) from None
 
 
 @dataclass

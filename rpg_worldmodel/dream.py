@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -32,8 +31,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rpg_base.cli import ArgumentParser, run_command
-from rpg_base.errors import InputError
+from rpg_base.cli import ArgumentParser, output_folder, positive_float, run_command
+from rpg_base.provenance import portable_command
 from rpg_worldmodel import IMAGINED_ENV_ID
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
@@ -115,14 +114,15 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
     """``dream.json``: the world model, and the imagination-to-reality gap. Imagined episodes are
     ``max_turns - (num_frames - 1)`` turns long (the burn-in is real), real ones ``max_turns``: the
     gap compares points per turn, scaled to a full episode."""
-    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 
     loaded = load_checkpoint(world.checkpoint)
     turns = int(loaded.record.data.env_kwargs["max_turns"])
     imagined_turns = turns - (loaded.config.model.num_frames - 1)
     imagined, real = results["imagined"]["mean"], results["model"]["mean"]
     greedy = results["greedy"]["mean"]
-    return {"world_model": loaded.choice, "world": asdict(world), "imagined_turns": imagined_turns,
+    choice = choose_checkpoint(world.checkpoint).describe(portable=True)  # no machine paths in the record
+    return {"world_model": choice, "world": asdict(world), "imagined_turns": imagined_turns,
             "real_turns": turns, "imagined_return": imagined, "real_return": real,
             "gap_per_episode": round(imagined * turns / imagined_turns - real, 4),
             "real_vs_greedy": round(real / greedy, 4) if greedy else None}
@@ -140,8 +140,9 @@ def dream(cfg, world: World, out: str | Path | None = None, command: str | None 
         results.update(real_and_imagined(model_zip, cfg, world))
         return results
 
+    provenance = {"trained_in": IMAGINED_ENV_ID, "world_model": choice.describe(portable=True)}
     run_dir = train(cfg, out, command=command, make_env=imagined_envs(world), final_eval=final_eval,
-                    extra_provenance={"trained_in": IMAGINED_ENV_ID, "world_model": choice.describe()})
+                    extra_provenance=provenance)
     record = dream_record(results, world)
     (run_dir / "dream.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"imagined return {record['imagined_return']:.1f} over {record['imagined_turns']} turns, "
@@ -163,9 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", default=PRETRAINED_NAME,
                         help="world model: a run folder, a checkpoint, or 'pretrained' (the shipped one)")
     parser.add_argument("--config", default=None, help="YAML config (default: configs/dream_<algo>.yaml)")
-    parser.add_argument("--out", default=None, help="run folder (default: runs/dream/<algo>-<time>-s<seed>)")
+    parser.add_argument("--out", type=output_folder, default=None,
+                        help="run folder (default: runs/dream/<algo>-<time>-s<seed>)")
     parser.add_argument("--argmax", action="store_true", help="imagine the most likely views, not samples")
-    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--temperature", type=positive_float, default=1.0)
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides, e.g. timesteps=100000")
     return parser
@@ -175,12 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rpg_env.experts.config import load_config
 
     args = build_parser().parse_args(argv)
-    if not args.temperature > 0:
-        raise InputError(f"--temperature must be > 0, got {args.temperature}")
     cfg = load_config(args.algo, args.config or default_config_path(args.algo), args.overrides)
     world = World(args.checkpoint, sample=not args.argmax, temperature=args.temperature)
-    out = args.out or str(Path("runs") / "dream" / f"{cfg.algo}-{_stamp()}-s{cfg.seed}")
-    command = "python -m rpg_worldmodel.dream " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
+    out = str(args.out) if args.out else str(Path("runs") / "dream" / f"{cfg.algo}-{_stamp()}-s{cfg.seed}")
+    words = list(argv) if argv is not None else sys.argv[1:]
+    command = "python -m rpg_worldmodel.dream " + portable_command(words)
     print(f"run folder: {dream(cfg, world, out, command)}")
     return 0
 

@@ -34,8 +34,15 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from rpg_base.cli import ArgumentParser, run_command
-from rpg_base.errors import InputError
+from rpg_base.cli import (
+    ArgumentParser,
+    device_name,
+    int_in,
+    non_negative_int,
+    output_folder,
+    positive_int,
+    run_command,
+)
 from rpg_worldmodel.data.windows import CONTEXTS
 from rpg_worldmodel.evaluation.cells import FLOOR_MODES
 from rpg_worldmodel.evaluation.episodes import (
@@ -51,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", required=True, help="checkpoint written by rpg_worldmodel.train")
     parser.add_argument("--data", action="append", required=True,
                         help="trajectory file (repeat for transfer: the training file first)")
-    parser.add_argument("--out", default=None, help="folder for metrics.json and examples.npz")
+    parser.add_argument("--out", type=output_folder, default=None,
+                        help="folder for metrics.json and examples.npz")
     parser.add_argument("--masks", nargs="*", default=[], metavar="MASK",
                         help="evaluation-time input masks: none, random_cells or channels of the data to "
                              "hide (its items and wall, e.g. none random_cells gem wall)")
@@ -60,10 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", default="auto", choices=SPLITS)
     parser.add_argument("--allow-training-episodes", action="store_true",
                         help="score training episodes anyway (results are marked as not held out)")
-    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--bootstrap", type=int_in(2), default=1000,
+                        help="bootstrap replicates (>= 2)")
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--batch-size", type=positive_int, default=256)
+    parser.add_argument("--device", type=device_name, default="cpu")
     parser.add_argument("--context", default="full", choices=CONTEXTS,
                         help="full: every prediction with T steps of history (T times the compute); "
                              "stride: non-overlapping windows, history 1..T as in training")
@@ -71,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how the floor (the lowest next-view CE the game allows) is found: replay the "
                              "recorded games (exact; refused when a game does not replay bit for bit), an "
                              "analytic lower bound, or auto (replay when the file can be replayed)")
-    parser.add_argument("--rollout-horizon", type=int, default=0, metavar="H",
+    parser.add_argument("--rollout-horizon", type=non_negative_int, default=0, metavar="H",
                         help="also roll the model open-loop H steps from held-out starts on the recorded "
                              "actions and score every step (0: off; the pipeline uses 15)")
     return parser
@@ -79,8 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.rollout_horizon < 0:
-        raise InputError(f"--rollout-horizon must be >= 0 steps, got {args.rollout_horizon}")
     results = run_evaluation(args.checkpoint, args.data, args.out, args.masks, args.masked_checkpoint,
                              args.split, args.allow_training_episodes, args.bootstrap, args.seed,
                              args.batch_size, args.device, context=args.context,

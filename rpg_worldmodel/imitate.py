@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, int_in, non_negative_int, output_file, run_command
 from rpg_base.errors import InputError
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
@@ -85,9 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", default=PRETRAINED_NAME,
                         help="a world-model run folder or checkpoint, or 'pretrained' (the shipped one)")
     parser.add_argument("--sample", action="store_true", help="sample the head's actions (default: arg-max)")
-    parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=10_000, help="first evaluation seed")
-    parser.add_argument("--json", default=None, help="also write the figures as JSON here")
+    parser.add_argument("--episodes", type=int_in(2), default=100,
+                        help="games per policy (>= 2, for the 95%% interval)")
+    parser.add_argument("--seed", type=non_negative_int, default=10_000, help="first evaluation seed")
+    parser.add_argument("--json", type=output_file, default=None, help="also write the figures as JSON here")
     return parser
 
 

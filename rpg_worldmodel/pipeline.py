@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, non_negative_int, output_folder, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_worldmodel.config import WorldModelConfig
 
@@ -53,7 +53,13 @@ def prepare_out(out: Path, overwrite: bool) -> None:
     removes only what an earlier run wrote there (`PIPELINE_OUTPUTS`)."""
     import shutil
 
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file: name a new or empty folder")
     previous = [p for pattern in PIPELINE_OUTPUTS for p in out.glob(pattern)] if out.is_dir() else []
+    others = sorted(p.name for p in out.iterdir() if p not in previous) if out.is_dir() else []
+    if others:  # e.g. a training run's folder: --overwrite must never delete what the pipeline did not write
+        raise InputError(f"--out {out} holds files the pipeline did not write ({', '.join(others[:5])}"
+                         f"{', ...' if len(others) > 5 else ''}); choose a new or empty folder")
     if previous and not overwrite:
         names = ", ".join(sorted(p.name for p in previous))
         raise FileExistsError(f"{out} already holds a pipeline run ({names}); choose another --out or "
@@ -135,6 +141,10 @@ def resolve_expert(name: str) -> tuple[str, str]:
     if name in ("greedy", "random") or name.endswith(".zip"):
         if name.endswith(".zip") and not Path(name).is_file():
             raise FileNotFoundError(f"expert file {name} does not exist")
+        if name.endswith(".zip"):
+            from rpg_env.policies.sb3 import load_expert
+
+            load_expert(name)  # a file that is not an expert zip fails here, before anything is written
         return name, Path(name).stem if name.endswith(".zip") else name
     from rpg_env.experts import PRETRAINED, pretrained_path
 
@@ -146,6 +156,16 @@ def resolve_expert(name: str) -> tuple[str, str]:
         fallback = "greedy" if name == "dqn" else "random"
         print(f"WARNING: {exc}; using the scripted {fallback!r} policy instead", flush=True)
         return fallback, fallback
+
+
+def resolve_experts(s: PipelineSettings) -> tuple[tuple[str, str], tuple[str, str]]:
+    """``(policy, label)`` of the self and the cross expert (`resolve_expert`); the same expert
+    twice is labelled ``NAME`` and ``NAME-cross``."""
+    (self_policy, self_label), (cross_policy, cross_label) = (resolve_expert(s.self_expert),
+                                                              resolve_expert(s.cross_expert))
+    if self_label == cross_label:
+        cross_label = f"{cross_label}-cross"
+    return (self_policy, self_label), (cross_policy, cross_label)
 
 
 def stage_record(policy: str, label: str, out: Path, games: int, seed: int, num_envs: int,
@@ -233,11 +253,13 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     s = settings
     out = Path(s.out or default_out())
     cfg = training_config(s.train_overrides, s.seed, s.quick)  # refused before anything is written
+    experts = resolve_experts(s)  # so are unknown experts and files that are not experts
     prepare_out(out, overwrite)
     timings: dict[str, float] = {}
     total, start = 9 if s.extra_seeds else 8, time.perf_counter()
     with Stage(1, total, "experts", timings):
-        experts = stage_experts(s.self_expert, s.cross_expert)
+        (self_policy, self_label), (cross_policy, cross_label) = experts
+        print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
     with Stage(2, total, "record", timings):
         self_file, cross_file, recorded = stage_record_both(s, experts, out / "data")
     with Stage(3, total, "train", timings):
@@ -258,16 +280,6 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     timings["total"] = round(time.perf_counter() - start, 2)
     ev.write(out, extra)
     return report
-
-
-def stage_experts(self_expert: str, cross_expert: str) -> tuple[tuple[str, str], tuple[str, str]]:
-    """``((policy, label) of self, (policy, label) of cross)``; the labels differ (`resolve_expert`)."""
-    self_policy, self_label = resolve_expert(self_expert)
-    cross_policy, cross_label = resolve_expert(cross_expert)
-    if self_label == cross_label:
-        cross_label = f"{cross_label}-cross"
-    print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
-    return (self_policy, self_label), (cross_policy, cross_label)
 
 
 def stage_record_both(s: PipelineSettings, experts: tuple[tuple[str, str], tuple[str, str]],
@@ -367,18 +379,19 @@ def pipeline_section(p: dict) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m rpg_worldmodel.pipeline",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="", help="folder for data, runs, metrics.json, report.md "
+    parser.add_argument("--out", type=output_folder, default=None,
+                        help="folder for data, runs, metrics.json, report.md "
                         f"(default: a new {DEFAULT_OUT_ROOT}/YYYYmmdd-HHMMSS)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier pipeline run in --out")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=None, metavar="S",
                         help="train and evaluate one model per seed (data recorded once, with the first) "
                              "and report every headline figure across them")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
     parser.add_argument("--self-expert", default=None, help="dqn (default), ppo, greedy, random or a .zip")
     parser.add_argument("--cross-expert", default=None, help="ppo (default), dqn, greedy, random or a .zip")
-    parser.add_argument("--self-games", type=int, default=None)
-    parser.add_argument("--cross-games", type=int, default=None)
+    parser.add_argument("--self-games", type=positive_int, default=None)
+    parser.add_argument("--cross-games", type=positive_int, default=None)
     parser.add_argument("--no-mask-train", action="store_true",
                         help="skip training the masked probe model (the masking table then has one row)")
     parser.add_argument("overrides", nargs="*", help="training config overrides, key=value")
@@ -386,8 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
         raise InputError(f"--seeds must be distinct, got {args.seeds}")
     seed = args.seeds[0] if args.seeds else args.seed
-    s = PipelineSettings.quick_settings(args.out, seed) if args.quick else PipelineSettings(out=args.out,
-                                                                                            seed=seed)
+    out = str(args.out or "")
+    s = PipelineSettings.quick_settings(out, seed) if args.quick else PipelineSettings(out=out, seed=seed)
     s.extra_seeds = tuple(args.seeds[1:]) if args.seeds else ()
     for name in ("self_expert", "cross_expert", "self_games", "cross_games"):
         if getattr(args, name) is not None:

@@ -24,13 +24,19 @@ import argparse
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import (
+    ArgumentParser,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+    run_command,
+)
 from rpg_base.errors import InputError
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
@@ -240,11 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the real game beside the dream, from the same opening, with the same keys")
     parser.add_argument("--agent", default=None,
                         help=f"let a policy play instead of the keyboard: {', '.join(AGENTS)} or an SB3 .zip")
-    parser.add_argument("--out", default=None,
+    parser.add_argument("--out", type=output_file, default=None,
                         help="record the agent's screens to a .gif or .mp4 (no window)")
-    parser.add_argument("--steps", type=int, default=100, help="agent steps to show or record")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fps", type=float, default=8)
+    parser.add_argument("--steps", type=positive_int, default=100, help="agent steps to show or record")
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--fps", type=positive_float, default=8)
     parser.add_argument("--argmax", action="store_true",
                         help="start with arg-max imagination (Space toggles)")
     return parser
@@ -254,11 +260,9 @@ def main(argv: Sequence[str] | None = None):
     from rpg_env.render import VIDEO_SUFFIXES
 
     args = build_parser().parse_args(argv)
-    if args.steps < 1:
-        raise InputError(f"--steps must be >= 1, got {args.steps}")
     if args.out is not None:
-        if Path(args.out).suffix.lower() not in VIDEO_SUFFIXES:
-            raise InputError(f"--out must end in {' or '.join(VIDEO_SUFFIXES)}, got {args.out!r}")
+        if args.out.suffix.lower() not in VIDEO_SUFFIXES:
+            raise InputError(f"--out must end in {' or '.join(VIDEO_SUFFIXES)}, got {str(args.out)!r}")
         if args.agent is None:
             raise InputError("--out records an agent's play: add --agent (e.g. --agent dqn)")
         os.environ["SDL_VIDEODRIVER"] = "dummy"  # the same screens, without a window

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import (
+    LATEST_FILE,
     META_FILE,
     config_differences,
     load_model_weights,
@@ -32,6 +34,26 @@ from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, DataRec
 #: The settings that draw a run's split: a fine-tuned run (``train.init_from``) takes them from its
 #: checkpoint along with the split itself, so its config says how its split was drawn.
 SPLIT_SETTINGS = ("data.split_fractions", "data.split_seed", "data.agent_id")
+#: What a training run writes into its folder; a new run refuses a folder holding anything else.
+RUN_OUTPUTS = ("config.yaml", "metrics.csv", "summary.json", "provenance*.json", "tb", "checkpoints")
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """Refuse ``run_dir`` for a new run when it already holds a run (resume it instead) or files
+    a run does not write (someone's own folder), before anything is written into it."""
+    if (run_dir / "checkpoints" / LATEST_FILE).exists():
+        raise ConfigError(f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose "
+                              "another out_dir (nothing was overwritten)")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"out_dir {run_dir} is a file: name a new or empty folder")
+    ours = {p for pattern in RUN_OUTPUTS for p in run_dir.glob(pattern)} if run_dir.is_dir() else set()
+    others = sorted(p.name for p in run_dir.iterdir() if p not in ours) if run_dir.is_dir() else []
+    if others:
+        raise ConfigError(f"out_dir {run_dir} holds files a training run does not write "
+                              f"({', '.join(others[:5])}{', ...' if len(others) > 5 else ''}); choose a new "
+                              "or empty folder")
+
+
 #: Settings a resumed run takes from its checkpoint (its folder, its recorded split, where its
 #: weights started): an override of one of them would be ignored, so it is refused.
 FIXED_ON_RESUME = ("out_dir", *SPLIT_SETTINGS, "train.init_from")

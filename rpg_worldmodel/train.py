@@ -40,14 +40,13 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, output_folder, positive_int, run_command
+from rpg_base.progress import progress_bar
 from rpg_base.provenance import package_versions, pinned_torch_threads, provenance
 from rpg_base.typed_config import config as tc
-from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import (
-    LATEST_FILE,
     Choice,
     best_val_loss,
     choose_checkpoint,
@@ -82,6 +81,7 @@ from rpg_worldmodel.distributed import (
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 from rpg_worldmodel.resume import (
     Resume,
+    check_new_run_dir,
     restore_training,
     resume_config,
     resume_from,
@@ -218,11 +218,8 @@ def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[
 def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | None = None) -> Run:
     """Seeds, data (split by game), model, optimizer; a resumed run's state restored."""
     run_dir = Path(cfg.out_dir)
-    if resume is None and (run_dir / "checkpoints" / LATEST_FILE).exists():
-        raise ConfigError(
-            f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose another "
-            f"out_dir (nothing was overwritten)"
-        )
+    if resume is None:
+        check_new_run_dir(run_dir)
     start = starting_checkpoint(cfg) if resume is None and cfg.train.init_from else None
     seed_everything(cfg.train.seed)
     files, splits, record = open_data(cfg, procs)
@@ -387,7 +384,7 @@ def train(
         end_step = t.max_steps if stop_at is None else min(stop_at, t.max_steps)
         p = Progress(run.start_step, end_step, start_time,
                      MetricsLog(run.run_dir, run.start_step) if procs.master else None,
-                     tqdm(total=end_step, initial=run.start_step, desc="train", unit="step",
+                     progress_bar(total=end_step, initial=run.start_step, desc="train", unit="step",
                           disable=not (t.progress and procs.master), dynamic_ncols=True), Meter(), {},
                      best_val=best_val_loss(run.checkpoint_dir))
         mask_gen = torch.Generator(device=run.device)
@@ -451,9 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "set); same as data.path=FILE or data.path=[A, B]")
     p.add_argument("--config", help="YAML file of the settings that differ from the defaults listed below "
                    "(e.g. rpg_worldmodel/configs/reference.yaml); default: none")
-    p.add_argument("--out", help="run folder; same as out_dir=DIR")
+    p.add_argument("--out", type=output_folder, help="run folder; same as out_dir=DIR")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    p.add_argument("--stop-at", type=int, help="stop after this step with a checkpoint (schedule: max_steps)")
+    p.add_argument("--stop-at", type=positive_int,
+                   help="stop after this step with a checkpoint (schedule: max_steps)")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
 
@@ -474,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if data:
         cfg.data.path = data[0] if len(data) == 1 else data
     if args.out:
-        cfg.out_dir = args.out
+        cfg.out_dir = str(args.out)
     result = train(cfg.validate(), resume=args.resume, stop_at=args.stop_at)
     if result.rank != 0:
         return 0

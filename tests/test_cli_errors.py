@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -22,8 +24,10 @@ COMMANDS = {
     "trajectories": "rpg_env.trajectories.__main__", "experts": "rpg_env.experts.__main__",
     "demo": "rpg_env.demo", "export_minari": "rpg_env.export_minari", "train": "rpg_worldmodel.train",
     "evaluate": "rpg_worldmodel.evaluate", "report": "rpg_worldmodel.report",
-    "pipeline": "rpg_worldmodel.pipeline",
+    "pipeline": "rpg_worldmodel.pipeline", "wm_play": "rpg_worldmodel.play", "dream": "rpg_worldmodel.dream",
+    "imitate": "rpg_worldmodel.imitate", "ship": "rpg_worldmodel.ship",
 }
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TINY_MODEL = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
               "train.max_steps=2", "train.warmup_steps=1", "train.batch_size=8", "train.eval_every=2",
               "train.checkpoint_every=2", "train.progress=false", "data.max_val_windows=16"]
@@ -45,6 +49,9 @@ def inputs(tmp_path_factory):
     paths["other_game"] = root / "radius3.h5"
     record("greedy", paths["other_game"], 2, seed=0, num_envs=2, mode="w", progress=False,
            env_kwargs={"vision_radius": 3})
+    paths["folder"] = root / "notes"  # a folder of someone's own files
+    paths["folder"].mkdir()
+    (paths["folder"] / "todo.txt").write_text("mine\n")
     paths["good_copy"] = root / "good_copy.h5"
     shutil.copy(good, paths["good_copy"])
     paths["empty"] = root / "empty.h5"
@@ -114,7 +121,6 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
         ("experts", "malformed config", ["train", "--config", "{bad_yaml}", "--out", "{tmp}/e"],
          "not valid YAML"),
         ("experts", "unknown key", ["train", "--out", "{tmp}/e", "gama=0.9"], "did you mean"),
-        ("demo", "bad turns", ["--out", "{tmp}/demo", "--turns", "0"], "--turns must be >= 1"),
         ("play", "missing co-policy", ["--co-policy", "{tmp}/nope.zip", "--max-frames", "1"],
          "no such model file"),
         ("train", "malformed config", ["--data", "{good}", "--config", "{bad_yaml}", "--out", "{tmp}/r"],
@@ -152,7 +158,123 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
         ("pipeline", "missing expert", ["--out", "{tmp}/p", "--self-expert", "{tmp}/nope.zip"],
          "does not exist"),
     ]
-    return cases
+    return cases + _range_cases() + _output_cases() + _benchmark_cases()
+
+
+def _range_cases() -> list[tuple[str, str, list[str], str]]:
+    """Out-of-range and zero numbers, unknown devices and ids the downstream library would reject:
+    refused by the argument types of `rpg_base.cli` (or a config's validate) before any work."""
+    rec = ["--policy", "random", "--episodes", "1", "--out", "{tmp}/r.h5", "--no-progress"]
+    return [
+        ("play", "zero fps", ["--fps", "0", "--max-frames", "1"], "--fps must be > 0"),
+        ("play", "tiny map", ["--height", "2", "--max-frames", "1"], "height and width must be >= 3"),
+        ("record", "gzip level 10", [*rec, "--compression-level", "10"], "level must be in [0, 9]"),
+        ("record", "zero worlds", [*rec, "--num-envs", "0"], "--num-envs must be >= 1"),
+        ("record", "spawn rate over 1", [*rec, "--spawn-prob", "2"], "spawn_prob"),
+        ("experts", "zero-height map", ["train", "--out", "{tmp}/e", "env.height=0"], "env: height"),
+        ("experts", "zero episodes", ["evaluate", "{expert}", "--episodes", "0"], "--episodes must be >= 2"),
+        ("experts", "zero fps", ["watch", "{expert}", "--out", "{tmp}/w.gif", "--fps", "0"], "must be >= 1"),
+        ("demo", "zero fps", ["--out", "{tmp}/demo", "--fps", "0"], "--fps must be > 0"),
+        ("demo", "bad turns", ["--out", "{tmp}/demo", "--turns", "0"], "--turns must be >= 1"),
+        ("export_minari", "id with a space", ["{good}", "--dataset-id", "bad id", "--no-progress"],
+         "Minari id"),
+        ("export_minari", "id without version", ["{good}", "--dataset-id", "cli/errors", "--no-progress"],
+         "version is required"),
+        ("export_minari", "negative max episodes",
+         ["{good}", "--dataset-id", "cli/errors-v0", "--max-episodes", "-1", "--no-progress"],
+         "--max-episodes must be >= 1"),
+        ("train", "negative stop", ["--data", "{good}", "--out", "{tmp}/r", "--stop-at", "-1", *TINY_MODEL],
+         "--stop-at must be >= 1"),
+        ("train", "unknown device", ["--data", "{good}", "--out", "{tmp}/r", *TINY_MODEL, "train.device=foo"],
+         "is not a torch device"),
+        ("evaluate", "negative bootstrap",
+         ["--checkpoint", "{checkpoint}", "--data", "{good}", "--bootstrap", "-1"], "must be >= 2"),
+        ("evaluate", "zero batch", ["--checkpoint", "{checkpoint}", "--data", "{good}", "--batch-size", "0"],
+         "--batch-size must be >= 1"),
+        ("evaluate", "unknown device",
+         ["--checkpoint", "{checkpoint}", "--data", "{good}", "--device", "foo"], "not a torch device"),
+        ("pipeline", "zero games", ["--out", "{tmp}/p", "--quick", "--self-games", "0"], "--self-games"),
+        ("pipeline", "expert not a zip", ["--out", "{tmp}/p", "--quick", "--cross-expert", "{not_a_zip}"],
+         "not a Stable-Baselines3 model zip"),
+        ("pipeline", "unknown expert", ["--out", "{tmp}/p", "--quick", "--self-expert", "bogus"],
+         "unknown expert"),
+        ("wm_play", "zero steps", ["--agent", "greedy", "--out", "{tmp}/p.gif", "--steps", "0"],
+         "--steps must be >= 1"),
+        ("dream", "zero temperature", ["--out", "{tmp}/d", "--temperature", "0"],
+         "--temperature must be > 0"),
+        ("dream", "zero-height map", ["--out", "{tmp}/d", "env.height=0"], "env: height"),
+        ("imitate", "one episode", ["--episodes", "1"], "--episodes must be >= 2"),
+        ("ship", "missing dream run", ["dream", "{tmp}/nowhere"], "not a finished dream run"),
+    ]
+
+
+def _output_cases() -> list[tuple[str, str, list[str], str]]:
+    """Outputs that are folders, files under files, or folders holding a run or unrelated content."""
+    return [
+        ("record", "output is a folder", ["--policy", "random", "--episodes", "1", "--out", "{folder}"],
+         "is a folder"),
+        ("trajectories", "repair into a folder", ["repair", "{good}", "{folder}", "--overwrite"],
+         "is a folder"),
+        ("play", "record into a folder", ["--record", "{folder}", "--max-frames", "1"], "is a folder"),
+        ("experts", "JSON into a folder", ["evaluate", "{expert}", "--json", "{folder}"], "is a folder"),
+        ("demo", "output folder is a file", ["--out", "{text}"], "is a file"),
+        ("train", "run folder is a file", ["--data", "{good}", "--out", "{text}", *TINY_MODEL], "is a file"),
+        ("pipeline", "folder holding a training run", ["--out", "{run}", "--quick"], "did not write"),
+        ("pipeline", "folder holding other files", ["--out", "{folder}", "--quick", "--overwrite"],
+         "did not write"),
+        ("pipeline", "output is a file", ["--out", "{text}", "--quick"], "is a file"),
+        ("imitate", "JSON into a folder", ["--json", "{folder}", "--episodes", "2"], "is a folder"),
+    ]
+
+
+def _benchmark_cases() -> list[tuple[str, str, list[str], str]]:
+    """Every benchmark script parses through `run_command` too: bad numbers, devices, files."""
+    out = ["--out", "{tmp}/o.json"]
+    return [
+        ("bench:env_throughput", "zero repeats", ["--quick", "--repeats", "0", *out],
+         "--repeats must be >= 1"),
+        ("bench:env_throughput", "CPU not ours", ["--quick", "--pin", "100000", *out], "--pin 100000"),
+        ("bench:env_throughput", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
+        ("bench:expert_training", "zero steps", ["--steps", "0", *out], "--steps must be >= 1"),
+        ("bench:imagination", "unknown device", ["--quick", "--device", "foo"], "not a torch device"),
+        ("bench:imagination", "unknown baseline key", ["--quick", "--baseline", "model.widht=8"],
+         "did you mean"),
+        ("bench:imagination_fidelity", "steps past the episode", ["--steps", "100", *out],
+         "--steps must be in [1, 99]"),
+        ("bench:imagination_fidelity", "missing checkpoint", ["--checkpoint", "{tmp}/none", *out], "none"),
+        ("bench:recording", "unknown policy", ["--quick", "--policy", "bogus", *out], "not a policy"),
+        ("bench:recording", "zero games", ["--quick", "--games", "0", *out], "--games must be >= 1"),
+        ("bench:worldmodel_context", "data not trajectories", ["--quick", "--data", "{text}", *out],
+         "not an HDF5 file"),
+        ("bench:worldmodel_context", "data is a folder", ["--data", "{folder}", *out], "is a folder"),
+        ("bench:worldmodel_context", "unknown key",
+         ["--quick", "--data", "{good}", "--set", "model.widht=8", *out], "did you mean"),
+        ("bench:worldmodel_streaming", "data not trajectories", ["--quick", "--data", "{text}", *out],
+         "not an HDF5 file"),
+        ("bench:worldmodel_streaming", "unknown device", ["--quick", "--device", "foo", *out],
+         "not a torch device"),
+        ("bench:worldmodel_throughput", "zero steps", ["--quick", "--steps", "0", *out],
+         "--steps must be >= 1"),
+        ("bench:worldmodel_throughput", "missing Sorrel python",
+         ["--quick", "--sorrel-python", "{tmp}/python", *out], "does not exist"),
+        ("bench:worldmodel_time_to_quality", "unknown candidate",
+         ["--quick", "--data", "{good}", "--candidates", "bogus", *out], "no config of that name"),
+        ("bench:worldmodel_time_to_quality", "data not trajectories", ["--quick", "--data", "{text}", *out],
+         "not an HDF5 file"),
+        ("bench:worldmodel_time_to_quality", "earlier result not JSON",
+         ["--quick", "--data", "{good}", "--sorrel-from", "{bad_json}", *out], "not valid JSON"),
+    ]
+
+
+def _main(command: str):
+    if not command.startswith("bench:"):
+        return importlib.import_module(COMMANDS[command]).main
+    name = command.removeprefix("bench:")
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module.main
 
 
 def _digest(path: Path) -> str | None:
@@ -167,11 +289,15 @@ def _digest(path: Path) -> str | None:
 @pytest.mark.parametrize(("command", "kind", "argv", "message"), _cases(),
                          ids=[f"{c}-{k}-{i}" for i, (c, k, *_) in enumerate(_cases())])
 def test_bad_input_gives_one_line_exit_2_and_changes_nothing(command, kind, argv, message, inputs, tmp_path,
-                                                             capsys):
-    values = {name: str(path) for name, path in inputs.items()} | {"tmp": str(tmp_path)}
+                                                             capsys, monkeypatch):
+    from rpg_env.experts import pretrained_path
+
+    values = {name: str(path) for name, path in inputs.items()} | {"tmp": str(tmp_path),
+                                                                   "expert": str(pretrained_path("dqn"))}
     argv = [arg.format(**values) for arg in argv]
     before = {name: _digest(path) for name, path in inputs.items()}
-    main = importlib.import_module(COMMANDS[command]).main
+    main = _main(command)
+    monkeypatch.chdir(tmp_path)  # a default output folder (runs/, out/) would land here
     assert command_status(main, argv) == 2
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
@@ -179,17 +305,25 @@ def test_bad_input_gives_one_line_exit_2_and_changes_nothing(command, kind, argv
     assert "Traceback" not in err
     assert message.lower() in err.lower(), err
     assert {name: _digest(path) for name, path in inputs.items()} == before
+    assert not list(tmp_path.iterdir()), "refusing wrote files"
 
 
-def test_the_modules_exit_2_with_one_line(inputs):
-    """The same through ``python -m`` (a real process, not just ``main``)."""
+def test_the_modules_exit_2_with_one_line(inputs, tmp_path):
+    """The same through ``python -m`` and ``python benchmarks/X.py`` (real processes, not just
+    ``main``)."""
+    import os
     import subprocess
-    import sys
 
-    for module, argv in (("rpg_env.trajectories", ["info", str(inputs["truncated"])]),
-                         ("rpg_worldmodel.evaluate", ["--checkpoint", str(inputs["reshaped"]),
-                                                      "--data", str(inputs["good"])])):
-        proc = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True,
-                              timeout=300)
+    # the checkout's packages, also for a script (whose own folder is first on its path)
+    paths = [str(BENCHMARKS.parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    for command in (["-m", "rpg_env.trajectories", "info", str(inputs["truncated"])],
+                    ["-m", "rpg_worldmodel.evaluate", "--checkpoint", str(inputs["reshaped"]),
+                     "--data", str(inputs["good"])],
+                    [str(BENCHMARKS / "worldmodel_streaming.py"), "--quick", "--data", str(inputs["text"]),
+                     "--out", str(tmp_path / "o.json")]):
+        proc = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=300,
+            env=env)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
+    assert not list(tmp_path.iterdir())

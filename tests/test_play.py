@@ -211,7 +211,7 @@ def test_main_plays_from_the_command_line_and_prints_the_score(capsys):
     pygame.event.clear()
     press(pygame.K_RIGHT, pygame.K_d, pygame.K_ESCAPE)
     summary = main(["--height", "9", "--width", "11", "--vision-radius", "3", "--seed", "4",
-                    "--max-turns", "20", "--co-policy", "greedy", "--fps", "0", "--max-frames", "100"])
+                    "--max-turns", "20", "--co-policy", "greedy", "--fps", "1000", "--max-frames", "100"])
     out = capsys.readouterr().out
     assert summary.quit and summary.turn == 2
     assert re.search(r"^final score: [+-]\d+ at turn 2$", out, re.MULTILINE)
@@ -223,7 +223,7 @@ def test_main_plays_from_the_command_line_and_prints_the_score(capsys):
     [
         (["--co-policy", "sneaky"], "not a co-player policy"),
         (["--co-policy", "missing_model.zip"], "no such model file"),
-        (["--fps", "fast"], "invalid float value"),
+        (["--fps", "fast"], "is not a number"),
     ],
 )
 def test_main_rejects_bad_arguments(argv, match, capsys):
@@ -248,7 +248,7 @@ def test_record_writes_the_human_games_to_a_trajectory_file(tmp_path, capsys):
     # Game 1: three moves end it (max 3 turns). Game 2: R, one move, then Esc cuts it short.
     press(pygame.K_RIGHT, pygame.K_DOWN, pygame.K_LEFT, pygame.K_r, pygame.K_UP, pygame.K_ESCAPE)
     summary = main(["--height", "8", "--width", "8", "--seed", "5", "--max-turns", "3",
-                    "--fps", "0", "--record", str(path), "--max-frames", "100"])
+                    "--fps", "1000", "--record", str(path), "--max-frames", "100"])
     assert summary.quit and summary.episode_returns and summary.turn == 1
     assert f"recorded 2 game(s) to {path}" in capsys.readouterr().out
     with TrajectoryFile(path) as tf:
@@ -271,7 +271,7 @@ def test_record_refuses_a_file_of_another_game(tmp_path):
     pygame.display.init()
     pygame.event.clear()
     press(pygame.K_RIGHT, pygame.K_RIGHT, pygame.K_ESCAPE)
-    main(["--height", "8", "--width", "8", "--max-turns", "2", "--fps", "0", "--record", str(path),
+    main(["--height", "8", "--width", "8", "--max-turns", "2", "--fps", "1000", "--record", str(path),
           "--max-frames", "100"])
     before = path.read_bytes()
     argv = ["--height", "9", "--width", "8", "--record", str(path), "--max-frames", "1"]

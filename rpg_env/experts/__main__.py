@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import (
+    ArgumentParser,
+    int_in,
+    non_negative_int,
+    output_file,
+    output_folder,
+    positive_int,
+    run_command,
+)
+from rpg_base.provenance import portable_command
 from rpg_base.typed_config.config import format_keys
 from rpg_env.experts.config import ALGOS, ExpertConfig
 from rpg_env.experts.evaluate import DEFAULT_EPISODES, DEFAULT_SEED
@@ -26,29 +34,33 @@ def build_parser() -> argparse.ArgumentParser:
                        help="algorithm (default: the config's, else dqn)")
     train.add_argument("--config", default=None,
                        help="YAML config (default: rpg_env/experts/configs/<algo>.yaml)")
-    train.add_argument("--out", default=None, help="run folder (default: runs/experts/<algo>-<time>-s<seed>)")
+    train.add_argument("--out", type=output_folder, default=None,
+                       help="run folder (default: runs/experts/<algo>-<time>-s<seed>)")
     train.add_argument("overrides", nargs="*", metavar="key=value",
                        help="config overrides, e.g. seed=1 timesteps=50000 env.vision_radius=3 "
                             "hyperparams.learning_rate=3e-4")
 
     evaluate = sub.add_parser("evaluate", help="model vs greedy vs random on fixed seeds")
     evaluate.add_argument("model", help="expert .zip")
-    evaluate.add_argument("--episodes", type=int, default=DEFAULT_EPISODES)
-    evaluate.add_argument("--seed", type=int, default=DEFAULT_SEED, help="first evaluation seed")
-    evaluate.add_argument("--json", default=None, help="also write the figures as JSON here")
+    evaluate.add_argument("--episodes", type=int_in(2), default=DEFAULT_EPISODES,
+                          help="games per policy (>= 2, for the 95%% interval)")
+    evaluate.add_argument("--seed", type=non_negative_int, default=DEFAULT_SEED, help="first evaluation seed")
+    evaluate.add_argument("--json", type=output_file, default=None,
+                          help="also write the figures as JSON here")
 
     profile = sub.add_parser("profile", help="how experts play: pickups, bumps, actions, agreement")
     profile.add_argument("models", nargs="+", help="expert .zip files")
-    profile.add_argument("--episodes", type=int, default=DEFAULT_EPISODES)
-    profile.add_argument("--seed", type=int, default=DEFAULT_SEED, help="first evaluation seed")
-    profile.add_argument("--json", default=None, help="also write the figures as JSON here")
+    profile.add_argument("--episodes", type=positive_int, default=DEFAULT_EPISODES)
+    profile.add_argument("--seed", type=non_negative_int, default=DEFAULT_SEED, help="first evaluation seed")
+    profile.add_argument("--json", type=output_file, default=None, help="also write the figures as JSON here")
 
     watch = sub.add_parser("watch", help="show the expert in a pygame window or write a GIF/MP4")
     watch.add_argument("model", help="expert .zip")
-    watch.add_argument("--out", default=None, help="write a .gif or .mp4 instead of opening a window")
-    watch.add_argument("--seed", type=int, default=0)
-    watch.add_argument("--episodes", type=int, default=1)
-    watch.add_argument("--fps", type=int, default=8)
+    watch.add_argument("--out", type=output_file, default=None,
+                       help="write a .gif or .mp4 instead of opening a window")
+    watch.add_argument("--seed", type=non_negative_int, default=0)
+    watch.add_argument("--episodes", type=positive_int, default=1)
+    watch.add_argument("--fps", type=positive_int, default=8)
     return parser
 
 
@@ -59,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         from rpg_env.experts.train import train
 
         cfg = load_config(args.algo, args.config, args.overrides)
-        command = "python -m rpg_env.experts " + shlex.join(argv if argv is not None else sys.argv[1:])
+        words = list(argv) if argv is not None else sys.argv[1:]
+        command = "python -m rpg_env.experts " + portable_command(words)
         run_dir = train(cfg, args.out, command=command)
         print(f"run folder: {run_dir}")
     elif args.command == "evaluate":

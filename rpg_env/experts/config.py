@@ -179,6 +179,24 @@ def validate(cfg: ExpertConfig) -> None:
             raise ConfigError(f"hyperparams.{key} must be {bounds}, got {value}")
     if cfg.eval.final_episodes < 2:
         raise ConfigError("eval.final_episodes must be >= 2 for a confidence interval")
+    for name, seed in (("seed", cfg.seed), ("eval.seed", cfg.eval.seed)):
+        if seed < 0:
+            raise ConfigError(f"{name} must be >= 0 (Gymnasium seeds are non-negative), got {seed}")
+    _check_game(cfg.env)
+
+
+def _check_game(env: dict[str, Any]) -> None:
+    """The env section's game settings, checked by the game's own rules (`WorldParams`) here,
+    so a bad size fails before any env, model or run folder is made."""
+    from dataclasses import fields
+
+    from rpg_env.game.world import WorldParams
+
+    names = {f.name for f in fields(WorldParams)}
+    try:
+        WorldParams(**{k: v for k, v in env.items() if k in names})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"env: {err}") from None
 
 
 # --------------------------------------------------------------------------- loading

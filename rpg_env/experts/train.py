@@ -14,6 +14,7 @@ Run folder layout (``--out DIR``, default ``runs/experts/<algo>-<UTC time>-s<see
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.wrappers import TransformObservation
-from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback, EvalCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
 
@@ -83,6 +84,23 @@ def resolve_run_dir(out: str | Path | None, cfg: ExpertConfig) -> Path:
     return run_dir
 
 
+class LogProgress(BaseCallback):
+    """SB3's progress bar off a terminal: `rpg_base.progress` lines (its own is a live display)."""
+
+    def _on_training_start(self) -> None:
+        from rpg_base.progress import progress_bar
+
+        self.bar = progress_bar(total=self.locals["total_timesteps"] - self.model.num_timesteps, unit="step",
+                                desc=f"train {type(self.model).__name__}")
+
+    def _on_step(self) -> bool:
+        self.bar.update(self.training_env.num_envs)
+        return True
+
+    def _on_training_end(self) -> None:
+        self.bar.close()
+
+
 #: ``(cfg, n_envs, seed) -> VecEnv`` of frame-stacked, monitored envs (`make_training_env`'s shape).
 EnvFactory = Callable[[ExpertConfig, int, int], VecEnv]
 
@@ -126,11 +144,12 @@ def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None, make_env: 
                      deterministic=True, verbose=0),
         CheckpointCallback(save_freq=max(cfg.checkpoint_freq // per_call, 1),
                            save_path=str(run_dir / "checkpoints"), name_prefix=cfg.algo),
+        *([LogProgress()] if cfg.progress_bar and not sys.stderr.isatty() else []),
     ])
     started = time.perf_counter()
     try:
         model.learn(total_timesteps=cfg.total_timesteps, callback=callbacks, tb_log_name=cfg.algo,
-                    progress_bar=cfg.progress_bar)
+                    progress_bar=cfg.progress_bar and sys.stderr.isatty())  # SB3's live bar: terminals only
     finally:
         venv.close()
         eval_env.close()

@@ -15,7 +15,14 @@ from pathlib import Path
 import gymnasium as gym
 
 import rpg_env
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import (
+    ArgumentParser,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+    run_command,
+)
 from rpg_base.errors import InputError
 from rpg_env.play.loop import DEFAULT_FPS, PlaySummary, play
 from rpg_env.trajectories.recorders import HDF5Recorder
@@ -33,21 +40,23 @@ def _co_policy_arg(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The game's sizes are checked by the game's own rules (`WorldParams`), in `make_env`.
     parser = ArgumentParser(
         prog="python -m rpg_env.play",
         description="Play Treasurehunt with the keyboard: arrows/WASD move, R restarts, Esc quits.")
     parser.add_argument("--height", type=int, default=20, help="map rows, border walls included")
     parser.add_argument("--width", type=int, default=20, help="map columns, border walls included")
     parser.add_argument("--vision-radius", type=int, default=4, help="view is (2r+1) x (2r+1) cells")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the first episode")
+    parser.add_argument("--seed", type=non_negative_int, default=None, help="seed of the first episode")
     parser.add_argument("--max-turns", type=int, default=100, help="turns per episode")
     parser.add_argument("--num-agents", type=int, default=2, help="you plus co-players")
     parser.add_argument("--co-policy", type=_co_policy_arg, default="random",
                         help="random, greedy, or a path to an SB3 .zip (default: random)")
-    parser.add_argument("--fps", type=float, default=DEFAULT_FPS, help="window redraws per second")
-    parser.add_argument("--record", type=Path, default=None, metavar="FILE.h5",
+    parser.add_argument("--fps", type=positive_float, default=DEFAULT_FPS,
+                        help="window redraws per second (> 0)")
+    parser.add_argument("--record", type=output_file, default=None, metavar="FILE.h5",
                         help="record your games to this HDF5 trajectory file (policy id 'human')")
-    parser.add_argument("--max-frames", type=int, default=None,
+    parser.add_argument("--max-frames", type=positive_int, default=None,
                         help="stop after this many frames (for scripted runs)")
     return parser
 
@@ -75,8 +84,6 @@ def make_env(args: argparse.Namespace) -> gym.Env:
 
 def main(argv: Sequence[str] | None = None) -> PlaySummary:
     args = build_parser().parse_args(argv)
-    if args.max_frames is not None and args.max_frames < 1:
-        raise InputError(f"--max-frames must be >= 1, got {args.max_frames}")
     env = make_env(args)
     try:
         summary = play(env, seed=args.seed, fps=args.fps, max_frames=args.max_frames)

@@ -89,6 +89,8 @@ def repair(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bool = 
     src, dst = Path(src), Path(dst)
     if dst.exists() and dst.resolve() == src.resolve():
         raise InputError(f"repair writes a new file: the destination {dst} must differ from the source")
+    if dst.is_dir():
+        raise InputError(f"the destination {dst} is a folder: name the new file (e.g. {dst / src.name})")
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{dst} exists; choose a new path (or pass overwrite=True / --overwrite)")
     tmp = dst.with_name(dst.name + ".partial")
@@ -97,9 +99,9 @@ def repair(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bool = 
         bar = None
         try:
             if progress:
-                from tqdm import tqdm
+                from rpg_base.progress import progress_bar
 
-                bar = tqdm(total=len(tf), desc=f"repair {src.name}", unit="stream")
+                bar = progress_bar(total=len(tf), desc=f"repair {src.name}", unit="stream")
             copied = writer.copy_from(tf, batch_streams=batch_streams,
                                       on_batch=None if bar is None else bar.update)
             writer.close()
@@ -110,5 +112,9 @@ def repair(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bool = 
         finally:
             if bar is not None:
                 bar.close()
-    os.replace(tmp, dst)
+    try:
+        os.replace(tmp, dst)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     return copied

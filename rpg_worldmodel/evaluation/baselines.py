@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from rpg_base.errors import InputError
+from rpg_base.progress import progress_bar
 from rpg_worldmodel.data.sources import kind_values
 from rpg_worldmodel.data.stores import EpisodeStore
 from rpg_worldmodel.evaluation.oracles import (
@@ -222,7 +222,8 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
                          ActionFrequencies(len(action_names), 0),
                          ActionFrequencies(len(action_names), 1), len(chosen),
                          RewardRule(store.meta, reward_values) if len(reward_values) else None)
-    for row in tqdm(range(len(store)), desc="fit baselines (train split)", unit="episode", leave=False):
+    for row in progress_bar(range(len(store)), desc="fit baselines (train split)", unit="episode",
+                            leave=False):
         obs, actions = store.episode(row)
         length = len(actions)
         if length < 1:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from rpg_base.errors import InputError
+from rpg_base.progress import progress_bar
 from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.data.masks import apply_input_mask
 from rpg_worldmodel.data.sources import reward_classes
@@ -56,7 +56,7 @@ def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str 
     store = es.store()
     plan = plan_windows(store.lengths, num_frames, context)
     starts = range(0, len(plan), batch_size)
-    for a in tqdm(starts, desc=desc or f"windows {es.path.name}", unit="batch", leave=False,
+    for a in progress_bar(starts, desc=desc or f"windows {es.path.name}", unit="batch", leave=False,
                   disable=desc == ""):
         rows, starts = plan.rows[a : a + batch_size], plan.starts[a : a + batch_size]
         views, actions, rewards = store.gather(rows, starts, num_frames + 1)
