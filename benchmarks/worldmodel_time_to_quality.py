@@ -151,10 +151,12 @@ def make_candidate(spec: str, quick: bool):
 
     name, _, overrides = spec.partition("=")
     path = CONFIGS / f"{name}.yaml"
-    if not overrides and path.is_file():
+    if not overrides and name == "default":  # the config dataclasses' defaults: no file holds them
+        cfg = load_config(None)
+    elif not overrides and path.is_file():
         cfg = load_config(path)
     elif not overrides:
-        shipped = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+        shipped = ["default", *sorted(p.stem for p in CONFIGS.glob("*.yaml"))]
         raise InputError(f"--candidates {spec!r}: no config of that name; use one of {shipped} or "
                          "name=key=value ... (overrides of the default)")
     else:
