@@ -43,9 +43,15 @@ def window(env):
     window.close()
 
 
+def key_event(kind: int, key: int) -> pygame.event.Event:
+    return pygame.event.Event(kind, key=key, mod=0, unicode="")
+
+
 def press(*keys: int) -> None:
+    """Each key pressed and released, as a player's taps arrive."""
     for key in keys:
-        pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=key, mod=0, unicode=""))
+        pygame.event.post(key_event(pygame.KEYDOWN, key))
+        pygame.event.post(key_event(pygame.KEYUP, key))
 
 
 def run(env, window, max_frames=1, **kwargs):
