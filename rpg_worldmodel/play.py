@@ -163,7 +163,7 @@ class DreamView(ShownWorld):
     def status(self, info: dict) -> list[str]:
         """The panel's lines about the dream: its uncertainty, the mode and the frame's validity."""
         failed = self.failed_conditions()
-        validity = f"NOT a game frame: {', '.join(failed)}" if failed else "a valid game frame"
+        validity = f"invalid frame ({', '.join(failed)})" if failed else "valid frame"
         return [f"uncertainty {info['entropy']:.3f} nats/cell", f"{self.mode}: {validity}"]
 
     def toggle_sampling(self) -> str:
