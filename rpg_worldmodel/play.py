@@ -169,7 +169,7 @@ class DreamView(ShownWorld):
     def toggle_sampling(self) -> str:
         worlds = self.env.unwrapped.worlds
         worlds.sample = not worlds.sample
-        return f"Space: now {self.mode} imagination"
+        return f"Space: now {self.mode}"  # short: the panel is narrow
 
 
 def differences(a: gym.Env, b: gym.Env) -> np.ndarray:

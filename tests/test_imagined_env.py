@@ -127,8 +127,11 @@ def test_steps_run_on_the_thread_setting_and_leave_torchs_own_alone(tiny_world_m
 
 
 def test_the_default_is_one_thread_and_a_bad_setting_is_refused(tiny_world_model):
+    from rpg_worldmodel.dream import World
+
     run, _ = tiny_world_model
     assert gym.make(ID, checkpoint=run).unwrapped.worlds.torch_threads == 1
+    assert World(str(run), torch_threads=2).make_vec(2).unwrapped.worlds.torch_threads == 2  # dream --threads
     for bad in (0, -2, 1.5, True):
         with pytest.raises(InputError, match="torch_threads must be a positive int"):
             gym.make(ID, checkpoint=run, torch_threads=bad)

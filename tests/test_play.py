@@ -361,11 +361,11 @@ def test_the_dream_has_its_say_beside_the_real_game(tiny_world_model, window):
     lines = shown[-1]
     entropy = float(worlds.dream.env.unwrapped.worlds.entropy[0])
     assert f"uncertainty {entropy:.3f} nats/cell" in lines  # the dream's, though the real game is first
-    assert lines[-1] == "Space: now arg-max imagination"
+    assert lines[-1] == "Space: now arg-max"
     assert any(line.startswith("arg-max: ") and "frame" in line for line in lines)
     press(pygame.K_SPACE)
     P.play_by_keys(worlds, seed=None, max_frames=1, window=window)
-    assert shown[-1][-1] == "Space: now sampled imagination" and worlds.dream.env.unwrapped.worlds.sample
+    assert shown[-1][-1] == "Space: now sampled" and worlds.dream.env.unwrapped.worlds.sample
     assert set(summary.score_by_env) == {"real game", "imagined"}
 
 
