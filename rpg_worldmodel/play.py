@@ -90,13 +90,18 @@ class ShownWorld(gym.Wrapper):
 
 class RealOpening(ShownWorld):
     """The real game, shown as the agent's view: each reset plays the opening (``turns`` turns by
-    ``opener``) and hands it to ``context`` (a `GivenContext`), so the dream starts from it."""
+    ``opener``) and hands it to ``context`` (a `GivenContext`), so the dream starts from it.
+
+    Its ``episode_return`` counts from the end of the opening, as the dream's does (the dream is
+    never told the opening's rewards): the two scores compare the same turns.
+    """
 
     def __init__(self, env: gym.Env, turns: int, opener: Any, context) -> None:
         from rpg_env.policies.registry import make_policy
 
         super().__init__(env)
         self.turns, self.opener, self.context = turns, make_policy(opener), context
+        self.opening_return = 0.0
 
     def reset(self, *, seed=None, options=None):
         from rpg_worldmodel.envs.imagination import Start
@@ -111,7 +116,13 @@ class RealOpening(ShownWorld):
         self.context.give(Start(np.stack(views)[None], np.array(actions, dtype=np.int64)[None],
                                 np.array([int(info.get("turn", self.turns))])))
         self.view = obs
-        return obs, info
+        self.opening_return = float(info.get("episode_return", 0.0))
+        return obs, {**info, "episode_return": 0.0}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        info = {**info, "episode_return": float(info.get("episode_return", 0.0)) - self.opening_return}
+        return obs, reward, terminated, truncated, info
 
     def frame(self) -> np.ndarray:
         from rpg_env.render import render_view
@@ -249,7 +260,7 @@ def play_by_agent(worlds: Worlds, agent: str, steps: int, seed: int, out: str | 
     obs = {name: env.reset(seed=seed)[0] for name, env in screens.items()}  # the real opening first
     start, frames = True, []
     returns: dict[str, list[float]] = {name: [] for name in screens}
-    score = dict.fromkeys(screens, 0.0)
+    score = dict.fromkeys(screens, 0.0)  # both count from the end of the opening
     try:
         for _ in range(steps):
             action = int(policy.act(obs[eyes][None], np.array([start]))[0])
@@ -263,6 +274,7 @@ def play_by_agent(worlds: Worlds, agent: str, steps: int, seed: int, out: str | 
                 for name in screens:
                     returns[name].append(score[name])
                 obs = {name: env.reset()[0] for name, env in screens.items()}
+                score = dict.fromkeys(screens, 0.0)
             if window.quit_requested:
                 break
     finally:

@@ -389,6 +389,19 @@ def test_the_validity_mark_tells_a_game_frame_from_an_impossible_one(tiny_world_
     assert np.all(frame[:3, :] == P.INVALID_FRAME_RGB) and np.all(frame[:, -3:] == P.INVALID_FRAME_RGB)
 
 
+def test_both_worlds_score_the_turns_after_the_opening(tiny_world_model):
+    from rpg_worldmodel import play as P
+
+    worlds = P.build_worlds(str(tiny_world_model[0]), side_by_side=True)
+    for seed in range(4):  # greedy openings: some pick something up
+        _, info = worlds.real.reset(seed=seed)
+        if worlds.real.opening_return:
+            break
+    assert worlds.real.opening_return != 0 and info["episode_return"] == 0.0
+    steps = [worlds.real.step(a) for a in (0, 1, 2, 3, 0, 1, 2)]
+    assert steps[-1][4]["episode_return"] == sum(step[1] for step in steps)  # only the turns played since
+
+
 def test_the_exit_summary_gives_both_worlds_scores(tiny_world_model, capsys):
     from rpg_worldmodel import play as P
 
