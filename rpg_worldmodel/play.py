@@ -107,6 +107,8 @@ class RealOpening(ShownWorld):
         from rpg_worldmodel.envs.imagination import Start
 
         obs, info = self.env.reset(seed=seed, options=options)
+        if seed is not None:  # the same seed, the same opening
+            self.opener.seed(np.random.default_rng(seed))
         views, actions = [obs], []
         for t in range(self.turns):
             action = int(self.opener.act(obs[None], np.array([t == 0]))[0])
