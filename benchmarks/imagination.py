@@ -21,6 +21,8 @@ rows so that load from other processes hits all alike; the median and best round
 
     python benchmarks/imagination.py [--quick] [--device cuda] [--threads 2]
 
+``--threads``: the imagined env's ``torch_threads`` (its default, 1, measured best on CPU).
+
 Writes ``benchmarks/results/imagination.json`` (``imagination_gpu.json`` with ``--device cuda``).
 Goal on a 2-core CPU: >= 5,000 imagined steps/s at N = 256 and >= 3x the uncached path.
 """
@@ -99,12 +101,12 @@ def steps_per_second(venv, steps: int, seed: int) -> float:
 
 
 def measure(checkpoint: Path, sizes: tuple[int, ...], steps: int, repeats: int, device: str,
-            baseline: Path | None = None) -> dict:
+            baseline: Path | None = None, threads: int = 1) -> dict:
     rows: dict[str, dict[int, list[float]]] = {"cached": {}, "uncached": {}, "real": {}}
     if baseline is not None:
         rows["cached_baseline"] = {}
     for n in sizes:
-        make = {"num_envs": n, "checkpoint": checkpoint, "device": device}
+        make = {"num_envs": n, "checkpoint": checkpoint, "device": device, "torch_threads": threads}
         envs = {"cached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "uncached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "real": gym.make_vec(rpg_env.ENV_ID, num_envs=n)}
@@ -125,8 +127,8 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/imagination.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 1 and 64, few steps: a smoke check")
     parser.add_argument("--device", type=device_name, default="cpu", help="cpu or cuda")
-    parser.add_argument("--threads", type=non_negative_int, default=0,
-                        help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--threads", type=positive_int, default=1,
+                        help="torch CPU threads of the imagined steps")
     parser.add_argument("--steps", type=non_negative_int, default=0,
                         help="timed steps per round (default: by N)")
     parser.add_argument("--repeats", type=positive_int, default=3)
@@ -138,8 +140,6 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     load_config(None, args.baseline.split())  # bad overrides fail before any training
-    if args.threads:
-        torch.set_num_threads(args.threads)
     sizes = SIZES[:2] if args.quick else SIZES
     steps = args.steps or (5 if args.quick else 30)
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
         baseline = (build_checkpoint(Path(tmp), args.device, args.baseline.split(), "baseline")
                     if args.baseline.strip() else None)
         cfg = load_config()
-        results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device, baseline)
+        results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device, baseline,
+                          args.threads)
     at = "256" if "256" in results["cached"] else str(sizes[-1])
     summary = {
         f"cached_steps_per_s_at_{at}": results["cached"][at]["median"],
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size")
     shape = {k: getattr(cfg.model, k) for k in keys}
     record_ = provenance(seed=0, device=args.device, device_name=hardware,
-                         torch_threads=torch.get_num_threads(), model=shape,
+                         torch_threads=args.threads, model=shape,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
     print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"
                                                                      if baseline is not None else ""))

@@ -278,7 +278,7 @@ _PANEL_WIDTH = 240
 _HEADER_HEIGHT = 34
 _CAPTION_HEIGHT = 24
 _HELP_HEIGHT = 30
-_MAX_STATUS_LINES = 5
+_MAX_STATUS_LINES = 6
 _GAP = 12
 _BACKGROUND = (30, 30, 36)
 _TEXT = (235, 235, 235)
@@ -359,7 +359,7 @@ class PygameWindow:
             frames: one ``(H, W, 3)`` uint8 frame or a list of them (shown left to right).
             captions: a short title above each frame (e.g. "real game", "imagined").
             header: the line at the top (e.g. turn and score).
-            status: up to 5 short lines for the panel (e.g. the last reward, "episode over").
+            status: up to 6 short lines for the panel (e.g. the last reward, "episode over").
         """
         if self.closed:
             return

@@ -31,7 +31,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rpg_base.cli import ArgumentParser, output_folder, positive_float, run_command
+from rpg_base.cli import ArgumentParser, output_folder, positive_float, positive_int, run_command
 from rpg_base.provenance import portable_command
 from rpg_worldmodel import IMAGINED_ENV_ID
 from rpg_worldmodel.shipped import PRETRAINED_NAME
@@ -50,13 +50,17 @@ class World:
     temperature: float = 1.0
     burn_in_policy: str = "greedy"
     device: str = "cpu"
+    # torch threads of an imagined step (restored after each): one is fastest for these small steps;
+    # the learner's own threads are the config's torch_threads.
+    torch_threads: int = 1
 
     def make_vec(self, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
         """``num_envs`` worlds of this imagined game in one batched env (``kwargs``: its other
         arguments, e.g. ``co_policy`` or ``autoreset_mode``)."""
         return gym.make_vec(IMAGINED_ENV_ID, num_envs=num_envs, checkpoint=self.checkpoint,
                             burn_in_policy=self.burn_in_policy, sample=self.sample,
-                            temperature=self.temperature, device=self.device, **kwargs)
+                            temperature=self.temperature, device=self.device,
+                            torch_threads=self.torch_threads, **kwargs)
 
 
 def default_config_path(algo: str) -> Path:
@@ -168,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run folder (default: runs/dream/<algo>-<time>-s<seed>)")
     parser.add_argument("--argmax", action="store_true", help="imagine the most likely views, not samples")
     parser.add_argument("--temperature", type=positive_float, default=1.0)
+    parser.add_argument("--threads", type=positive_int, default=1,
+                        help="torch threads of the imagined steps (the agent's: config key torch_threads)")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides, e.g. timesteps=100000")
     return parser
@@ -178,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     cfg = load_config(args.algo, args.config or default_config_path(args.algo), args.overrides)
-    world = World(args.checkpoint, sample=not args.argmax, temperature=args.temperature)
+    world = World(args.checkpoint, sample=not args.argmax, temperature=args.temperature,
+                  torch_threads=args.threads)
     out = str(args.out) if args.out else str(Path("runs") / "dream" / f"{cfg.algo}-{_stamp()}-s{cfg.seed}")
     words = list(argv) if argv is not None else sys.argv[1:]
     command = "python -m rpg_worldmodel.dream " + portable_command(words)

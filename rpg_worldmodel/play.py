@@ -12,8 +12,18 @@ needs real context); then the model takes over.
 ``--side-by-side`` shows the real game's view and the dream's next to each other, both
 continuing from the same real opening and receiving the same keys; cells where they disagree
 are outlined in red. ``--agent`` (``dqn``, ``ppo``, ``greedy``, ``random`` or an SB3 ``.zip``)
-plays instead of the keyboard, in each world with its own copy. ``--out FILE.gif|.mp4 --steps
-N`` records N agent steps of the same screens without opening a window.
+plays instead of the keyboard: one agent, whose action is applied in both worlds, so that they
+stay comparable turn by turn. It chooses from the real game's view (``--agent-sees real``, the
+default side by side: the dream is judged on the moves a real game would see) or the dream's
+(``--agent-sees dream``: what the agent would do inside the model, replayed in the real game).
+``--out FILE.gif|.mp4 --steps N`` records N agent steps of the same screens without opening a
+window.
+
+The panel also says whether the imagined frame is one the game could show
+(`rpg_worldmodel.envs.fidelity.frame_validity`: its walls, the learner at the centre, the number of
+agents, the kinds); a frame that is not is outlined in magenta. The model runs on ``--threads``
+torch threads (1 by default: its steps are small, and more threads only wait on each other,
+docs/imagination.md).
 
 The loop is `rpg_env.play`'s: this module only builds the two worlds and draws their views.
 """
@@ -38,11 +48,15 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.errors import InputError
+from rpg_base.provenance import pinned_torch_threads
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
 KEYS_HELP = "arrows/WASD move  ·  R restart  ·  Space sampled/arg-max  ·  Esc quit"
 MISMATCH_RGB = (230, 40, 40)
+INVALID_FRAME_RGB = (220, 0, 220)
 AGENTS = ("dqn", "ppo", "greedy", "random")
+#: Which world's view the one agent chooses its actions from.
+AGENT_SEES = ("real", "dream")
 
 
 def mark_cells(frame: np.ndarray, mask: np.ndarray,
@@ -82,18 +96,25 @@ class ShownWorld(gym.Wrapper):
 
 class RealOpening(ShownWorld):
     """The real game, shown as the agent's view: each reset plays the opening (``turns`` turns by
-    ``opener``) and hands it to ``context`` (a `GivenContext`), so the dream starts from it."""
+    ``opener``) and hands it to ``context`` (a `GivenContext`), so the dream starts from it.
+
+    Its ``episode_return`` counts from the end of the opening, as the dream's does (the dream is
+    never told the opening's rewards): the two scores compare the same turns.
+    """
 
     def __init__(self, env: gym.Env, turns: int, opener: Any, context) -> None:
         from rpg_env.policies.registry import make_policy
 
         super().__init__(env)
         self.turns, self.opener, self.context = turns, make_policy(opener), context
+        self.opening_return = 0.0
 
     def reset(self, *, seed=None, options=None):
         from rpg_worldmodel.envs.imagination import Start
 
         obs, info = self.env.reset(seed=seed, options=options)
+        if seed is not None:  # the same seed, the same opening
+            self.opener.seed(np.random.default_rng(seed))
         views, actions = [obs], []
         for t in range(self.turns):
             action = int(self.opener.act(obs[None], np.array([t == 0]))[0])
@@ -103,7 +124,13 @@ class RealOpening(ShownWorld):
         self.context.give(Start(np.stack(views)[None], np.array(actions, dtype=np.int64)[None],
                                 np.array([int(info.get("turn", self.turns))])))
         self.view = obs
-        return obs, info
+        self.opening_return = float(info.get("episode_return", 0.0))
+        return obs, {**info, "episode_return": 0.0}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        info = {**info, "episode_return": float(info.get("episode_return", 0.0)) - self.opening_return}
+        return obs, reward, terminated, truncated, info
 
     def frame(self) -> np.ndarray:
         from rpg_env.render import render_view
@@ -113,20 +140,55 @@ class RealOpening(ShownWorld):
 
 class DreamView(ShownWorld):
     """The imagined game (`TreasurehuntImagined-v0`), its view outlined where it differs from the
-    real one shown beside it."""
+    real one shown beside it, and in magenta when it is no frame the game could show.
+
+    ``reference``: the game's `FidelityReference` (its map, built once from the checkpoint's game
+    settings), against which each imagined frame is checked.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        from rpg_worldmodel.envs.fidelity import FidelityReference
+
+        super().__init__(env)
+        meta = env.unwrapped.metadata
+        self.reference = FidelityReference.for_game(meta["rules"], channel_names=meta["channel_names"])
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
         self.view = obs
         return obs, info
 
+    @property
+    def mode(self) -> str:
+        return "sampled" if self.env.unwrapped.worlds.sample else "arg-max"
+
+    def failed_conditions(self) -> list[str]:
+        """The conditions of `frame_validity` the current imagined frame fails (empty: a valid frame)."""
+        from rpg_worldmodel.envs.fidelity import frame_validity
+
+        if self.view is None:
+            return []
+        failed = frame_validity(np.asarray(self.view).argmax(0)[None, None], self.reference).failed
+        return [name for name, count in failed.items() if count]
+
     def frame(self) -> np.ndarray:
-        return self.env.render()
+        frame = self.env.render()
+        if self.failed_conditions():
+            frame = frame.copy()
+            frame[:, [0, 1, 2, -3, -2, -1]] = INVALID_FRAME_RGB
+            frame[[0, 1, 2, -3, -2, -1], :] = INVALID_FRAME_RGB
+        return frame
+
+    def status(self, info: dict) -> list[str]:
+        """The panel's lines about the dream: its uncertainty, the mode and the frame's validity."""
+        failed = self.failed_conditions()
+        validity = f"invalid frame ({', '.join(failed)})" if failed else "valid frame"
+        return [f"uncertainty {info['entropy']:.3f} nats/cell", f"{self.mode}: {validity}"]
 
     def toggle_sampling(self) -> str:
         worlds = self.env.unwrapped.worlds
         worlds.sample = not worlds.sample
-        return f"imagination: {'sampled' if worlds.sample else 'arg-max'}"
+        return f"Space: now {self.mode}"  # short: the panel is narrow
 
 
 def differences(a: gym.Env, b: gym.Env) -> np.ndarray:
@@ -147,14 +209,16 @@ class Worlds:
         return {"real game": self.real, "imagined": self.dream} if self.real else {"imagined": self.dream}
 
 
-def build_worlds(checkpoint: str, side_by_side: bool, sample: bool = True, opener: Any = "greedy") -> Worlds:
-    """The dream (and the real game, side by side) of ``checkpoint``, made to render rgb frames."""
+def build_worlds(checkpoint: str, side_by_side: bool, sample: bool = True, opener: Any = "greedy",
+                 torch_threads: int | None = 1) -> Worlds:
+    """The dream (and the real game, side by side) of ``checkpoint``, made to render rgb frames;
+    the model runs on ``torch_threads`` threads (`TreasurehuntImagined-v0`'s keyword)."""
     import rpg_env
     from rpg_worldmodel import IMAGINED_ENV_ID
     from rpg_worldmodel.envs.imagination import GivenContext
 
     dream = DreamView(gym.make(IMAGINED_ENV_ID, checkpoint=checkpoint, burn_in_policy=opener, sample=sample,
-                               render_mode="rgb_array"))
+                               render_mode="rgb_array", torch_threads=torch_threads))
     if not side_by_side:
         return Worlds(dream, None)
     worlds = dream.env.unwrapped.worlds
@@ -168,10 +232,9 @@ def build_worlds(checkpoint: str, side_by_side: bool, sample: bool = True, opene
 
 
 def status_lines(env: gym.Env, info: dict) -> list[str]:
-    """The panel under the keys: the model's uncertainty (imagined worlds only)."""
-    if "entropy" not in info:
-        return []
-    return [f"uncertainty {info['entropy']:.3f} nats/cell"]
+    """The panel under the keys: the dream's uncertainty, mode and frame validity (nothing for the
+    real game)."""
+    return env.status(info) if isinstance(env, DreamView) and "entropy" in info else []
 
 
 def play_by_keys(worlds: Worlds, seed: int | None, max_frames: int | None = None, window=None):
@@ -185,48 +248,80 @@ def play_by_keys(worlds: Worlds, seed: int | None, max_frames: int | None = None
                 help_text=KEYS_HELP, max_frames=max_frames, window=window)
 
 
-def play_by_agent(worlds: Worlds, agent: str, steps: int, seed: int, out: str | None, fps: float) -> dict:
-    """``agent`` plays ``steps`` steps in every world (its own copy each), shown in a window or
-    recorded to ``out``; returns ``{"returns": {world: [finished episode returns]}, "frames": n}``."""
-    from rpg_env.play.loop import describe_step
+def play_by_agent(worlds: Worlds, agent: str, steps: int, seed: int, out: str | None, fps: float,
+                  sees: str = "real") -> dict:
+    """One ``agent`` plays ``steps`` steps, its action (chosen from the view of the world ``sees``
+    names, ``"real"`` or ``"dream"``) applied in every world shown; a window shows them, or ``out``
+    records them. Both worlds open on the same real turns and end on the same turn, so they restart
+    together. Returns ``{"returns": {world: [finished episode returns]}, "score": {world: return of
+    the episode on screen at the end}, "sees": sees, "frames": n}``."""
     from rpg_env.policies.registry import make_policy
     from rpg_env.render import PygameWindow, save_animation
 
     screens = worlds.screens()
-    policies = {name: make_policy(_agent_spec(agent)) for name in screens}
-    for name, env in screens.items():
-        policies[name].check_view_shape(env.observation_space.shape)
-        policies[name].seed(np.random.default_rng(seed))
+    eyes = _eyes(worlds, sees)
+    policy = make_policy(_agent_spec(agent))
+    policy.check_view_shape(screens[eyes].observation_space.shape)
+    policy.seed(np.random.default_rng(seed))
     window = PygameWindow(fps if out is None else 0,
-                          help_text=f"watching {agent}  ·  close the window to stop")
-    obs = {name: env.reset(seed=seed)[0] for name, env in screens.items()}
-    starts = dict.fromkeys(screens, True)
+                          help_text=f"watching {agent} (sees the {sees} game)  ·  close the window to stop")
+    obs = {name: env.reset(seed=seed)[0] for name, env in screens.items()}  # the real opening first
+    start, frames = True, []
     returns: dict[str, list[float]] = {name: [] for name in screens}
-    frames, lines = [], [f"agent: {agent}"]
+    score = dict.fromkeys(screens, 0.0)  # both count from the end of the opening
     try:
         for _ in range(steps):
-            header = []
-            for name, env in screens.items():
-                action = int(policies[name].act(obs[name][None], np.array([starts[name]]))[0])
-                obs[name], reward, terminated, truncated, info = env.step(action)
-                starts[name] = False
-                header.append(f"{name}: turn {info.get('turn')} return {info.get('episode_return', 0):+g}")
-                if name == "imagined":
-                    lines = [f"agent: {agent}", describe_step(float(reward), info), *status_lines(env, info)]
-                if terminated or truncated:
-                    returns[name].append(float(info.get("episode_return", 0.0)))
-                    obs[name], starts[name] = env.reset()[0], True
-            window.show([env.render() for env in screens.values()], captions=list(screens),
-                        header="   |   ".join(header), status=lines)
+            action = int(policy.act(obs[eyes][None], np.array([start]))[0])
+            infos, ended = _step_all(screens, obs, action)
+            score = {name: float(info.get("episode_return", 0.0)) for name, info in infos.items()}
+            _show_agent_step(window, screens, infos, f"agent: {agent} sees {sees}")
             if out is not None:
                 frames.append(window.snapshot())
+            start = ended
+            if ended:
+                for name in screens:
+                    returns[name].append(score[name])
+                obs = {name: env.reset()[0] for name, env in screens.items()}
+                score = dict.fromkeys(screens, 0.0)
             if window.quit_requested:
                 break
     finally:
         window.close()
     if out is not None:
         save_animation(frames, out, fps)
-    return {"returns": returns, "frames": len(frames)}
+    return {"returns": returns, "score": score, "sees": sees, "frames": len(frames)}
+
+
+def _eyes(worlds: Worlds, sees: str) -> str:
+    """The caption of the world whose view the agent acts on."""
+    if sees not in AGENT_SEES:
+        raise InputError(f"--agent-sees must be one of {', '.join(AGENT_SEES)}, got {sees!r}")
+    if sees == "real" and worlds.real is None:
+        raise InputError("--agent-sees real needs the real game: add --side-by-side "
+                         "(or use --agent-sees dream)")
+    return "real game" if sees == "real" else "imagined"
+
+
+def _step_all(screens: dict[str, gym.Env], obs: dict[str, np.ndarray], action: int) -> tuple[dict, bool]:
+    """``action`` in every world (``obs`` updated in place); their infos, each with the step's
+    ``reward``, and whether an episode ended."""
+    infos, ended = {}, False
+    for name, env in screens.items():
+        obs[name], reward, terminated, truncated, info = env.step(action)
+        infos[name] = {**info, "reward": float(reward)}
+        ended = ended or bool(terminated or truncated)
+    return infos, ended
+
+
+def _show_agent_step(window, screens: dict[str, gym.Env], infos: dict[str, dict], title: str) -> None:
+    from rpg_env.play.loop import describe_step
+
+    header = [f"{name}: turn {info.get('turn')} return {info.get('episode_return', 0):+g}"
+              for name, info in infos.items()]
+    dream = infos["imagined"]
+    lines = [title, describe_step(dream["reward"], dream), *status_lines(screens["imagined"], dream)]
+    window.show([env.render() for env in screens.values()], captions=list(screens),
+                header="   |   ".join(header), status=lines)
 
 
 def _agent_spec(agent: str) -> str:
@@ -253,7 +348,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fps", type=positive_float, default=8)
     parser.add_argument("--argmax", action="store_true",
                         help="start with arg-max imagination (Space toggles)")
+    parser.add_argument("--agent-sees", choices=AGENT_SEES, default=None,
+                        help="the world whose view the agent acts on; its action is applied in both "
+                             "(default: real with --side-by-side, so the two stay comparable; else dream)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for the model and the agent (1 is fastest for these "
+                             "small steps, above all on a busy machine)")
     return parser
+
+
+def score_lines(returns: dict[str, list[float]], score: dict[str, float]) -> list[str]:
+    """The exit summary: each world's finished episode returns and the return of its episode on
+    screen at the end."""
+    return [f"{name}: finished episode returns {returns.get(name, [])}; episode on screen: {score[name]:+g}"
+            for name in score]
 
 
 def main(argv: Sequence[str] | None = None):
@@ -268,14 +376,23 @@ def main(argv: Sequence[str] | None = None):
         os.environ["SDL_VIDEODRIVER"] = "dummy"  # the same screens, without a window
     if args.agent is not None and args.agent not in AGENTS and not args.agent.endswith(".zip"):
         raise InputError(f"--agent must be one of {', '.join(AGENTS)} or an SB3 .zip, got {args.agent!r}")
-    worlds = build_worlds(args.checkpoint, args.side_by_side, sample=not args.argmax)
-    if args.agent is None:
-        summary = play_by_keys(worlds, args.seed)
-        print(f"played {summary.steps} moves; scores {summary.episode_returns + [summary.score]}")
-        return summary
-    result = play_by_agent(worlds, args.agent, args.steps, args.seed, args.out, args.fps)
-    for name, finished in result["returns"].items():
-        print(f"{name}: finished episode returns {finished}")
+    if args.threads < 1:
+        raise InputError(f"--threads must be >= 1, got {args.threads}")
+    if args.agent is None and args.agent_sees is not None:
+        raise InputError("--agent-sees chooses what an agent sees: add --agent (e.g. --agent dqn)")
+    if args.agent_sees == "real" and not args.side_by_side:
+        raise InputError("--agent-sees real needs the real game: add --side-by-side")
+    worlds = build_worlds(args.checkpoint, args.side_by_side, sample=not args.argmax,
+                          torch_threads=args.threads)
+    with pinned_torch_threads(args.threads):  # the agent's network too
+        if args.agent is None:
+            summary = play_by_keys(worlds, args.seed)
+            print(f"played {summary.steps} moves")
+            print("\n".join(score_lines(summary.returns_by_env, summary.score_by_env)))
+            return summary
+        sees = args.agent_sees or ("real" if args.side_by_side else "dream")
+        result = play_by_agent(worlds, args.agent, args.steps, args.seed, args.out, args.fps, sees)
+    print("\n".join(score_lines(result["returns"], result["score"])))
     if args.out:
         print(args.out)
     return result

@@ -8,6 +8,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from gymnasium.utils.env_checker import check_env
 
 import rpg_env
@@ -97,6 +98,43 @@ def test_one_batched_forward_per_step(tiny_world_model, monkeypatch):
     for _ in range(5):
         venv.step(np.zeros(16, dtype=np.int64))
     assert calls == [16] * 5
+
+
+@pytest.mark.parametrize("threads", [1, 2, None])
+def test_steps_run_on_the_thread_setting_and_leave_torchs_own_alone(tiny_world_model, monkeypatch, threads):
+    run, _ = tiny_world_model
+    before = torch.get_num_threads()
+    caller = 3 if before != 3 else 4  # a setting neither 1 nor 2, so a leak would show
+    torch.set_num_threads(caller)
+    try:
+        venv = gym.make_vec(ID, num_envs=2, checkpoint=run, torch_threads=threads)
+        model = venv.unwrapped.worlds.model
+        seen = []
+        original = type(model).imagine_step
+
+        def counting(self, *args, **kwargs):
+            seen.append(torch.get_num_threads())
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(type(model), "imagine_step", counting)
+        venv.reset(seed=0)  # the context's turns go through imagine_step too
+        assert torch.get_num_threads() == caller
+        venv.step(np.zeros(2, dtype=np.int64))
+        assert torch.get_num_threads() == caller  # restored after every step
+        assert seen and set(seen) == {threads or caller}
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_default_is_one_thread_and_a_bad_setting_is_refused(tiny_world_model):
+    from rpg_worldmodel.dream import World
+
+    run, _ = tiny_world_model
+    assert gym.make(ID, checkpoint=run).unwrapped.worlds.torch_threads == 1
+    assert World(str(run), torch_threads=2).make_vec(2).unwrapped.worlds.torch_threads == 2  # dream --threads
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(InputError, match="torch_threads must be a positive int"):
+            gym.make(ID, checkpoint=run, torch_threads=bad)
 
 
 def test_context_from_a_file_uses_its_held_out_games(tiny_world_model):

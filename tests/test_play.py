@@ -43,9 +43,15 @@ def window(env):
     window.close()
 
 
+def key_event(kind: int, key: int) -> pygame.event.Event:
+    return pygame.event.Event(kind, key=key, mod=0, unicode="")
+
+
 def press(*keys: int) -> None:
+    """Each key pressed and released, as a player's taps arrive."""
     for key in keys:
-        pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=key, mod=0, unicode=""))
+        pygame.event.post(key_event(pygame.KEYDOWN, key))
+        pygame.event.post(key_event(pygame.KEYUP, key))
 
 
 def run(env, window, max_frames=1, **kwargs):
@@ -206,6 +212,69 @@ def test_extra_keys_and_status_lines_reach_the_panel(window, env):
     assert toggled == [1] and learner(env) == (2, 3)
 
 
+class SlowStep(gym.Wrapper):
+    """A step slower than pygame's key-repeat delay while the key that asked for it is held: when it
+    returns, the queue holds the repeats pygame's timer made meanwhile, then the release (SDL reads
+    the release only when the loop next pumps events)."""
+
+    def __init__(self, env, key: int, repeats: int) -> None:
+        super().__init__(env)
+        self.key, self.repeats = key, repeats
+
+    def step(self, action):
+        for _ in range(self.repeats):
+            pygame.event.post(key_event(pygame.KEYDOWN, self.key))
+        pygame.event.post(key_event(pygame.KEYUP, self.key))
+        return self.env.step(action)
+
+
+def test_repeats_queued_during_a_slow_step_do_not_move(env, window):
+    slow = SlowStep(env, pygame.K_DOWN, repeats=3)
+    pygame.event.post(key_event(pygame.KEYDOWN, pygame.K_DOWN))  # pressed; released during the step
+    summary = run(slow, window, max_frames=4)
+    assert summary.steps == 1 and learner(env) == (4, 3)
+
+
+def test_five_taps_make_five_moves_and_a_held_key_one_per_iteration(env, window):
+    press(*[pygame.K_RIGHT] * 2, pygame.K_LEFT, pygame.K_LEFT, pygame.K_UP)
+    summary = run(env, window, max_frames=1)
+    assert summary.steps == 5 and learner(env) == (2, 3)
+    # Held: the press, then three repeats in one batch (one counts), then two more in the next.
+    window.frames_drawn = 0
+    pygame.event.clear()
+    for _ in range(4):
+        pygame.event.post(key_event(pygame.KEYDOWN, pygame.K_DOWN))
+    session_frames = []
+
+    def more_repeats(e, info):
+        if len(session_frames) == 0:
+            for _ in range(2):
+                pygame.event.post(key_event(pygame.KEYDOWN, pygame.K_DOWN))
+        session_frames.append(info["turn"])
+        return []
+
+    summary = play(env, options={"layout": LAYOUT}, seed=0, window=window, fps=0, max_frames=3, log=None,
+                   status=more_repeats)
+    pygame.event.post(key_event(pygame.KEYUP, pygame.K_DOWN))
+    assert summary.steps == 3 and session_frames == [2, 3]
+
+
+def test_status_lines_and_scores_come_from_every_env_side_by_side(window, env):
+    other = gym.make("Treasurehunt-v0", height=7, width=7, vision_radius=2, spawn_prob=0.0, max_turns=5,
+                     render_mode="rgb_array")
+    shown = []
+    show = window.show
+    window.show = lambda frames, **kw: shown.append(kw["status"]) or show(frames, **kw)
+    press(pygame.K_UP, pygame.K_r, pygame.K_LEFT)  # gem (+10) in both, restart, food (+5)
+    summary = play({"real": env, "copy": other}, options={"layout": LAYOUT}, seed=0, window=window, fps=0,
+                   max_frames=1, side_by_side=True, log=None,
+                   status=lambda e, info: ["from copy"] if e is other else [])
+    assert "from copy" in shown[-1]
+    assert summary.returns_by_env == {"real": [10.0], "copy": [10.0]}
+    assert summary.score_by_env == {"real": 5.0, "copy": 5.0}
+    other.close()
+
+
 def test_main_plays_from_the_command_line_and_prints_the_score(capsys):
     pygame.display.init()
     pygame.event.clear()
@@ -277,3 +346,121 @@ def test_record_refuses_a_file_of_another_game(tmp_path):
     argv = ["--height", "9", "--width", "8", "--record", str(path), "--max-frames", "1"]
     assert command_status(main, argv) == 2
     assert path.read_bytes() == before
+
+
+# ----------------------------------------------------------------------------- inside the world model
+def test_the_dream_has_its_say_beside_the_real_game(tiny_world_model, window):
+    from rpg_worldmodel import play as P
+
+    worlds = P.build_worlds(str(tiny_world_model[0]), side_by_side=True)
+    shown = []
+    show = window.show
+    window.show = lambda frames, **kw: shown.append(list(kw["status"])) or show(frames, **kw)
+    press(pygame.K_RIGHT, pygame.K_SPACE)
+    summary = P.play_by_keys(worlds, seed=3, max_frames=1, window=window)
+    lines = shown[-1]
+    entropy = float(worlds.dream.env.unwrapped.worlds.entropy[0])
+    assert f"uncertainty {entropy:.3f} nats/cell" in lines  # the dream's, though the real game is first
+    assert lines[-1] == "Space: now arg-max"
+    assert any(line.startswith("arg-max: ") and "frame" in line for line in lines)
+    press(pygame.K_SPACE)
+    P.play_by_keys(worlds, seed=None, max_frames=1, window=window)
+    assert shown[-1][-1] == "Space: now sampled" and worlds.dream.env.unwrapped.worlds.sample
+    assert set(summary.score_by_env) == {"real game", "imagined"}
+
+
+def test_the_validity_mark_tells_a_game_frame_from_an_impossible_one(tiny_world_model):
+    from rpg_worldmodel import play as P
+
+    worlds = P.build_worlds(str(tiny_world_model[0]), side_by_side=True)
+    worlds.real.reset(seed=0)
+    dream = worlds.dream
+    dream.reset(seed=0)
+    dream.view = worlds.real.view.copy()  # a frame the game did show
+    assert dream.failed_conditions() == []
+    assert dream.status({"entropy": 0.5})[1] == "sampled: valid frame"
+    assert not np.all(dream.frame()[0, :] == P.INVALID_FRAME_RGB)
+    impossible = np.zeros_like(dream.view)
+    impossible[1] = 1  # walls everywhere, no learner at the centre
+    dream.view = impossible
+    assert dream.failed_conditions() == ["walls", "centre"]
+    assert dream.status({"entropy": 0.5})[1] == "sampled: invalid frame (walls, centre)"
+    frame = dream.frame()
+    assert np.all(frame[:3, :] == P.INVALID_FRAME_RGB) and np.all(frame[:, -3:] == P.INVALID_FRAME_RGB)
+
+
+def test_both_worlds_score_the_turns_after_the_opening(tiny_world_model):
+    from rpg_worldmodel import play as P
+
+    worlds = P.build_worlds(str(tiny_world_model[0]), side_by_side=True)
+    for seed in range(100):  # greedy openings: some pick something up
+        _, info = worlds.real.reset(seed=seed)
+        if worlds.real.opening_return:
+            break
+    assert worlds.real.opening_return != 0 and info["episode_return"] == 0.0
+    steps = [worlds.real.step(a) for a in (0, 1, 2, 3, 0, 1, 2)]
+    assert steps[-1][4]["episode_return"] == sum(step[1] for step in steps)  # only the turns played since
+
+
+def test_the_exit_summary_gives_both_worlds_scores(tiny_world_model, capsys):
+    from rpg_worldmodel import play as P
+
+    pygame.display.init()
+    pygame.event.clear()
+    press(pygame.K_RIGHT, pygame.K_UP, pygame.K_ESCAPE)
+    summary = P.main(["--checkpoint", str(tiny_world_model[0]), "--side-by-side"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert summary.steps == 2
+    assert out[-3:] == ["played 2 moves"] + [
+        f"{name}: finished episode returns []; episode on screen: {summary.score_by_env[name]:+g}"
+        for name in ("real game", "imagined")]
+
+
+@pytest.mark.parametrize("sees", ["real", "dream"])
+def test_one_agent_acts_in_both_worlds(tiny_world_model, monkeypatch, sees):
+    from rpg_env.policies import registry
+    from rpg_worldmodel import play as P
+
+    worlds = P.build_worlds(str(tiny_world_model[0]), side_by_side=True)
+    looked_at, taken = [], {"real game": [], "imagined": []}
+    make_policy = registry.make_policy
+
+    def spying_policy(spec):
+        policy = make_policy(spec)
+        act = policy.act
+
+        def spy(obs, start):
+            looked_at.append({name: np.array_equal(obs[0], world.view)
+                              for name, world in worlds.screens().items()})
+            return act(obs, start)
+
+        policy.act = spy
+        return policy
+
+    monkeypatch.setattr(registry, "make_policy", spying_policy)
+    for name, world in worlds.screens().items():
+        step = world.step
+        monkeypatch.setattr(world, "step",
+                            lambda a, step=step, name=name: taken[name].append(int(a)) or step(a))
+    result = P.play_by_agent(worlds, "greedy", steps=100, seed=0, out=None, fps=0, sees=sees)
+    eyes, other = ("real game", "imagined") if sees == "real" else ("imagined", "real game")
+    assert taken["real game"] == taken["imagined"] and len(taken["imagined"]) == 100
+    assert all(seen[eyes] for seen in looked_at)  # it acted on that world's view, every step,
+    assert not all(seen[other] for seen in looked_at)  # where the other's differed
+    # Both opened on the same 2 real turns: the 98 imagined ones end both episodes together.
+    assert {name: len(r) for name, r in result["returns"].items()} == {"real game": 1, "imagined": 1}
+    assert result["sees"] == sees
+
+
+def test_agent_sees_and_threads_are_checked(tiny_world_model, capsys):
+    from rpg_worldmodel import play as P
+
+    run_dir = str(tiny_world_model[0])
+    for argv, match in [(["--agent", "greedy", "--agent-sees", "real"], "add --side-by-side"),
+                        (["--agent-sees", "dream"], "add --agent"),
+                        (["--threads", "0"], "--threads must be >= 1")]:
+        assert command_status(P.main, ["--checkpoint", run_dir, *argv]) == 2
+        err = capsys.readouterr().err
+        assert match in err and err.startswith("error: ")
+    help_text = P.build_parser().format_help()
+    assert "--agent-sees {real,dream}" in help_text and "--threads" in help_text

@@ -11,6 +11,7 @@ import pytest
 
 from rpg_base.provenance import SOURCE_ROOT, portable_command, portable_path, provenance
 
+
 def test_portable_paths(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert portable_path(SOURCE_ROOT / "rpg_worldmodel" / "pretrained") == "rpg_worldmodel/pretrained"

@@ -7,6 +7,10 @@ is shown and receives the keys (as DIAMOND's play loop switches between the game
 dream), or, with ``side_by_side``, all of them receive every key and are shown next to each
 other. The game is turn-based: nothing moves until a move key is pressed.
 
+Holding a key keeps moving (pygame's key repeat), but never more than one turn per loop
+iteration and never after the key was let go: pygame makes the repeats on a timer thread, and
+while a slow step runs (a world model's first steps) they pile up until the release is read.
+
 Tests drive it headless by posting ``KEYDOWN`` events (``SDL_VIDEODRIVER=dummy``).
 """
 
@@ -49,6 +53,10 @@ class PlaySummary:
     frames: int = 0  # loop iterations (at most fps per second), each handling all pending events
     quit: bool = False  # the player quit (Esc or closing the window), not max_frames
     switches: int = 0  # Tab presses that changed the env on screen
+    # Per env (by caption): its finished or restarted episodes' returns, and the return of its
+    # episode on screen at the end (side by side, every env's own score).
+    returns_by_env: dict[str, list[float]] = field(default_factory=dict)
+    score_by_env: dict[str, float] = field(default_factory=dict)
 
     @property
     def final_score(self) -> float:
@@ -129,6 +137,7 @@ class _Session:
         self.summary = PlaySummary()
         self.active = 0
         self.notes = ["your move"]
+        self.down: set[int] = set()  # keys pressed and not yet released
 
     @property
     def keyed(self) -> list[_Screen]:
@@ -137,6 +146,7 @@ class _Session:
 
     def finish_episode(self, screen: _Screen, reason: str) -> None:
         self.summary.episode_returns.append(screen.score)
+        self.summary.returns_by_env.setdefault(screen.name, []).append(screen.score)
         label = f" ({screen.name})" if len(self.screens) > 1 else ""
         self.say(f"episode {len(self.summary.episode_returns)}{label} {reason} after {screen.turn} turns: "
                  f"score {screen.score:+g}")
@@ -171,8 +181,9 @@ class _Session:
     def draw(self) -> None:
         shown = self.keyed
         lines = list(shown[0].last)
-        if self.status is not None:
-            lines += list(self.status(shown[0].env, shown[0].info))
+        if self.status is not None:  # every env shown has its say (side by side: the dream's uncertainty)
+            for screen in shown:
+                lines += list(self.status(screen.env, screen.info))
         self.window.show([s.env.render() for s in shown], captions=[s.name for s in shown if s.name],
                          header="   |   ".join(s.header() for s in shown), status=lines + self.notes)
 
@@ -180,7 +191,7 @@ class _Session:
         pg, summary = self.pg, self.summary
         dirty = True  # redraw only when something happened: an idle window costs no CPU
         while not summary.quit:
-            for event in pg.event.get():
+            for event in self.unrepeated(pg.event.get()):
                 # Keys change the game; an exposed window needs repainting; the rest does not.
                 dirty = dirty or event.type in (pg.KEYDOWN, pg.VIDEOEXPOSE, pg.WINDOWEXPOSED)
                 if event.type == pg.QUIT or (event.type == pg.KEYDOWN and event.key == pg.K_ESCAPE):
@@ -197,7 +208,32 @@ class _Session:
             if max_frames is not None and summary.frames >= max_frames:
                 break
         summary.score, summary.turn = self.screens[self.active].score, self.screens[self.active].turn
+        summary.score_by_env = {screen.name: screen.score for screen in self.screens}
         return summary
+
+    def unrepeated(self, events: list) -> list:
+        """``events`` without the key repeats the player did not ask for.
+
+        A ``KEYDOWN`` of a key that is already down is one of pygame's repeats. pygame's timer makes
+        them until it reads the release, which it does only when the loop fetches events again: a
+        step slower than the repeat delay (300 ms) comes back to a queue of repeats followed by the
+        release. Those are dropped; of the repeats of a key still held, one per batch is kept, so
+        holding a key moves one turn per iteration, as fast as the steps go and no further.
+        """
+        pg = self.pg
+        released_at = {e.key: i for i, e in enumerate(events) if e.type == pg.KEYUP}
+        kept, repeated = [], False
+        for i, event in enumerate(events):
+            if event.type == pg.KEYDOWN:
+                if event.key in self.down:
+                    if released_at.get(event.key, -1) > i or repeated:
+                        continue
+                    repeated = True
+                self.down.add(event.key)
+            elif event.type == pg.KEYUP:
+                self.down.discard(event.key)
+            kept.append(event)
+        return kept
 
 
 def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int | None = None,
@@ -219,7 +255,8 @@ def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int
         side_by_side: every env receives every key and all are shown; otherwise Tab switches.
         extra_keys: pygame key code -> callback (e.g. a toggle); its return, if any, is shown
             as a status line.
-        status: ``(env, info) -> lines`` added to the panel after each step (e.g. uncertainty).
+        status: ``(env, info) -> lines`` added to the panel after each step (e.g. uncertainty), for
+            every env shown.
         help_text: the key-help line (default: the move, restart, switch and quit keys).
         log: where the episode scores are reported (None: silent).
     """

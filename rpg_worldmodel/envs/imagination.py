@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from rpg_base.errors import InputError
+from rpg_base.provenance import pinned_torch_threads
 from rpg_env.envs.vector import TreasurehuntVectorEnv
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
@@ -135,6 +136,9 @@ class GivenContext:
 
 #: How sampled views are drawn: as the game can show them, or every cell on its own (diagnosis).
 VIEWS = ("game", "cells")
+#: torch intra-op threads of a step. A step is small matrix work per world: on CPU one thread beat
+#: two at N = 1, 16 and 256, by ~10x once another process competed for the cores (docs/imagination.md).
+DEFAULT_TORCH_THREADS = 1
 
 
 class ImaginedWorlds:
@@ -146,10 +150,15 @@ class ImaginedWorlds:
     reward class; sampled views are views the game can show (`rpg_worldmodel.models.sampling`:
     at most ``num_agents - 1`` other agents). The generator is reseeded by each full reset, so the same
     seed and actions give the same imagined worlds, bit for bit on CPU.
+
+    ``torch_threads``: torch's intra-op threads while a reset or step runs (the caller's setting is
+    restored after each); None leaves torch's setting alone. The thread count can change the last
+    bits of a prediction (the order of a reduction), not what the model computes.
     """
 
     def __init__(self, loaded: LoadedCheckpoint, num_worlds: int, context: Context, *, sample: bool = True,
-                 temperature: float = 1.0, device: str | torch.device = "cpu", views: str = "game") -> None:
+                 temperature: float = 1.0, device: str | torch.device = "cpu", views: str = "game",
+                 torch_threads: int | None = DEFAULT_TORCH_THREADS) -> None:
         cfg = loaded.config.model
         if not cfg.reward_head or not cfg.reward_values:
             raise InputError(f"checkpoint {loaded.path} has no reward head (schema 1 or reward_head=false): "
@@ -158,6 +167,11 @@ class ImaginedWorlds:
             raise InputError(f"temperature must be > 0, got {temperature}")
         if views not in VIEWS:
             raise InputError(f"views must be one of {', '.join(VIEWS)}, got {views!r}")
+        positive = type(torch_threads) is int and torch_threads >= 1  # not a bool, not a float
+        if torch_threads is not None and not positive:
+            raise InputError(f"torch_threads must be a positive int or None (torch's setting), "
+                             f"got {torch_threads!r}")
+        self.torch_threads = torch_threads
         self.model: WorldModel = loaded.model.to(device).eval()
         self.device, self.context, self.num_worlds = torch.device(device), context, int(num_worlds)
         self.sample, self.temperature = bool(sample), float(temperature)
@@ -176,6 +190,10 @@ class ImaginedWorlds:
 
     def reset(self, rows: np.ndarray, rng: np.random.Generator) -> None:
         """Start worlds ``rows`` from fresh real context (all worlds: the generator is reseeded)."""
+        with pinned_torch_threads(self.torch_threads):
+            self._reset(rows, rng)
+
+    def _reset(self, rows: np.ndarray, rng: np.random.Generator) -> None:
         rows = np.asarray(rows, dtype=np.int64)
         if len(rows) == self.num_worlds:
             self.generator.manual_seed(int(rng.integers(2**62)))
@@ -193,6 +211,10 @@ class ImaginedWorlds:
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Advance every world by its action ``(N,)``; returns rewards ``(N,)`` float32 (points) and
         truncated ``(N,)`` bool. Views, turns, returns and entropies are updated in place."""
+        with pinned_torch_threads(self.torch_threads):
+            return self._step(actions)
+
+    def _step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         act = torch.as_tensor(np.asarray(actions, dtype=np.int64), device=self.device)
         out, self.state = self.model.imagine_step(self.views, act, self.state)
         logits = out.view[:, 0].float().movedim(1, -1)  # (N, V, V, C)

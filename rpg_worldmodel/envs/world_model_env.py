@@ -28,14 +28,20 @@ from gymnasium.vector.utils import batch_space
 from rpg_base.errors import InputError
 from rpg_env.render import render_view
 from rpg_worldmodel.checkpoint import LoadedCheckpoint, load_checkpoint
-from rpg_worldmodel.envs.imagination import Context, FileContext, ImaginedWorlds, RealGameContext
+from rpg_worldmodel.envs.imagination import (
+    DEFAULT_TORCH_THREADS,
+    Context,
+    FileContext,
+    ImaginedWorlds,
+    RealGameContext,
+)
 
 ENV_ID = "TreasurehuntImagined-v0"
 
 
 def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_from: str | Path | None,
             co_policy: Any, sample: bool, temperature: float, device: str,
-            views: str) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
+            views: str, torch_threads: int | None) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
     loaded = load_checkpoint(checkpoint, map_location=device)
     context: Context
     if reset_from is not None:
@@ -44,7 +50,7 @@ def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_fr
         context = RealGameContext(loaded.config.model.num_frames, loaded.record.data.env_kwargs,
                                   burn_in_policy, co_policy)
     return ImaginedWorlds(loaded, num_envs, context, sample=sample, temperature=temperature,
-                          device=device, views=views), loaded
+                          device=device, views=views, torch_threads=torch_threads), loaded
 
 
 def _metadata(base: dict[str, Any], loaded: LoadedCheckpoint) -> dict[str, Any]:
@@ -75,6 +81,8 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
         views: how sampled views are drawn: ``"game"``, as the game can show them (the agent at the
             centre, at most ``num_agents - 1`` others; `rpg_worldmodel.models.sampling`), or
             ``"cells"``, every cell on its own (a factorised model's plain sample, for diagnosis).
+        torch_threads: torch's CPU threads while a step runs (1: best for these small steps, even
+            on a busy machine; None: torch's own setting); restored after each step.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
@@ -82,11 +90,11 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(self, checkpoint: str | Path, *, burn_in_policy: Any = "greedy",
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
                  temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
-                 views: str = "game") -> None:
+                 views: str = "game", torch_threads: int | None = DEFAULT_TORCH_THREADS) -> None:
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, co_policy, sample,
-                                      temperature, device, views)
+                                      temperature, device, views, torch_threads)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.observation_space, self.action_space = _spaces(loaded)
         self.render_mode = render_mode
@@ -127,7 +135,8 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
     default) restarts a world from fresh context in the step after its episode ended, ignoring its
     action and returning its first observation with reward 0; ``SAME_STEP`` restarts it within the
     ending step and hands the last observation over in ``info["final_obs"]`` (what SB3 expects,
-    `rpg_env.experts.sb3_vec`). Infos are arrays over worlds with ``_key`` masks.
+    `rpg_env.experts.sb3_vec`). Infos are arrays over worlds with ``_key`` masks. The other
+    arguments are `TreasurehuntImaginedEnv`'s.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -135,14 +144,15 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
     def __init__(self, num_envs: int = 1, *, checkpoint: str | Path, burn_in_policy: Any = "greedy",
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
                  temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, views: str = "game") -> None:
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, views: str = "game",
+                 torch_threads: int | None = DEFAULT_TORCH_THREADS) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise InputError(f"num_envs must be a positive int, got {num_envs!r}")
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.num_envs = int(num_envs)
         self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, co_policy,
-                                      sample, temperature, device, views)
+                                      sample, temperature, device, views, torch_threads)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self.metadata["autoreset_mode"] = self.autoreset_mode
