@@ -177,7 +177,8 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
     loaded = load_checkpoint(checkpoint)
     data = loaded.record.data
     ref = FidelityReference.for_game(dict(data.env_kwargs), channel_names=data.channel_names)
-    out = {"checkpoint": checkpoint, "checkpoint_used": loaded.choice, "views": views, "rows": {}}
+    used = choose_checkpoint(checkpoint).describe(portable=True)
+    out = {"checkpoint": checkpoint, "checkpoint_used": used, "views": views, "rows": {}}
     for sampler in samplers:
         for name in policies:
             row = one_row(loaded, ref, name, sampler, views, worlds, seed)
@@ -200,20 +201,26 @@ def line(checkpoint: str, views: str, sampler: str, name: str, row: dict) -> str
 
 
 def plot(results: list[dict], path: Path) -> None:
+    """Validity by frame: one panel per world model and sampler of views, a colour per policy,
+    solid sampled, dashed arg-max."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for result in results:
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4.2), squeeze=False)
+    colours = dict(zip(POLICIES, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True))
+    for ax, result in zip(axes[0], results, strict=True):
         for key, row in result["rows"].items():
+            sampler, name = key.split("/")
             curve = row["validity_by_turn"]
-            ax.plot(range(len(curve)), curve, label=f"{result['checkpoint']} {result['views']} {key}", lw=1)
-    ax.set_xlabel("frames since the imagined episode began (0: the last real frame)")
-    ax.set_ylabel("share of imagined frames the game could show")
-    ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=6, ncol=2)
+            ax.plot(range(len(curve)), curve, color=colours[name], ls="-" if sampler == "sampled" else "--",
+                    lw=1, label=f"{name}, {sampler}")
+        ax.set_title(f"{result['checkpoint']}, views: {result['views']}", fontsize=9)
+        ax.set_xlabel("frames since the imagined episode began")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("share of imagined frames the game could show")
     fig.suptitle("frame validity over a whole imagined game (real games: 1.0 throughout)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
