@@ -81,7 +81,7 @@ def test_the_import_graph_has_no_cycle():
 
 
 def _python_files() -> list[Path]:
-    return sorted(p for folder in (*PACKAGES, "benchmarks") for p in (ROOT / folder).rglob("*.py"))
+    return sorted(p for folder in (*PACKAGES, "benchmarks", "tests") for p in (ROOT / folder).rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", _python_files(), ids=lambda p: str(p.relative_to(ROOT)))

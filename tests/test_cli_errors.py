@@ -92,7 +92,7 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
     h5_inputs = [("missing", "does not exist"), ("empty", "empty"), ("text", "not an HDF5 file"),
                  ("foreign_h5", "not an rpg_env trajectory file"), ("truncated", "truncated")]
     cases = []
-    for kind, message in h5_inputs:
+    for kind, message in h5_inputs:  # every command that reads a trajectory file, on each broken one
         cases += [
             ("trajectories", kind, ["info", f"{{{kind}}}"], message),
             ("trajectories", kind, ["validate", f"{{{kind}}}"], message),
@@ -107,7 +107,12 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
                                   "--no-progress"], message),
                 ("play", kind, ["--record", f"{{{kind}}}", "--max-frames", "1"], message),
             ]
-    cases += [
+    return cases + _input_cases() + _range_cases() + _output_cases() + _benchmark_cases()
+
+
+def _input_cases() -> list[tuple[str, str, list[str], str]]:
+    """Files and settings of the wrong kind, one command at a time."""
+    return [
         ("trajectories", "truncated", ["repair", "{truncated}", "{tmp}/repaired.h5"], "truncated"),
         ("record", "other game", ["--policy", "random", "--episodes", "1", "--out", "{good}",
                                   "--vision-radius", "2", "--no-progress"], "recorded with other settings"),
@@ -158,7 +163,6 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
         ("pipeline", "missing expert", ["--out", "{tmp}/p", "--self-expert", "{tmp}/nope.zip"],
          "does not exist"),
     ]
-    return cases + _range_cases() + _output_cases() + _benchmark_cases()
 
 
 def _range_cases() -> list[tuple[str, str, list[str], str]]:
