@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from rpg_base.cli import (
@@ -46,20 +45,16 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.provenance import provenance
-from rpg_env.envs.vector import TreasurehuntVectorEnv
 from rpg_env.experts import pretrained_path as expert_path
 from rpg_env.policies.registry import make_policy
-from rpg_worldmodel.checkpoint import LoadedCheckpoint, choose_checkpoint, load_checkpoint
-from rpg_worldmodel.envs.fidelity import FidelityReference, Share, fidelity, frame_validity
-from rpg_worldmodel.envs.imagination import VIEWS, GivenContext, ImaginedWorlds, Start
+from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
+from rpg_worldmodel.envs.imagination import VIEWS
+from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
 from rpg_worldmodel.shipped import pretrained_path as shipped_path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = ("greedy", "random", "dqn", "dream")
 SAMPLERS = ("sampled", "argmax")
-MEASURES = ("frame_validity", "geometric_consistency", "consistency_any_start", "item_persistence",
-            "spawn_rate")
-REPS = 2000
 
 
 def policy(name: str):
@@ -71,117 +66,16 @@ def policy(name: str):
     return make_policy(name)
 
 
-def opening(rules: dict, num_frames: int, worlds: int, seed: int):
-    """A real greedy burn-in of ``num_frames - 1`` turns: the `Start` the dream continues from, the
-    real games (still running), their last views and the learner's positions."""
-    env = TreasurehuntVectorEnv(worlds, **rules, co_policy="random")
-    obs, info = env.reset(seed=seed)
-    greedy = make_policy("greedy")
-    greedy.seed(np.random.default_rng(seed + 1))
-    views, actions = [obs], []
-    for _ in range(num_frames - 1):
-        action = greedy.act(obs)
-        obs, _, _, _, info = env.step(action)
-        views.append(obs)
-        actions.append(action)
-    turns = np.full(worlds, num_frames - 1, dtype=np.int64)
-    start = Start(np.stack(views, 1).astype(np.uint8), np.stack(actions, 1).astype(np.int64), turns)
-    return start, env, obs, info["positions"][:, 0]
-
-
-def play(step, obs: np.ndarray, name: str, seed: int):
-    """Play policy ``name`` to the episode's end through ``step(actions) -> (obs, rewards, done)``:
-    cell codes (N, T, V, V) from the given view on, actions (N, T - 1), returns (N,) points."""
-    pol = policy(name)
-    pol.seed(np.random.default_rng(seed + 2))
-    start = np.ones(len(obs), dtype=bool)
-    codes, actions, returns = [obs.argmax(1)], [], np.zeros(len(obs))
-    while True:
-        action = pol.act(obs, start)
-        obs, rewards, done = step(action)
-        start[:] = False
-        codes.append(obs.argmax(1))
-        actions.append(action)
-        returns += rewards
-        if done.all():
-            return np.stack(codes, 1), np.stack(actions, 1), returns
-
-
-def real_step(env: TreasurehuntVectorEnv):
-    def step(action):
-        obs, reward, _, truncated, _ = env.step(action)
-        return obs, np.asarray(reward, dtype=np.float64), np.asarray(truncated, dtype=bool)
-    return step
-
-
-def imagined_step(worlds: ImaginedWorlds):
-    def step(action):
-        rewards, done = worlds.step(action)
-        return worlds.observations(), rewards.astype(np.float64), done
-    return step
-
-
-def share_interval(share: Share, seed: int) -> dict:
-    """A pooled share (hits / total over worlds) with a 95% bootstrap interval over worlds."""
-    picks = np.random.default_rng(seed).integers(0, len(share.hits), (REPS, len(share.hits)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        draws = share.hits[picks].sum(1) / share.total[picks].sum(1)
-    lo, hi = np.nanpercentile(draws, [2.5, 97.5]) if np.isfinite(draws).any() else (np.nan, np.nan)
-    return {"value": float(share.value), "lo": float(lo), "hi": float(hi),
-            "hits": int(share.hits.sum()), "total": int(share.total.sum())}
-
-
-def mean_interval(per_world: np.ndarray, seed: int) -> dict:
-    picks = np.random.default_rng(seed).integers(0, len(per_world), (REPS, len(per_world)))
-    lo, hi = np.percentile(per_world[picks].mean(1), [2.5, 97.5])
-    return {"value": float(per_world.mean()), "lo": float(lo), "hi": float(hi)}
-
-
-def measures(codes, actions, ref: FidelityReference, start_cells, seed: int) -> dict:
-    known = fidelity(codes, actions, ref, start=start_cells)
-    free = fidelity(codes, actions, ref)
-    shares = {**{m: known[m] for m in MEASURES if m in known},
-              "consistency_any_start": free["geometric_consistency"]}
-    out = {m: share_interval(shares[m], seed) for m in MEASURES}
-    out["failed"] = {k: int(v) for k, v in known["failed"].items()}
-    return out
-
-
-def one_row(loaded: LoadedCheckpoint, ref: FidelityReference, name: str, sampler: str, views: str,
-            worlds: int, seed: int) -> dict:
-    """One policy under one sampler: the dream and the real game from the same opening."""
-    rules, num_frames = dict(loaded.record.data.env_kwargs), loaded.config.model.num_frames
-    start, real, obs, first = opening(rules, num_frames, worlds, seed)
-    context = GivenContext()
-    context.give(start)
-    dream = ImaginedWorlds(loaded, worlds, context, sample=sampler == "sampled", views=views)
-    dream.reset(np.arange(worlds), np.random.default_rng(seed))
-    im_codes, im_actions, im_return = play(imagined_step(dream), dream.observations(), name, seed)
-    re_codes, re_actions, re_return = play(real_step(real), obs, name, seed)
-    real.close()
-    gap = im_return - re_return
-    valid = frame_validity(im_codes, ref).valid
-    return {
-        "imagined": measures(im_codes, im_actions, ref, first, seed),
-        "real": measures(re_codes, re_actions, ref, first, seed),
-        "return": {"imagined": mean_interval(im_return, seed), "real": mean_interval(re_return, seed),
-                   "imagined_minus_real": mean_interval(gap, seed),
-                   "gap_share_of_real": float(gap.mean() / abs(re_return.mean()))
-                   if re_return.mean() else None},
-        "validity_by_turn": valid.mean(0).round(4).tolist(),
-    }
-
-
 def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str], worlds: int,
             seed: int) -> dict:
     loaded = load_checkpoint(checkpoint)
-    data = loaded.record.data
-    ref = FidelityReference.for_game(dict(data.env_kwargs), channel_names=data.channel_names)
+    ref = reference_of(loaded)
     used = choose_checkpoint(checkpoint).describe(portable=True)
     out = {"checkpoint": checkpoint, "checkpoint_used": used, "views": views, "rows": {}}
     for sampler in samplers:
         for name in policies:
-            row = one_row(loaded, ref, name, sampler, views, worlds, seed)
+            row = dream_and_real(loaded, ref, lambda name=name: policy(name), sample=sampler == "sampled",
+                                 views=views, worlds=worlds, seed=seed)
             out["rows"][f"{sampler}/{name}"] = row
             print(line(checkpoint, views, sampler, name, row), flush=True)
     return out

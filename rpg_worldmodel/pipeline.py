@@ -14,10 +14,13 @@ Stages (each a function, so tests and notebooks can run them one by one):
 5. transfer  the same model on the cross expert's games: self-vs-cross table and relative gap.
 6. probes    masking table: the model and its mask-fine-tuned probe x masks at evaluation.
 7. rollouts  the model rolled open-loop 15 steps from held-out starts, scored at every step.
-8. seeds     with ``--seeds A B C``: one more model per further training seed (``run_seed_B``...),
+8. dream     its dream beside the real game over whole episodes, from the same real opening, under
+             greedy and random play: frames the game could show, walls that fit the moves, items
+             kept, spawn rate, return gap (`rpg_worldmodel.envs.whole_games`).
+9. seeds     with ``--seeds A B C``: one more model per further training seed (``run_seed_B``...),
              each scored on the same held-out and cross games; every headline figure per seed,
              its mean and a seeds-and-games bootstrap interval (`rpg_worldmodel.evaluation.seeds`).
-9. report    plots and ``report.md`` (`rpg_worldmodel.report`); ``metrics.json`` beside it.
+10. report   plots and ``report.md`` (`rpg_worldmodel.report`); ``metrics.json`` beside it.
 
 The last line printed is the path of the report. Everything is seeded by ``--seed`` (with
 ``--seeds``, the data and the detailed tables by the first seed). The tables, probes and rollouts
@@ -38,6 +41,8 @@ from rpg_base.errors import InputError
 from rpg_worldmodel.config import WorldModelConfig
 
 DEFAULT_OUT_ROOT = "runs/pipeline"
+#: Imagined worlds (and as many real games) of the dream stage.
+DREAM_WORLDS = 32
 #: What a pipeline run writes into its folder (all of it is replaced by --overwrite, nothing else).
 PIPELINE_OUTPUTS = ("data", "run", "run_mask_*", "run_seed_*", "metrics.json", "examples.npz", "report.md",
                     "rollout_strip.npz", "*.png")
@@ -256,7 +261,7 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
     experts = resolve_experts(s)  # so are unknown experts and files that are not experts
     prepare_out(out, overwrite)
     timings: dict[str, float] = {}
-    total, start = 9 if s.extra_seeds else 8, time.perf_counter()
+    total, start = 10 if s.extra_seeds else 9, time.perf_counter()
     with Stage(1, total, "experts", timings):
         (self_policy, self_label), (cross_policy, cross_label) = experts
         print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
@@ -266,12 +271,15 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
         checkpoint, run_dir, masked = stage_train_both(s, cfg, self_file, out)
     masks = s.eval_masks or mask_choices(DataSource.open(self_file).channel_names)
     ev = stage_evaluate(s, checkpoint, masked, (self_file, cross_file), masks, (total, timings))
+    with Stage(8, total, "dream (whole games beside the real game)", timings):
+        dream = stage_dream(checkpoint, s)
     seeds = None
     if s.extra_seeds:
-        with Stage(8, total, f"seeds ({', '.join(map(str, (s.seed, *s.extra_seeds)))})", timings):
+        with Stage(9, total, f"seeds ({', '.join(map(str, (s.seed, *s.extra_seeds)))})", timings):
             seeds = stage_seeds(ev, cfg, self_file, cross_file, out, s)
     section = {"settings": {**asdict(s), "eval_masks": masks}, "recorded": recorded, "run_dir": str(run_dir),
-               "masked_checkpoint": str(masked) if masked else None, "timings_s": timings}
+               "masked_checkpoint": str(masked) if masked else None, "timings_s": timings,
+               "dream_fidelity": dream}
     extra = {"pipeline": section, **({"seeds": seeds} if seeds else {})}
     with Stage(total, total, "report", timings):
         timings["total_before_report"] = round(time.perf_counter() - start, 2)
@@ -361,6 +369,36 @@ def stage_seeds(first, cfg: WorldModelConfig, self_file: Path, cross_file: Path,
     return result
 
 
+def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
+    """The trained model's dream beside the real game over whole episodes, sampled at temperature 1,
+    under greedy and random play (`rpg_worldmodel.envs.whole_games`): what the one-step figures
+    cannot see (frames the game could not show, a map not kept, items lost)."""
+    from rpg_env.policies.registry import make_policy
+    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
+
+    loaded = load_checkpoint(checkpoint)
+    ref, worlds = reference_of(loaded), 8 if s.quick else DREAM_WORLDS
+    rows = {name: dream_and_real(loaded, ref, lambda name=name: make_policy(name), sample=True, views="game",
+                                 worlds=worlds, seed=s.seed) for name in ("greedy", "random")}
+    for name, row in rows.items():
+        print(f"    {name}: " + dream_line(row), flush=True)
+    return {"worlds": worlds, "sampler": "temperature 1, game views", "policies": rows}
+
+
+def dream_line(row: dict) -> str:
+    """One policy's dream figures on a line: valid frames, consistency, items kept, spawn rate,
+    return gap (imagined against real)."""
+    im, re = row["imagined"], row["real"]
+    fig = lambda m, d=2: f"{im[m]['value']:.{d}f} [{im[m]['lo']:.{d}f}, {im[m]['hi']:.{d}f}]"
+    gap, share = row["return"]["imagined_minus_real"], row["return"]["gap_share_of_real"]
+    return (f"valid frames {fig('frame_validity')}, consistent {fig('geometric_consistency')}, "
+            f"items kept {im['item_persistence']['value']:.2f} (real {re['item_persistence']['value']:.2f}), "
+            f"spawn rate {im['spawn_rate']['value']:.4f} (real {re['spawn_rate']['value']:.4f}), "
+            f"return gap {gap['value']:+.1f} [{gap['lo']:+.1f}, {gap['hi']:+.1f}]"
+            + (f" ({share:+.1%} of real)" if share is not None else ""))
+
+
 def pipeline_section(p: dict) -> list[str]:
     """The report's "How this was made" section from the pipeline's part of metrics.json."""
     rec = p["recorded"]
@@ -373,6 +411,13 @@ def pipeline_section(p: dict) -> list[str]:
              f"- training run: `{p['run_dir']}`; probe model (that model fine-tuned with a mask): "
              f"`{p['masked_checkpoint']}`",
              "- stage timings (s): " + ", ".join(f"{k} {v}" for k, v in p["timings_s"].items()), ""]
+    dream = p.get("dream_fidelity")
+    if dream:
+        lines += ["## The dream over whole games", "",
+                  f"{dream['worlds']} imagined worlds beside as many real games, from the same real opening "
+                  f"to the episode's end ({dream['sampler']}; `rpg_worldmodel.envs.whole_games`; 95% "
+                  "intervals over worlds):", ""]
+        lines += [f"- {name}: {dream_line(row)}" for name, row in dream["policies"].items()] + [""]
     return lines
 
 

@@ -98,6 +98,16 @@ def test_quick_pipeline_outputs(quick_run):
     for section in ("## Held-out table", "## Cross-agent transfer", "## Masking probes"):
         assert section in report
     assert "| random_cells (fine-tuned " in report and f"started from `{main_checkpoint}`" in report
+    # The dream over whole games, beside the real game: the real games score 1.0 exactly, the measures
+    # are shares with intervals, and the report carries them.
+    dream = metrics["pipeline"]["dream_fidelity"]
+    assert set(dream["policies"]) == {"greedy", "random"}
+    for row in dream["policies"].values():
+        assert row["real"]["frame_validity"]["value"] == 1.0 == row["real"]["geometric_consistency"]["value"]
+        valid = row["imagined"]["frame_validity"]
+        assert 0.0 <= valid["lo"] <= valid["value"] <= valid["hi"] <= 1.0 and valid["total"] > 0
+        assert len(row["validity_by_turn"]) == valid["total"] // dream["worlds"]
+    assert "## The dream over whole games" in report and "- greedy: valid frames " in report
 
 
 def test_quick_pipeline_reports_every_headline_figure_across_seeds(quick_run):

@@ -1,0 +1,140 @@
+"""A dream and the real game, played side by side from the same opening to the episode's end.
+
+N imagined worlds (`ImaginedWorlds`) and N real games start from one real opening (a seeded greedy
+burn-in of ``num_frames - 1`` turns beside a random co-player, as the imagined env's own openings
+are played, handed to the dream through a `GivenContext`), and one policy plays both on to the
+last turn. Every frame from the last real one is measured with `rpg_worldmodel.envs.fidelity`, the
+same way in both worlds, and so is the return after the opening. `benchmarks/imagination_fidelity.py`
+runs it over policies and samplers; the pipeline runs it on the model it trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rpg_env.envs.vector import TreasurehuntVectorEnv
+from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.registry import make_policy
+from rpg_worldmodel.checkpoint import LoadedCheckpoint
+from rpg_worldmodel.envs.fidelity import FidelityReference, Share, fidelity, frame_validity
+from rpg_worldmodel.envs.imagination import GivenContext, ImaginedWorlds, Start
+
+#: What is measured of every frame, in both worlds (``consistency_any_start``: from every start the
+#: first frame allows, so the dream must keep to *some* map rather than the real one).
+MEASURES = ("frame_validity", "geometric_consistency", "consistency_any_start", "item_persistence",
+            "spawn_rate")
+REPLICATES = 2000
+Step = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def real_opening(rules: dict[str, Any], num_frames: int, worlds: int, seed: int
+                 ) -> tuple[Start, TreasurehuntVectorEnv, np.ndarray, np.ndarray]:
+    """A real greedy burn-in of ``num_frames - 1`` turns: the `Start` a dream continues from, the
+    real games (still running), their last views (N, C, V, V) and the learner's positions (N, 2)."""
+    env = TreasurehuntVectorEnv(worlds, **rules, co_policy="random")
+    obs, info = env.reset(seed=seed)
+    greedy = make_policy("greedy")
+    greedy.seed(np.random.default_rng(seed + 1))
+    views, actions = [obs], []
+    for _ in range(num_frames - 1):
+        action = greedy.act(obs)
+        obs, _, _, _, info = env.step(action)
+        views.append(obs)
+        actions.append(action)
+    turns = np.full(worlds, num_frames - 1, dtype=np.int64)
+    start = Start(np.stack(views, 1).astype(np.uint8), np.stack(actions, 1).astype(np.int64), turns)
+    return start, env, obs, info["positions"][:, 0]
+
+
+def play_out(step: Step, obs: np.ndarray, policy: BatchPolicy, seed: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Play ``policy`` to the episode's end through ``step(actions) -> (obs, rewards, done)``: cell
+    codes (N, T, V, V) from the given view on, actions (N, T - 1), returns (N,) in points."""
+    policy.seed(np.random.default_rng(seed + 2))
+    start = np.ones(len(obs), dtype=bool)
+    codes, actions, returns = [obs.argmax(1)], [], np.zeros(len(obs))
+    while True:
+        action = policy.act(obs, start)
+        obs, rewards, done = step(action)
+        start[:] = False
+        codes.append(obs.argmax(1))
+        actions.append(action)
+        returns += rewards
+        if done.all():
+            return np.stack(codes, 1), np.stack(actions, 1), returns
+
+
+def _real_step(env: TreasurehuntVectorEnv) -> Step:
+    def step(action):
+        obs, reward, _, truncated, _ = env.step(action)
+        return obs, np.asarray(reward, dtype=np.float64), np.asarray(truncated, dtype=bool)
+    return step
+
+
+def _imagined_step(worlds: ImaginedWorlds) -> Step:
+    def step(action):
+        rewards, done = worlds.step(action)
+        return worlds.observations(), rewards.astype(np.float64), done
+    return step
+
+
+def share_interval(share: Share, seed: int) -> dict[str, float]:
+    """A pooled share (hits / total over worlds) with a 95% percentile bootstrap interval over worlds."""
+    picks = np.random.default_rng(seed).integers(0, len(share.hits), (REPLICATES, len(share.hits)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        draws = share.hits[picks].sum(1) / share.total[picks].sum(1)
+    lo, hi = np.nanpercentile(draws, [2.5, 97.5]) if np.isfinite(draws).any() else (np.nan, np.nan)
+    return {"value": float(share.value), "lo": float(lo), "hi": float(hi),
+            "hits": int(share.hits.sum()), "total": int(share.total.sum())}
+
+
+def mean_interval(per_world: np.ndarray, seed: int) -> dict[str, float]:
+    """The mean over worlds with a 95% percentile bootstrap interval."""
+    picks = np.random.default_rng(seed).integers(0, len(per_world), (REPLICATES, len(per_world)))
+    lo, hi = np.percentile(per_world[picks].mean(1), [2.5, 97.5])
+    return {"value": float(per_world.mean()), "lo": float(lo), "hi": float(hi)}
+
+
+def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, start_cells: np.ndarray,
+             seed: int) -> dict[str, Any]:
+    """`MEASURES` of a batch of episodes with intervals, and the frames failing each validity check."""
+    known, free = fidelity(codes, actions, ref, start=start_cells), fidelity(codes, actions, ref)
+    shares = {**{m: known[m] for m in MEASURES if m in known},
+              "consistency_any_start": free["geometric_consistency"]}
+    return {**{m: share_interval(shares[m], seed) for m in MEASURES},
+            "failed": {k: int(v) for k, v in known["failed"].items()}}
+
+
+def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Callable[[], BatchPolicy],
+                   *, sample: bool, views: str, worlds: int, seed: int) -> dict[str, Any]:
+    """One policy (``policy()`` makes a fresh one per world) in the dream of ``loaded`` and in the
+    real game, from the same opening: the measures of both, the return per episode of both and
+    their gap (points and share of the real return), and the dream's validity by frame."""
+    rules, num_frames = dict(loaded.record.data.env_kwargs), loaded.config.model.num_frames
+    start, real, obs, first = real_opening(rules, num_frames, worlds, seed)
+    context = GivenContext()
+    context.give(start)
+    dream = ImaginedWorlds(loaded, worlds, context, sample=sample, views=views)
+    dream.reset(np.arange(worlds), np.random.default_rng(seed))
+    im_codes, im_actions, im_return = play_out(_imagined_step(dream), dream.observations(), policy(), seed)
+    re_codes, re_actions, re_return = play_out(_real_step(real), obs, policy(), seed)
+    real.close()
+    gap = im_return - re_return
+    share = float(gap.mean() / abs(re_return.mean())) if re_return.mean() else None
+    return {
+        "imagined": measured(im_codes, im_actions, ref, first, seed),
+        "real": measured(re_codes, re_actions, ref, first, seed),
+        "return": {"imagined": mean_interval(im_return, seed), "real": mean_interval(re_return, seed),
+                   "imagined_minus_real": mean_interval(gap, seed),
+                   "gap_share_of_real": share},
+        "validity_by_turn": frame_validity(im_codes, ref).valid.mean(0).round(4).tolist(),
+    }
+
+
+def reference_of(loaded: LoadedCheckpoint) -> FidelityReference:
+    """The fidelity reference of the game a checkpoint was trained on."""
+    data = loaded.record.data
+    return FidelityReference.for_game(dict(data.env_kwargs), channel_names=data.channel_names)
