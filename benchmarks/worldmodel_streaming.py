@@ -4,7 +4,7 @@ held in memory.
 Data: ten times the pipeline's default recording (``PipelineSettings().self_games`` = 1500 games
 of the DQN expert, learner streams only, as `rpg_worldmodel.pipeline` records them), so 15,000
 games, recorded once with `rpg_env.record.record` (greedy if the expert is not shipped). The train
-split (``rpg_worldmodel.data.training_splits``, default ``data`` settings) is served two ways:
+split (``rpg_worldmodel.data.shards.training_splits``, default ``data`` settings) is served two ways:
 
 - ``memory``: decoded into memory (`EpisodeStore`), what training does when the views fit
   ``data.max_memory_mb``;

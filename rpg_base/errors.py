@@ -4,7 +4,7 @@
 missing, empty, foreign or truncated; a malformed config; a checkpoint of another shape; an
 option a command would ignore. Its message says what to change. Every command line turns it
 (and the file-system errors of the paths it was given) into one line on stderr and exit
-status 2 (`rpg_base.cli.run`); anything else is a bug and keeps its traceback.
+status 2 (`rpg_base.cli.run_command`); anything else is a bug and keeps its traceback.
 
 Game-free: importable from `rpg_worldmodel` without the environment.
 """

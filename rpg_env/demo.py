@@ -1,7 +1,7 @@
 """A short seeded game played by the scripted greedy agent, saved as a GIF and a PNG.
 
 ``python -m rpg_env.demo [--out DIR] [--seed S] [--turns N]`` plays one episode with
-`rpg_env.policies.GreedyPolicy` as the learner, writes ``DIR/demo.gif`` (the whole game),
+`rpg_env.policies.scripted.GreedyPolicy` as the learner, writes ``DIR/demo.gif`` (the whole game),
 ``DIR/last_frame.png`` and ``DIR/demo.json`` (scores, seed, versions), prints the greedy score
 next to a random learner's score on the same seed, and prints the GIF path last.
 """

@@ -10,7 +10,7 @@ on the way out, and the model is trained inside `DistributedDataParallel`
 progress bar, tensorboard, metrics.csv, config, provenance and checkpoints.
 
 The global batch (``train.batch_size``) is cut into one equal slice per rank
-(`rpg_worldmodel.data.EpochBatchSampler`), so the mean of the ranks' losses is the loss of the
+(`rpg_worldmodel.data.windows.EpochBatchSampler`), so the mean of the ranks' losses is the loss of the
 global batch; `balanced_weights` keeps that exact for the item-weighted view loss.
 """
 

@@ -238,7 +238,7 @@ def status_lines(env: gym.Env, info: dict) -> list[str]:
 
 
 def play_by_keys(worlds: Worlds, seed: int | None, max_frames: int | None = None, window=None):
-    """The keyboard session (`rpg_env.play.play`) over the worlds; its `PlaySummary`."""
+    """The keyboard session (`rpg_env.play.loop.play`) over the worlds; its `PlaySummary`."""
     import pygame
 
     from rpg_env.play.loop import play

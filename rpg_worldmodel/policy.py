@@ -1,6 +1,6 @@
 """The world model's next-action head as a policy: seed 000's theory-of-mind predictor, playing.
 
-`WorldModelPolicy` is an `rpg_env.policies.BatchPolicy`, so it goes wherever `rpg_env` takes a
+`WorldModelPolicy` is an `rpg_env.policies.base.BatchPolicy`, so it goes wherever `rpg_env` takes a
 policy: ``co_policy=``, ``record --policy rpg_worldmodel.policy:pretrained``, the experts'
 evaluator. Per row it keeps the last ``num_frames`` (view, action) pairs of its episode and acts
 as the head predicts the agent will act next: the arg-max (``sample=False``) or a draw from the

@@ -59,7 +59,7 @@ class DataFile:
     path: str
     """Where the run read it (absolute); a shipped checkpoint records its bare name only."""
     fingerprint: str | None
-    """Content digest (`rpg_worldmodel.data.file_digest`); None: an old record lacked it."""
+    """Content digest (`rpg_worldmodel.data.sources.file_digest`); None: an old record lacked it."""
     num_episodes: int | None
     """How many episodes it holds (None: an old record lacked it; then it is the only file)."""
     policy_ids: tuple[str, ...] = ()
@@ -85,7 +85,7 @@ class DataFile:
 
 @dataclass(frozen=True)
 class DataRecord:
-    """The data a model was trained on (`rpg_worldmodel.data.data_record` writes it): its files and
+    """The data a model was trained on (`rpg_worldmodel.data.shards.data_record` writes it): its files and
     the game they hold."""
 
     files: tuple[DataFile, ...]

@@ -3,7 +3,7 @@
 Arrow keys or WASD move the learner (agent ``A``), R restarts the episode, Esc or closing the
 window quits. The game is turn-based: nothing moves until you press a move key; co-players
 (``B``..) move once per turn after you, driven by ``--co-policy``. ``--record FILE.h5`` saves
-your games as trajectories (policy id ``human``) through `rpg_env.trajectories.HDF5Recorder`.
+your games as trajectories (policy id ``human``) through `rpg_env.trajectories.recorders.HDF5Recorder`.
 """
 
 from __future__ import annotations

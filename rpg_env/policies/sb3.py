@@ -1,4 +1,4 @@
-"""`SB3Policy`: a trained Stable-Baselines3 expert as a batched `rpg_env.policies.BatchPolicy`.
+"""`SB3Policy`: a trained Stable-Baselines3 expert as a batched `rpg_env.policies.base.BatchPolicy`.
 
 Experts are trained on frame-stacked views (`VecFrameStack`, channels first): the network
 sees ``(C * k, V, V)``, the last C channels being the newest frame and older frames zeroed at

@@ -256,7 +256,7 @@ class HDF5VectorRecorder(_RecorderCore, VectorWrapper):
     ``NEXT_STEP`` and ``SAME_STEP`` autoreset (``metadata["autoreset_mode"]``).
 
     ``episode_start`` ``(N,)`` bool marks the worlds whose current observation begins a game
-    (pass it to `rpg_env.policies.BatchPolicy.act`).
+    (pass it to `rpg_env.policies.base.BatchPolicy.act`).
     """
 
     def __init__(self, env: gym.vector.VectorEnv, path: str | os.PathLike, policy_id: str = "unknown",

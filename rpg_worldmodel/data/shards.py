@@ -60,7 +60,7 @@ def expand_paths(spec: str | Sequence[str]) -> list[Path]:
 
 def game_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, a's value, b's value)`` for each game setting two files' metadata disagree on
-    (`rpg_env.trajectories.COMPATIBILITY_KEYS`; ``env_kwargs`` entry by entry)."""
+    (`rpg_env.trajectories.format.COMPATIBILITY_KEYS`; ``env_kwargs`` entry by entry)."""
     diffs = []
     for key in COMPATIBILITY_KEYS:
         va, vb = a.get(key), b.get(key)

@@ -54,7 +54,7 @@ class Context(Protocol):
 class RealGameContext:
     """Context played in the real game: a burn-in policy plays ``num_frames - 1`` turns.
 
-    ``policy``: anything `rpg_env.policies.make_policy` takes (``"greedy"``, ``"random"``, an SB3
+    ``policy``: anything `rpg_env.policies.registry.make_policy` takes (``"greedy"``, ``"random"``, an SB3
     ``.zip``); ``rules``: the game's settings (the checkpoint's training data's ``env_kwargs``);
     ``co_policy``: who drives the co-players.
     """

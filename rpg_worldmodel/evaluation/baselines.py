@@ -121,7 +121,7 @@ REWARD_RULE_TEXT = (
 
 class RewardRule:
     """The reward read off the view at t and the action: the points of the kind in the cell the
-    move enters (`rpg_worldmodel.data.kind_values`: 0 for an empty cell or an agent, the penalty
+    move enters (`rpg_worldmodel.data.sources.kind_values`: 0 for an empty cell or an agent, the penalty
     for a wall), as a class among ``values``. ``P(true class | rule class)`` is counted on the
     training split (add-``alpha`` smoothing), so its cross-entropy is finite and calibrated.
 

@@ -60,7 +60,7 @@ class EvalOptions:
     batch_size: int = 256
     device: str = "cpu"
     baseline_episodes: int = 400  # training episodes the baselines are fitted on (at most)
-    context: str = "full"  # full | stride (see `rpg_worldmodel.data.window_plan`)
+    context: str = "full"  # full | stride (see `rpg_worldmodel.data.windows.window_plan`)
     mask_context: str | None = None  # windows of the masking table; None: ``context``
     mask_episodes: int | None = None  # first episodes of the self set in the masking table; None: all
     floor: str = "auto"  # auto | replay | bound (see `rpg_worldmodel.evaluation.cells.annotate`)

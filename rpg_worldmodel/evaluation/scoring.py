@@ -1,7 +1,7 @@
 """Running the model and the baselines over an EvalSet's windows into per-game counts.
 
 Which predictions are scored: every transition ``t -> t+1`` of an episode exactly once
-(`rpg_worldmodel.data.window_plan`: the same windows as training, ``full``, or
+(`rpg_worldmodel.data.windows.window_plan`: the same windows as training, ``full``, or
 non-overlapping ones, ``stride``). The model runs in eval mode under ``torch.inference_mode``
 (no gradient, no optimizer: the weights cannot change); baselines see exactly the same
 transitions, always unmasked.
@@ -51,7 +51,7 @@ class Batch:
 def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str | None = None,
                  context: str = "full") -> Iterator[Batch]:
     """Windows of every selected episode in batches of ``batch_size`` (episode order, then start
-    order); each transition is scored exactly once (see `rpg_worldmodel.data.window_plan`).
+    order); each transition is scored exactly once (see `rpg_worldmodel.data.windows.window_plan`).
     Episodes shorter than ``T + 1`` steps have no window."""
     store = es.store()
     plan = plan_windows(store.lengths, num_frames, context)
@@ -96,7 +96,7 @@ class Scores:
 
 @dataclass
 class _Masking:
-    """How the model's input is hidden (`rpg_worldmodel.data.apply_input_mask`)."""
+    """How the model's input is hidden (`rpg_worldmodel.data.masks.apply_input_mask`)."""
 
     kind: str
     prob: float
@@ -254,7 +254,7 @@ def score_eval_set(
     (`Scores.model_views`).
 
     The model is put in eval mode and run under ``torch.inference_mode``. ``mask_kind``
-    hides part of the model's *input* (`rpg_worldmodel.data.apply_input_mask`, seeded with
+    hides part of the model's *input* (`rpg_worldmodel.data.masks.apply_input_mask`, seeded with
     ``mask_seed``; ``random_cells`` hides each cell with probability ``mask_prob``); targets
     and baselines always see the unmasked views.
     """

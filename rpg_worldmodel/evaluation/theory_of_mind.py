@@ -1,7 +1,7 @@
 """The theory-of-mind ceiling: how well the next action can be predicted by someone who has the
 expert's own network.
 
-The shipped experts act greedily on their last ``k`` views (`rpg_env.policies.SB3Policy`, frame
+The shipped experts act greedily on their last ``k`` views (`rpg_env.policies.sb3.SB3Policy`, frame
 stacks zero-padded at an episode's start). Predicting the action at t+1 from what is known at t
 lacks exactly one frame: the view at t+1. The *expert-through-oracle* references apply the
 expert's network to its real frames up to t and a view at t+1 taken from
