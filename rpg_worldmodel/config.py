@@ -25,7 +25,7 @@ from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import section, setting
 from rpg_base.typed_config.values import ConfigError
 
-__all__ = ["CONFIG_DIR", "ConfigError", "DataConfig", "ModelConfig", "TrainConfig",
+__all__ = ["CONFIG_DIR", "DataConfig", "ModelConfig", "TrainConfig",
            "WorldModelConfig", "SECTIONS", "apply_override", "load_config", "save_config"]
 
 POSITIONS = ("rope", "learned")

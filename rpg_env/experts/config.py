@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from rpg_base.typed_config import config as tc
-from rpg_base.typed_config.config import dict_section, parse_override, read_yaml, section, setting
+from rpg_base.typed_config.config import dict_section, read_yaml, section, setting
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.policies import sb3
 
-__all__ = ["ALGOS", "VEC_ENVS", "CONFIG_DIR", "ALIASES", "ConfigError", "NetConfig", "EvalConfig",
+__all__ = ["ALGOS", "VEC_ENVS", "CONFIG_DIR", "ALIASES", "NetConfig", "EvalConfig",
            "ExpertConfig", "env_defaults", "algo_class", "hyperparam_defaults", "from_dict", "validate",
-           "default_config_path", "read_yaml", "parse_override", "apply_overrides", "load_config"]
+           "default_config_path", "apply_overrides", "load_config"]
 
 ALGOS = ("dqn", "ppo")
 VEC_ENVS = ("dummy", "subproc")

@@ -33,8 +33,7 @@ from rpg_worldmodel.evaluation.oracles import (
 )
 
 __all__ = ["BASELINES_FILE", "ActionFrequencies", "CalibratedCells", "FittedBaselines", "RewardRule",
-           "action_deltas", "baselines_summary", "copy_view", "fit_baselines", "load_baselines",
-           "save_baselines", "shift_view", "views_to_codes"]
+           "baselines_summary", "fit_baselines", "load_baselines", "save_baselines"]
 
 
 class CalibratedCells:
