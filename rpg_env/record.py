@@ -180,9 +180,19 @@ def _add_env_args(parser: argparse.ArgumentParser) -> None:
                        help="co-players' policy: random (default), greedy, or an SB3 .zip")
 
 
+class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, where it has one (not for required options, flags or
+    the game settings, whose help names the game's own default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m rpg_env.record", description=__doc__.split("\n\n")[0],
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                            formatter_class=_DefaultsShown)
     parser.add_argument("--policy", required=True,
                         help="learner policy: random, greedy, or a path to an SB3 .zip")
     parser.add_argument("--episodes", type=positive_int, required=True, help="games to record")
