@@ -212,7 +212,8 @@ class TrainConfig:
         "none", "input mask during training: none, random_cells, or the name of a channel of the data to "
         "hide (an item or wall, e.g. gem; checked against the data's channel names when training starts)")
     mask_prob: float = setting(0.15, "fraction of cells hidden by the random_cells mask")
-    progress: bool = setting(True, "show a tqdm progress bar")
+    progress: bool = setting(
+        True, "show progress: a bar on a terminal, a plain line every few seconds in a log")
     init_from: str = setting(
         "", "checkpoint (or run folder: its best) whose weights start this run, to fine-tune it: same "
         "model config and data; its split is kept; fresh optimizer and schedule; empty = random init")

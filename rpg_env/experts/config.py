@@ -120,7 +120,8 @@ class ExpertConfig:
     frame_stack: int = setting(2, "frames stacked into each observation (VecFrameStack)")
     torch_threads: int = setting(1, "torch CPU threads while training")
     checkpoint_freq: int = setting(50_000, "learner env steps between checkpoints")
-    progress_bar: bool = setting(True, "show SB3's progress bar")
+    progress_bar: bool = setting(
+        True, "show progress: SB3's bar on a terminal, a plain line every few seconds in a log")
     env: dict[str, Any] = dict_section(
         "TreasurehuntEnv keyword argument", lambda cfg: env_defaults(), fixed=_ENV_FIXED,
         label=lambda cfg: "TreasurehuntEnv arguments")
