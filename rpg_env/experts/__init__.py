@@ -1,6 +1,8 @@
-"""Stable-Baselines3 experts for Treasurehunt-v0: train, evaluate, watch, and shipped models.
+"""Stable-Baselines3 experts for Treasurehunt-v0: train, evaluate, profile, watch, and shipped models.
 
-``python -m rpg_env.experts train|evaluate|watch`` (see docs/experts.md). The library side
+``python -m rpg_env.experts train|evaluate|profile|watch`` (see docs/experts.md): `config` (the
+typed training config), `train`, `evaluate` (also the profile), `watch`, `sb3_vec` (a Gymnasium
+VectorEnv as an SB3 VecEnv) and ``__main__``; `features` is a path saved files name. The library side
 lives in `rpg_env.policies.sb3` (`SB3Policy`, a trained model as a batched co-player or recording
 policy; `load_expert`, safe loading); here: `pretrained_path`, the experts that ship with the package.
 """

@@ -9,5 +9,7 @@ Writes beside ``metrics.json``: ``learning_curves.png`` (from the run's ``metric
 
 This package owns every human-readable rendering of the evaluation's results: the markdown
 tables (`format_table`, `fmt_interval`, `fmt_percent`), the console summaries printed by
-``rpg_worldmodel.evaluate`` and the pipeline, the plots and the report.
+``rpg_worldmodel.evaluate`` and the pipeline, the plots and the report. One job per module:
+`text` (tables, console lines, the report's sections), `plots` (one function per PNG), `document`
+(``report.md`` and its plots) and ``__main__`` (the command line).
 """
