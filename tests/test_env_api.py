@@ -21,7 +21,8 @@ from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 REFERENCE_DEFAULTS = {
     "height": 20, "width": 20, "vision_radius": 4, "num_agents": 2, "spawn_prob": 0.01,
     "max_turns": 100, "gem_value": 10.0, "food_value": 5.0, "bone_value": -10.0,
-    "wall_penalty": -1.0, "num_levels": 0, "start_level": 0, "distribution_mode": "easy", "co_policy": "random", "obs_mode": "onehot", "render_mode": None,
+    "wall_penalty": -1.0, "num_levels": 0, "start_level": 0, "distribution_mode": "easy",
+    "co_policy": "random", "obs_mode": "onehot", "render_mode": None,
 }
 
 

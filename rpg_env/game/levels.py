@@ -27,6 +27,22 @@ MAX_LEVEL_SEED = 2**31 - 1
 _DIVISION = {"easy": (3, 7, 2), "hard": (1, 0, 1)}
 
 
+def check_levels(num_levels: int, start_level: int, distribution_mode: str) -> None:
+    """Raise TypeError/ValueError saying what to change unless the level settings are valid."""
+    for name, value in (("num_levels", num_levels), ("start_level", start_level)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value} (num_levels=0 is the open room)")
+    last = start_level + max(num_levels, 1) - 1
+    if last > MAX_LEVEL_SEED:
+        raise ValueError(f"levels {start_level}..{last} (start_level .. start_level + num_levels - 1) "
+                         f"pass the largest level seed {MAX_LEVEL_SEED}; lower start_level or num_levels")
+    if distribution_mode not in DISTRIBUTION_MODES:
+        raise ValueError(f"distribution_mode must be one of {', '.join(map(repr, DISTRIBUTION_MODES))}, "
+                         f"got {distribution_mode!r}")
+
+
 def _wall_lines(lo: int, hi: int, min_side: int) -> np.ndarray:
     """Even positions in ``[lo, hi]`` that leave at least ``min_side`` cells on either side."""
     first = lo + min_side

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from rpg_env.game.constants import AGENT_LETTERS, Vocabulary, vocabulary
-from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED, level_walls
+from rpg_env.game.levels import check_levels, level_walls
 
 MIN_SPAWN_PROB = 1e-12
 LEVEL_FIELDS = ("num_levels", "start_level", "distribution_mode")
@@ -60,7 +60,7 @@ class WorldParams:
     def __post_init__(self) -> None:
         self._check_sizes()
         self._check_numbers()
-        self._check_levels()
+        check_levels(self.num_levels, self.start_level, self.distribution_mode)
 
     def _check_sizes(self) -> None:
         for name in ("height", "width", "vision_radius", "num_agents", "max_turns"):
@@ -99,22 +99,6 @@ class WorldParams:
             # spawns in practice anyway.
             raise ValueError(f"spawn_prob={self.spawn_prob} is below {MIN_SPAWN_PROB:g}, which never "
                              f"spawns in practice; pass spawn_prob=0 to disable spawning")
-
-    def _check_levels(self) -> None:
-        for name in ("num_levels", "start_level"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value} (num_levels=0 is the open room)")
-        last = self.start_level + max(self.num_levels, 1) - 1
-        if last > MAX_LEVEL_SEED:
-            raise ValueError(f"levels {self.start_level}..{last} (start_level .. start_level + "
-                             f"num_levels - 1) pass the largest level seed {MAX_LEVEL_SEED}; lower "
-                             f"start_level or num_levels")
-        if self.distribution_mode not in DISTRIBUTION_MODES:
-            raise ValueError(f"distribution_mode must be one of {', '.join(map(repr, DISTRIBUTION_MODES))}, "
-                             f"got {self.distribution_mode!r}")
 
     @property
     def view_size(self) -> int:

@@ -17,6 +17,7 @@ import gymnasium as gym
 import rpg_env
 from rpg_base.cli import (
     ArgumentParser,
+    int_in,
     non_negative_int,
     output_file,
     positive_float,
@@ -24,6 +25,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.errors import InputError
+from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED
 from rpg_env.play.loop import DEFAULT_FPS, PlaySummary, play
 from rpg_env.trajectories.recorders import HDF5Recorder
 
@@ -50,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=non_negative_int, default=None, help="seed of the first episode")
     parser.add_argument("--max-turns", type=int, default=100, help="turns per episode")
     parser.add_argument("--num-agents", type=int, default=2, help="you plus co-players")
+    parser.add_argument("--num-levels", type=int_in(0, MAX_LEVEL_SEED + 1), default=0,
+                        help="play generated levels: each episode one of this many (0: the open room)")
+    parser.add_argument("--start-level", type=int_in(0, MAX_LEVEL_SEED), default=0,
+                        help="the first level id; levels are start-level .. start-level + num-levels - 1")
+    parser.add_argument("--distribution-mode", choices=DISTRIBUTION_MODES, default="easy",
+                        help="level walls: easy (rooms) or hard (a maze)")
     parser.add_argument("--co-policy", type=_co_policy_arg, default="random",
                         help="random, greedy, or a path to an SB3 .zip (default: random)")
     parser.add_argument("--fps", type=positive_float, default=DEFAULT_FPS,
@@ -67,7 +75,9 @@ def make_env(args: argparse.Namespace) -> gym.Env:
     try:
         env = gym.make(rpg_env.ENV_ID, height=args.height, width=args.width,
                        vision_radius=args.vision_radius, max_turns=args.max_turns,
-                       num_agents=args.num_agents, co_policy=args.co_policy, render_mode="rgb_array")
+                       num_agents=args.num_agents, co_policy=args.co_policy, render_mode="rgb_array",
+                       num_levels=args.num_levels, start_level=args.start_level,
+                       distribution_mode=args.distribution_mode)
     except (TypeError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     if args.record is not None:
