@@ -20,7 +20,9 @@ from rpg_env.play.__main__ import build_parser, make_env
 from rpg_env.record import main as record_main
 from rpg_env.record import record
 from rpg_env.replay import replay_streams
+from rpg_env.trajectories.maintenance import repair
 from rpg_env.trajectories.reader import TrajectoryFile
+from rpg_env.trajectories.recorders import HDF5Recorder, HDF5VectorRecorder
 
 WALL = vocabulary().wall
 
@@ -175,10 +177,54 @@ def test_a_levelled_recording_replays_with_its_levels(tmp_path):
            env_kwargs={"num_levels": 4, "start_level": 70, "distribution_mode": "hard"})
     with TrajectoryFile(out) as tf:
         kwargs, n = tf.meta["env_kwargs"], len(tf.episodes)
+        levels, games = tf.levels, tf.episodes["game_id"]
     assert (kwargs["num_levels"], kwargs["start_level"], kwargs["distribution_mode"]) == (4, 70, "hard")
     replayed = replay_streams(out, range(n))  # every view and reward checked bit for bit
-    assert {r.level for r in replayed.values()} <= {70, 71, 72, 73}
-    assert len({r.level for r in replayed.values()}) > 1
+    assert [replayed[e].level for e in range(n)] == levels.tolist()  # the file holds the levels
+    assert set(levels.tolist()) <= {70, 71, 72, 73} and len(set(levels.tolist())) > 1
+    for game in np.unique(games):  # a game's streams share its level
+        assert len(set(levels[games == game].tolist())) == 1
+    # Appending, and repair's copy, keep each stream's level.
+    record("random", out, 3, seed=6, num_envs=3, progress=False,
+           env_kwargs={"num_levels": 4, "start_level": 70, "distribution_mode": "hard"})
+    repair(out, tmp_path / "copy.h5")
+    with TrajectoryFile(out) as tf, TrajectoryFile(tmp_path / "copy.h5") as copy:
+        assert tf.levels[:n].tolist() == levels.tolist() and len(tf.levels) == len(tf) > n
+        assert copy.levels.tolist() == tf.levels.tolist()
+
+
+@pytest.mark.parametrize("autoreset_mode", ["next_step", "same_step"])
+def test_recorders_keep_the_level_of_every_game(tmp_path, autoreset_mode):
+    venv = gym.make_vec("Treasurehunt-v0", num_envs=3, num_levels=20, max_turns=4,
+                        autoreset_mode=autoreset_mode)
+    shown = {}  # (world, game start in that world) -> level
+    rec = HDF5VectorRecorder(venv, tmp_path / "v.h5", record_co_players=False)
+    _, infos = rec.reset(seed=1)
+    for _ in range(20):
+        for w in np.flatnonzero(rec.episode_start):
+            shown.setdefault(int(w), []).append(int(infos["level"][w]))
+        _, _, _, _, infos = rec.step(np.zeros(3, dtype=np.int64))
+    rec.close()
+    with TrajectoryFile(tmp_path / "v.h5") as tf:
+        for w in range(3):
+            rows = np.flatnonzero(tf.episodes["env_index"] == w)
+            assert len(rows) >= 3
+            assert tf.levels[rows].tolist() == shown[w][: len(rows)]
+    env = HDF5Recorder(TreasurehuntEnv(num_levels=9, max_turns=2), tmp_path / "s.h5")
+    expected = []
+    for seed in range(4):
+        expected.append(env.reset(seed=seed)[1]["level"])
+        env.step(0), env.step(1)
+    env.close()
+    with TrajectoryFile(tmp_path / "s.h5") as tf:
+        assert tf.levels[tf.episodes["agent_id"] == 0].tolist() == expected
+
+
+def test_open_room_files_have_no_levels_dataset(tmp_path):
+    out = tmp_path / "open.h5"
+    record("greedy", out, 2, num_envs=2, progress=False)
+    with TrajectoryFile(out) as tf:
+        assert "levels" not in tf._file and (tf.levels == -1).all() and len(tf.levels) == len(tf)
 
 
 def test_record_cli_forwards_the_level_options(tmp_path):
