@@ -20,6 +20,7 @@ from rpg_env.play.__main__ import build_parser, make_env
 from rpg_env.record import main as record_main
 from rpg_env.record import record
 from rpg_env.replay import replay_streams
+from rpg_env.trajectories.__main__ import info
 from rpg_env.trajectories.maintenance import repair
 from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_env.trajectories.recorders import HDF5Recorder, HDF5VectorRecorder
@@ -233,6 +234,8 @@ def test_record_cli_forwards_the_level_options(tmp_path):
                         "--num-levels", "3", "--distribution-mode", "hard"]) == 0
     with TrajectoryFile(out) as tf:
         assert tf.meta["env_kwargs"]["num_levels"] == 3
+        low, high = int(tf.levels.min()), int(tf.levels.max())
+    assert 0 <= low <= high < 3 and f"..{high}" in info(str(out)).splitlines()[3]
     assert command_status(record_main, ["--policy", "random", "--episodes", "1", "--out",
                                         str(tmp_path / "bad.h5"), "--distribution-mode", "medium"]) == 2
     assert not (tmp_path / "bad.h5").exists()

@@ -17,7 +17,6 @@ import gymnasium as gym
 import rpg_env
 from rpg_base.cli import (
     ArgumentParser,
-    int_in,
     non_negative_int,
     output_file,
     positive_float,
@@ -25,7 +24,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.errors import InputError
-from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED
+from rpg_env.game.levels import DISTRIBUTION_MODES
 from rpg_env.play.loop import DEFAULT_FPS, PlaySummary, play
 from rpg_env.trajectories.recorders import HDF5Recorder
 
@@ -52,9 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=non_negative_int, default=None, help="seed of the first episode")
     parser.add_argument("--max-turns", type=int, default=100, help="turns per episode")
     parser.add_argument("--num-agents", type=int, default=2, help="you plus co-players")
-    parser.add_argument("--num-levels", type=int_in(0, MAX_LEVEL_SEED + 1), default=0,
+    # The upper end of the level range is checked by the game (`WorldParams`), in `make_env`.
+    parser.add_argument("--num-levels", type=non_negative_int, default=0,
                         help="play generated levels: each episode one of this many (0: the open room)")
-    parser.add_argument("--start-level", type=int_in(0, MAX_LEVEL_SEED), default=0,
+    parser.add_argument("--start-level", type=non_negative_int, default=0,
                         help="the first level id; levels are start-level .. start-level + num-levels - 1")
     parser.add_argument("--distribution-mode", choices=DISTRIBUTION_MODES, default="easy",
                         help="level walls: easy (rooms) or hard (a maze)")
