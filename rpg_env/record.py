@@ -32,6 +32,7 @@ import rpg_env
 from rpg_base.cli import ArgumentParser, int_in, non_negative_int, output_file, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, portable_command
+from rpg_env.game.levels import DISTRIBUTION_MODES
 from rpg_env.game.world import WorldParams
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
@@ -173,8 +174,10 @@ class _TimedPolicy(BatchPolicy):
 def _add_env_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("game settings (defaults: the reference treasurehunt)")
     for f in fields(WorldParams):
-        kind = int if f.type in (int, "int") else float
-        group.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None,
+        type_name = f.type if isinstance(f.type, str) else f.type.__name__
+        kind = {"int": int, "float": float, "str": str}[type_name]
+        choices = DISTRIBUTION_MODES if f.name == "distribution_mode" else None
+        group.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None, choices=choices,
                            help=f"(default {f.default})")
     group.add_argument("--co-policy", default=None,
                        help="co-players' policy: random (default), greedy, or an SB3 .zip")

@@ -14,6 +14,10 @@ map cells when the items spawned (``spawnable``; each became an item with probab
 ``spawn_prob``) and which of them did (``spawned``). From them the lowest next-view
 cross-entropy any predictor could reach is exact (`rpg_worldmodel.evaluation.cells`).
 
+Levelled games (``num_levels`` > 0 in the file's ``env_kwargs``) replay the same way: each
+world's level is drawn from the wave's seed at its reset, so the replay plays the recorded level
+and reports its id (`ReplayedStream.level`).
+
 Every replayed view, action and reward is compared with the file's, bit for bit; a stream that
 differs (edited seeds or actions, another game version) raises `ReplayError` naming the stream,
 the step and the seed, so nothing is ever scored against a wrong replay.
@@ -47,10 +51,13 @@ class ReplayedStream:
 
     ``spawnable`` ``(L, V, V)`` bool: cell (i, j) of the view after step t was an empty map cell
     when that turn's items spawned. ``spawned`` ``(L, V, V)`` bool: an item spawned there.
+    ``level``: the level id the game was played on (its env draws it from the seed; the file
+    does not store it), -1 for the open room (``num_levels=0``).
     """
 
     spawnable: np.ndarray
     spawned: np.ndarray
+    level: int = -1
 
 
 def _wave_key(row: np.void) -> tuple[int, int]:
@@ -123,6 +130,7 @@ def _replay_wave(meta: dict[str, Any], run: dict[str, Any], seed: int, members: 
             if int(row["agent_id"]) == 0:
                 actions[: int(row["length"]), int(row["env_index"])] = data["actions"]
         venv.reset(seed=int(seed))
+        levels = world.level.copy()
         views = [world.views().copy()]  # (N, A, V*V): before step 0, then after every step
         spawnable, spawned, rewards = [], [], []
         for t in range(length):
@@ -156,5 +164,5 @@ def _replay_wave(meta: dict[str, Any], run: dict[str, Any], seed: int, members: 
                 "against a replay; use the analytic floor instead (--floor bound)")
         shape = (n, side, side)
         out[index] = ReplayedStream(able[:n, world_i, agent].reshape(shape),
-                                    hits[:n, world_i, agent].reshape(shape))
+                                    hits[:n, world_i, agent].reshape(shape), int(levels[world_i]))
     return out

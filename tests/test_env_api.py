@@ -21,7 +21,8 @@ from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 REFERENCE_DEFAULTS = {
     "height": 20, "width": 20, "vision_radius": 4, "num_agents": 2, "spawn_prob": 0.01,
     "max_turns": 100, "gem_value": 10.0, "food_value": 5.0, "bone_value": -10.0,
-    "wall_penalty": -1.0, "co_policy": "random", "obs_mode": "onehot", "render_mode": None,
+    "wall_penalty": -1.0, "num_levels": 0, "start_level": 0, "distribution_mode": "easy",
+    "co_policy": "random", "obs_mode": "onehot", "render_mode": None,
 }
 
 
@@ -112,6 +113,12 @@ BAD_KEYWORDS = [
     ("food_value", None, TypeError, "food_value"),
     ("bone_value", float("inf"), ValueError, "bone_value"),
     ("wall_penalty", True, TypeError, "wall_penalty"),
+    ("num_levels", -1, ValueError, "num_levels must be >= 0"),
+    ("num_levels", 2.0, TypeError, "num_levels must be an int"),
+    ("start_level", -3, ValueError, "start_level must be >= 0"),
+    ("start_level", "7", TypeError, "start_level must be an int"),
+    ("start_level", 2**31, ValueError, "largest level seed"),
+    ("distribution_mode", "medium", ValueError, "distribution_mode must be one of 'easy', 'hard'"),
     ("co_policy", "smart", ValueError, "unknown policy"),
     ("co_policy", 42, ValueError, "unknown policy"),
     ("obs_mode", "pixels", ValueError, "obs_mode"),
@@ -286,16 +293,17 @@ def test_info_contents():
     layout = ["######", "#Ag.B#", "######"]
     env = TreasurehuntEnv(height=3, width=6, spawn_prob=0.0, co_policy=lambda obs: 2)
     obs, info = env.reset(seed=0, options={"layout": layout})
-    assert set(info) == {"turn", "positions", "pickups", "bumped", "episode_return", "co_obs",
-                         "co_returns"}
+    assert set(info) == {"turn", "positions", "pickups", "bumped", "episode_return", "level",
+                         "co_obs", "co_returns"}
+    assert info["level"] == -1  # a layout, not a generated level
     assert info["turn"] == 0 and info["episode_return"] == 0.0 and info["bumped"] is False
     assert info["pickups"] == {"gem": 0, "food": 0, "bone": 0}
     assert info["positions"].dtype == np.int64 and info["positions"].shape == (2, 2)
     assert info["co_obs"].shape == (1, 6, 9, 9) and info["co_obs"].dtype == np.int8
     assert info["co_obs"][0, AGENT, 4, 4] == 1 and info["co_obs"][0, AGENT, 4, 1] == 1  # sees A
     obs, reward, _, _, info = env.step(3)
-    assert set(info) == {"turn", "positions", "pickups", "bumped", "episode_return", "co_obs",
-                         "co_returns", "co_actions", "co_rewards"}
+    assert set(info) == {"turn", "positions", "pickups", "bumped", "episode_return", "level",
+                         "co_obs", "co_returns", "co_actions", "co_rewards"}
     assert isinstance(info["turn"], int) and info["turn"] == 1
     assert info["pickups"] == {"gem": 1, "food": 0, "bone": 0}
     assert isinstance(info["episode_return"], float) and info["episode_return"] == 10.0

@@ -6,7 +6,6 @@ the co-players act on their own one-hot views, then all agents move in index ord
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 import gymnasium as gym
@@ -67,7 +66,7 @@ def build_co_policy(co_policy: Any, num_agents: int) -> BatchPolicy | None:
 def game_metadata(params: WorldParams, vocab: Vocabulary, co_policy: BatchPolicy | None) -> dict[str, Any]:
     """The env-protocol keys (`rpg_env.envs.protocol`) of a game with ``params``."""
     return {"channel_names": vocab.cell_names, "action_names": vocab.action_names,
-            "max_turns": params.max_turns, "rules": asdict(params),
+            "max_turns": params.max_turns, "rules": params.rules(),
             "co_policy_id": None if co_policy is None else co_policy.policy_id}
 
 
@@ -93,8 +92,14 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
     ``pickups`` (dict gem/food/bone -> 0/1 this step), ``bumped`` (bool),
     ``episode_return`` (learner's running return), and for co-players ``co_obs``
     ``(A-1, 6, V, V)`` (the views they act on next), ``co_actions`` and ``co_rewards``
-    ``(A-1,)`` (this step; absent after reset) and ``co_returns`` ``(A-1,)``.
+    ``(A-1,)`` (this step; absent after reset) and ``co_returns`` ``(A-1,)``, and ``level``
+    (the level id being played, -1 for the open room or a ``layout``).
     Returned arrays are fresh every step (safe to keep in a replay buffer).
+
+    Levels (ProcGen's keywords): ``num_levels`` > 0 starts every episode on a level drawn
+    from ``start_level .. start_level + num_levels - 1``, whose walls (rooms for
+    ``distribution_mode="easy"``, a maze for ``"hard"``) are generated from the level id alone;
+    ``num_levels=0`` (default) is the open room, exactly as before levels existed.
 
     ``reset(seed=s)`` makes everything that follows (spawns, co-player choices) a function of
     ``s`` and the actions. ``reset(options={"layout": rows})`` starts from a text map
@@ -116,13 +121,17 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
         food_value: float = 5.0,
         bone_value: float = -10.0,
         wall_penalty: float = -1.0,
+        num_levels: int = 0,
+        start_level: int = 0,
+        distribution_mode: str = "easy",
         co_policy: Any = "random",
         obs_mode: str = "onehot",
         render_mode: str | None = None,
         tile_size: int = 8,
     ) -> None:
         self.params = WorldParams(height, width, vision_radius, num_agents, spawn_prob, max_turns,
-                                  gem_value, food_value, bone_value, wall_penalty)
+                                  gem_value, food_value, bone_value, wall_penalty,
+                                  num_levels, start_level, distribution_mode)
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}")
         self.vocab = vocabulary()
@@ -259,6 +268,7 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
             "pickups": self.last_pickups,
             "bumped": code == self.vocab.wall,
             "episode_return": float(self._returns[0]),
+            "level": int(self.world.level[0]),
         }
         if self.params.num_agents > 1:
             info["co_obs"] = self._views[1:]

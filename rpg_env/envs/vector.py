@@ -49,7 +49,7 @@ class TreasurehuntVectorEnv(VectorEnv):
     rewards ``(N,)`` float32, terminations/truncations ``(N,)`` bool. Infos are the single
     env's, batched the way Gymnasium's own vector envs batch them (arrays over worlds plus
     ``_key`` masks): ``turn`` ``(N,)``, ``positions`` ``(N, A, 2)``, ``episode_return``
-    ``(N,)``, ``pickups`` (dict of ``(N,)``), ``bumped`` ``(N,)``, ``co_obs``
+    ``(N,)``, ``level`` ``(N,)``, ``pickups`` (dict of ``(N,)``), ``bumped`` ``(N,)``, ``co_obs``
     ``(N, A-1, 6, V, V)``, ``co_returns`` and, for worlds that played the step,
     ``co_actions``/``co_rewards`` ``(N, A-1)``. All-True masks are one shared read-only array.
 
@@ -80,6 +80,9 @@ class TreasurehuntVectorEnv(VectorEnv):
         food_value: float = 5.0,
         bone_value: float = -10.0,
         wall_penalty: float = -1.0,
+        num_levels: int = 0,
+        start_level: int = 0,
+        distribution_mode: str = "easy",
         co_policy: Any = "random",
         obs_mode: str = "onehot",
         render_mode: str | None = None,
@@ -87,7 +90,8 @@ class TreasurehuntVectorEnv(VectorEnv):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     ) -> None:
         self.params = WorldParams(height, width, vision_radius, num_agents, spawn_prob, max_turns,
-                                  gem_value, food_value, bone_value, wall_penalty)
+                                  gem_value, food_value, bone_value, wall_penalty,
+                                  num_levels, start_level, distribution_mode)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode for the vector env must be one of "
                              f"{self.metadata['render_modes']} or None, got {render_mode!r}"
@@ -274,6 +278,7 @@ class TreasurehuntVectorEnv(VectorEnv):
             "pickups": pickups,
             "bumped": learner == vocab.wall,
             "episode_return": self._returns[:, 0].copy(),
+            "level": self.world.level.copy(),
         }
         # Every world has these keys: one read-only all-True mask serves them all.
         everywhere = np.ones(n, dtype=bool)

@@ -26,15 +26,21 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from rpg_env.game.constants import AGENT_LETTERS, Vocabulary, vocabulary
+from rpg_env.game.levels import check_levels, level_walls
 
 MIN_SPAWN_PROB = 1e-12
+LEVEL_FIELDS = ("num_levels", "start_level", "distribution_mode")
 
 
 @dataclass(frozen=True)
 class WorldParams:
     """Every number of the game, with the reference treasurehunt's defaults.
 
-    Rewards are in points per step; ``spawn_prob`` is per empty cell per turn.
+    Rewards are in points per step; ``spawn_prob`` is per empty cell per turn. Levels, as in
+    ProcGen: ``num_levels`` > 0 plays, at each reset, a level drawn uniformly from
+    ``start_level .. start_level + num_levels - 1`` whose walls are generated from its id
+    (`rpg_env.game.levels`; ``distribution_mode`` ``"easy"`` rooms, ``"hard"`` a maze);
+    ``num_levels=0`` is the open room, drawn exactly as before levels existed.
     """
 
     height: int = 20
@@ -47,8 +53,16 @@ class WorldParams:
     food_value: float = 5.0
     bone_value: float = -10.0
     wall_penalty: float = -1.0
+    num_levels: int = 0
+    start_level: int = 0
+    distribution_mode: str = "easy"
 
     def __post_init__(self) -> None:
+        self._check_sizes()
+        self._check_numbers()
+        check_levels(self.num_levels, self.start_level, self.distribution_mode)
+
+    def _check_sizes(self) -> None:
         for name in ("height", "width", "vision_radius", "num_agents", "max_turns"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -70,6 +84,8 @@ class WorldParams:
             )
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+
+    def _check_numbers(self) -> None:
         for name in ("spawn_prob", "gem_value", "food_value", "bone_value", "wall_penalty"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -90,6 +106,16 @@ class WorldParams:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def rules(self) -> dict:
+        """The env keyword arguments of this game. The level fields are named only when
+        ``num_levels`` > 0, so the open room's rules (and files recorded with them) read
+        exactly as before levels existed."""
+        rules = asdict(self)
+        if not self.num_levels:
+            for name in LEVEL_FIELDS:
+                del rules[name]
+        return rules
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -210,6 +236,8 @@ class WorldBatch:
         #: off in play, where nothing needs it).
         self.log_spawns = False
         self.spawned = np.zeros(0, dtype=np.int64)
+        #: ``(N,)`` int64 level id of each world's map; -1 for the open room or a loaded layout.
+        self.level = np.full(n, -1, dtype=np.int64)
         self.discard_buffered_draws()
 
     def _window_view(self) -> np.ndarray:
@@ -286,6 +314,10 @@ class WorldBatch:
     def reset(self, rng: np.random.Generator, mask: np.ndarray | None = None) -> None:
         """Start new episodes: empty map, border walls, agents on distinct random free cells.
 
+        With ``num_levels`` > 0 each world first draws its level id (one ``rng.integers`` call
+        for all of them; see ``level``) and starts from that level's walls; the open room
+        draws nothing more than it did before levels existed.
+
         ``mask`` ``(N,)`` bool selects the worlds to reset (all when None). A full reset also
         discards the buffered spawn draws, so what follows depends only on ``rng``'s state.
         """
@@ -296,13 +328,40 @@ class WorldBatch:
             idx = np.flatnonzero(mask)
         if idx.size == 0:
             return
-        self.cells[idx] = self._empty_map
-        keys = rng.random((idx.size, self._interior.size))
+        if self.params.num_levels:
+            keys = self._reset_levels(rng, idx)
+        else:
+            self.cells[idx] = self._empty_map
+            keys = rng.random((idx.size, self._interior.size))
         picks = np.argpartition(keys, self.params.num_agents - 1, axis=1)[:, : self.params.num_agents]
         starts = self._interior[picks] + self._row_base[idx, None]  # (k, A) flat
         self._pos[:, idx] = starts.T
         self._flat[starts] = self._agent
         self.turn[idx] = 0
+
+    def _reset_levels(self, rng: np.random.Generator, idx: np.ndarray) -> np.ndarray:
+        """Draw a level for each world of ``idx`` and lay out its map; return the ``(k, cells)``
+        start keys over ``_interior``, walls keyed past every draw so that agents start open."""
+        p = self.params
+        levels = rng.integers(p.start_level, p.start_level + p.num_levels, size=idx.size)
+        self.level[idx] = levels
+        maps = np.stack([self.level_map(int(level)) for level in levels])
+        self.cells[idx] = maps
+        keys = rng.random((idx.size, self._interior.size))
+        keys[maps[:, self._interior] != self._empty] = 2.0
+        return keys
+
+    def level_map(self, level: int) -> np.ndarray:
+        """``(row_size,)`` int8 padded flat map of level ``level`` at turn 0 (no agents, no items)."""
+        p, pad = self.params, self.pad
+        walls = level_walls(level, p.height, p.width, p.distribution_mode)
+        open_cells = int((~walls).sum())
+        if open_cells < p.num_agents:
+            raise ValueError(f"level {level} of a {p.height} x {p.width} map has {open_cells} open "
+                             f"cells, too few for num_agents={p.num_agents}; use a larger map")
+        padded = np.full((self.padded_height, self.padded_width), self.vocab.wall, dtype=np.int8)
+        padded[pad : pad + p.height, pad : pad + p.width] = np.where(walls, self.vocab.wall, self._empty)
+        return padded.reshape(-1)
 
     def load_layout(self, world: int, grid: np.ndarray, agent_rc: np.ndarray) -> None:
         """Put a parsed layout (see ``parse_layout``) into world ``world`` at turn 0."""
@@ -313,6 +372,7 @@ class WorldBatch:
         local = (agent_rc[:, 0] + r) * self.padded_width + (agent_rc[:, 1] + r)
         self._pos[:, world] = local + self._row_base[world]
         self.turn[world] = 0
+        self.level[world] = -1
 
     def discard_buffered_draws(self) -> None:
         """Forget pre-drawn spawn trials (the next ``step`` draws afresh from its ``rng``)."""

@@ -24,6 +24,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.errors import InputError
+from rpg_env.game.levels import DISTRIBUTION_MODES
 from rpg_env.play.loop import DEFAULT_FPS, PlaySummary, play
 from rpg_env.trajectories.recorders import HDF5Recorder
 
@@ -50,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=non_negative_int, default=None, help="seed of the first episode")
     parser.add_argument("--max-turns", type=int, default=100, help="turns per episode")
     parser.add_argument("--num-agents", type=int, default=2, help="you plus co-players")
+    # The upper end of the level range is checked by the game (`WorldParams`), in `make_env`.
+    parser.add_argument("--num-levels", type=non_negative_int, default=0,
+                        help="play generated levels: each episode one of this many (0: the open room)")
+    parser.add_argument("--start-level", type=non_negative_int, default=0,
+                        help="the first level id; levels are start-level .. start-level + num-levels - 1")
+    parser.add_argument("--distribution-mode", choices=DISTRIBUTION_MODES, default="easy",
+                        help="level walls: easy (rooms) or hard (a maze)")
     parser.add_argument("--co-policy", type=_co_policy_arg, default="random",
                         help="random, greedy, or a path to an SB3 .zip (default: random)")
     parser.add_argument("--fps", type=positive_float, default=DEFAULT_FPS,
@@ -67,7 +75,9 @@ def make_env(args: argparse.Namespace) -> gym.Env:
     try:
         env = gym.make(rpg_env.ENV_ID, height=args.height, width=args.width,
                        vision_radius=args.vision_radius, max_turns=args.max_turns,
-                       num_agents=args.num_agents, co_policy=args.co_policy, render_mode="rgb_array")
+                       num_agents=args.num_agents, co_policy=args.co_policy, render_mode="rgb_array",
+                       num_levels=args.num_levels, start_level=args.start_level,
+                       distribution_mode=args.distribution_mode)
     except (TypeError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     if args.record is not None:

@@ -91,7 +91,9 @@ class _Screen:
 
     def header(self) -> str:
         total = f"/{self.max_turns}" if self.max_turns else ""
-        return f"turn {self.turn}{total}   score {self.score:+g}"
+        level = self.info.get("level", -1)
+        shown = f"level {level}   " if level >= 0 else ""  # -1: the open room, no level
+        return f"{shown}turn {self.turn}{total}   score {self.score:+g}"
 
 
 def describe_step(reward: float, info: Mapping[str, Any]) -> str:

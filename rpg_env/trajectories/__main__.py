@@ -25,6 +25,10 @@ def info(path: str) -> str:
         lines = [repr(tf), f"  env_kwargs: {json.dumps(tf.meta['env_kwargs'], sort_keys=True)}",
                  f"  games: {len(np.unique(ep['game_id']))}, runs: {len(tf.runs)}, "
                  f"file size: {tf.path.stat().st_size / 1e6:.2f} MB"]
+        levels = tf.levels
+        if len(levels) and levels.max() >= 0:
+            lines.append(f"  levels: {len(np.unique(levels))} distinct, "
+                         f"{int(levels.min())}..{int(levels.max())}")
         if len(ep):
             lines.append(f"  {'agent':>5} {'policy':<24} {'streams':>8} {'steps':>9} {'mean return':>12}")
             keys = sorted(set(zip(ep["agent_id"].tolist(), ep["policy_id"].tolist(), strict=True)))

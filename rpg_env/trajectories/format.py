@@ -13,6 +13,8 @@ superblock, truncation) and attributes. The layout is documented in
 - ``/actions`` ``(S,)`` uint8, ``/rewards`` ``(S,)`` float32, ``/terminated`` and
   ``/truncated`` ``(S,)`` bool: per step, a stream's ``L`` rows start at its ``step_start``.
 - ``/runs``: one JSON provenance record per writing session (seed, command, versions).
+- ``/levels`` (optional, files of levelled games only): ``(E,)`` int64 level id of each table
+  row, written before the row that commits it; absent: every game is the open room (level -1).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ STEP_DATASETS: dict[str, np.dtype] = {
 #: Settings that must match for episodes to share a file.
 COMPATIBILITY_KEYS = ("env_id", "env_kwargs", "obs_shape", "channel_names", "action_names")
 REQUIRED_META = COMPATIBILITY_KEYS
+#: The optional per-stream level ids (created for envs with ``num_levels`` > 0).
+LEVELS_DATASET = "levels"
 
 DEFAULT_OBS_CHUNK_ROWS = 32  # 32 x 486 B = 15.5 KiB: a random 8-step window touches 1-2 chunks
 DEFAULT_STEP_CHUNK = 4096
@@ -103,6 +107,7 @@ class Stream:
     reset_count: int = 0
     env_index: int = 0
     interrupted: bool = False
+    level: int = -1  # the generated level played, -1 for the open room (or unknown)
     extra: dict = field(default_factory=dict)
 
     @property

@@ -16,6 +16,7 @@ import numpy as np
 from rpg_env.trajectories.format import (
     EPISODE_DTYPE,
     EPISODE_TABLE_DTYPE,
+    LEVELS_DATASET,
     STEP_DATASETS,
     TrajectoryFormatError,
     check_container,
@@ -122,6 +123,19 @@ class TrajectoryFile:
         if self._runs is None:
             self._runs = [json.loads(x) for x in self._file["runs"].asstr()[()]]
         return self._runs
+
+    @property
+    def levels(self) -> np.ndarray:
+        """``(E,)`` int64 level id of each committed stream (`rpg_env.game.levels`), -1 for the
+        open room: all -1 in files without ``/levels`` (open-room games, or files written
+        before levels existed)."""
+        if LEVELS_DATASET not in self._file:
+            return np.full(len(self), -1, dtype=np.int64)
+        levels = self._file[LEVELS_DATASET][: len(self)]
+        if len(levels) < len(self):
+            raise TrajectoryFormatError(f"{self.path}: /levels has {len(levels)} rows for {len(self)} "
+                                        f"committed streams: the file was damaged after writing")
+        return levels
 
     @property
     def num_steps(self) -> int:

@@ -74,8 +74,10 @@ class _GameBuffer:
     step); ``actions[t]``/``rewards[t]`` are ``(A,)``.
     """
 
-    def __init__(self, first_obs: np.ndarray, seed: int, reset_count: int, env_index: int) -> None:
+    def __init__(self, first_obs: np.ndarray, seed: int, reset_count: int, env_index: int,
+                 level: int = -1) -> None:
         self.obs = [first_obs]
+        self.level = level
         self.actions: list[np.ndarray] = []
         self.rewards: list[np.ndarray] = []
         self.terminated: list[bool] = []
@@ -101,7 +103,7 @@ class _GameBuffer:
         return [Stream(obs=np.ascontiguousarray(obs[:, a]), actions=actions[:, a], rewards=rewards[:, a],
                        terminated=term, truncated=trunc, agent_id=a, policy_id=policy_ids[a],
                        seed=self.seed, reset_count=self.reset_count, env_index=self.env_index,
-                       interrupted=interrupted)
+                       interrupted=interrupted, level=self.level)
                 for a in range(len(policy_ids))]
 
 
@@ -210,7 +212,7 @@ class HDF5Recorder(_RecorderCore, gym.Wrapper):
             self._reset_count += 1
         self._count_agents(info.get("co_obs"))
         self._game = _GameBuffer(self._stack_views(obs, info.get("co_obs")), self._seed,
-                                 self._reset_count, 0)
+                                 self._reset_count, 0, int(info.get("level", -1)))
         return obs, info
 
     def step(self, action):
@@ -279,6 +281,7 @@ class HDF5VectorRecorder(_RecorderCore, VectorWrapper):
         self._reset_counts = np.full(n, -1, dtype=np.int64)
         self._autoreset = np.zeros(n, dtype=bool)
         self._started = False
+        self._levels = np.full(n, -1, dtype=np.int64)
         self.episode_start = np.ones(n, dtype=bool)
         self._games = 0
 
@@ -296,6 +299,7 @@ class HDF5VectorRecorder(_RecorderCore, VectorWrapper):
         self._started = True
         self._count_agents(infos.get("co_obs"))
         views = self._stack_views(obs, infos.get("co_obs"))
+        self._levels = _levels(infos, self.num_envs)
         interrupted = []
         for w in np.flatnonzero(mask):
             game = self._games_buf[w]
@@ -312,12 +316,14 @@ class HDF5VectorRecorder(_RecorderCore, VectorWrapper):
             self._seeds[w], self._reset_counts[w] = int(seed), 0
         else:
             self._reset_counts[w] += 1
-        self._games_buf[w] = _GameBuffer(views, int(self._seeds[w]), int(self._reset_counts[w]), int(w))
+        self._games_buf[w] = _GameBuffer(views, int(self._seeds[w]), int(self._reset_counts[w]), int(w),
+                                         int(self._levels[w]))
 
     def step(self, actions):
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
         n, a = self.num_envs, self.agents_recorded
         views = self._stack_views(obs, infos.get("co_obs"))
+        self._levels = _levels(infos, n)  # of the games that start at this step
         step_actions = np.empty((n, a), dtype=np.int64)
         step_rewards = np.empty((n, a), dtype=np.float32)
         step_actions[:, 0] = np.asarray(actions)
@@ -396,3 +402,10 @@ class HDF5VectorRecorder(_RecorderCore, VectorWrapper):
         finally:
             self.writer.close()
             self.env.close(**kwargs)
+
+
+def _levels(infos: Mapping[str, Any], num_envs: int) -> np.ndarray:
+    """``(N,)`` level id of each world's current game from a vector env's ``infos`` (-1 where the
+    env reports none: the open room, or an env without levels)."""
+    levels = infos.get("level")
+    return np.full(num_envs, -1, dtype=np.int64) if levels is None else np.asarray(levels, dtype=np.int64)

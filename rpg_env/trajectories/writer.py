@@ -30,6 +30,7 @@ from rpg_env.trajectories.format import (
     FLAG_TERMINATED,
     FLAG_TRUNCATED,
     FORMAT_NAME,
+    LEVELS_DATASET,
     REQUIRED_META,
     SCHEMA_VERSION,
     STEP_DATASETS,
@@ -132,6 +133,8 @@ class TrajectoryWriter:
             f.create_dataset(name, (0,), maxshape=(None,), dtype=dtype, chunks=(int(step_chunk),),
                              shuffle=bool(level) and dtype.itemsize > 1, **gzip)
         f.create_dataset("runs", (0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(64,))
+        if meta["env_kwargs"].get("num_levels"):
+            f.create_dataset(LEVELS_DATASET, (0,), maxshape=(None,), dtype=np.int64, chunks=(256,))
 
     def _check_compatible(self, f: h5py.File) -> None:
         diffs = meta_differences(read_meta(f, self.path), self.meta)
@@ -156,6 +159,8 @@ class TrajectoryWriter:
         runs[self.run] = self._run_record
         # Anything past the committed rows (a game cut off by an exception) is overwritten.
         f["episodes"].resize((self._rows,))
+        if LEVELS_DATASET in f:
+            f[LEVELS_DATASET].resize((self._rows,))
         f.flush()
 
     # ----------------------------------------------------------------- state
@@ -206,7 +211,7 @@ class TrajectoryWriter:
                 step += length
                 ob += length + 1
                 r += 1
-        self._commit_rows(rows, step, ob)
+        self._commit_rows(rows, step, ob, np.array([s.level for game in games for s in game]))
         self._next_game += len(game_ids)
         return game_ids
 
@@ -240,7 +245,8 @@ class TrajectoryWriter:
                              source.read_dataset("obs", o0, o1))
             rows["step_start"] += self._step_end - s0
             rows["obs_start"] += self._obs_end - o0
-            self._commit_rows(rows, self._step_end + s1 - s0, self._obs_end + o1 - o0)
+            self._commit_rows(rows, self._step_end + s1 - s0, self._obs_end + o1 - o0,
+                              source.levels[a : a + len(rows)])
             self._next_game = max(self._next_game, int(rows["game_id"].max()) + 1)
             if on_batch is not None:
                 on_batch(len(rows))
@@ -274,9 +280,15 @@ class TrajectoryWriter:
         ds[o0:o0 + len(obs)] = obs
         f.flush()
 
-    def _commit_rows(self, rows: np.ndarray, step_end: int, obs_end: int) -> None:
+    def _commit_rows(self, rows: np.ndarray, step_end: int, obs_end: int, levels: np.ndarray) -> None:
         """Append the commit records ``rows`` of data already written by `_write_data`, which
-        now ends at ``step_end`` / ``obs_end``, and flush."""
+        now ends at ``step_end`` / ``obs_end``, and flush. ``levels`` ``(len(rows),)`` go to
+        ``/levels`` first, in files that have it."""
+        if LEVELS_DATASET in self._file:
+            ds = self._file[LEVELS_DATASET]
+            ds.resize((self._rows + len(rows),))
+            ds[self._rows:] = levels
+            self._file.flush()
         table = self._file["episodes"]
         table.resize((self._rows + len(rows),))
         table[self._rows:] = rows
