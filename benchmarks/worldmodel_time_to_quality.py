@@ -156,7 +156,9 @@ def make_candidate(spec: str, quick: bool):
     elif not overrides and path.is_file():
         cfg = load_config(path)
     elif not overrides:
-        shipped = ["default", *sorted(p.stem for p in CONFIGS.glob("*.yaml"))]
+        # dream_*.yaml there configure the agents trained in imagination, not a world model
+        names = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+        shipped = ["default", *(n for n in names if not n.startswith("dream_"))]
         raise InputError(f"--candidates {spec!r}: no config of that name; use one of {shipped} or "
                          "name=key=value ... (overrides of the default)")
     else:
