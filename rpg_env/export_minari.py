@@ -72,7 +72,8 @@ def check_dataset_id(dataset_id: str) -> str:
         version = None
     if version is None:
         raise InputError(f"--dataset-id {dataset_id!r} is not a Minari id: use namespace/name-vN, e.g. "
-                         f"treasurehunt/expert-v0 (letters, digits, - and _; the version is required)")
+                         "treasurehunt/expert-v0 (letters, digits, - and _; a namespace of two characters or "
+                         "more; the version is required)")
     return dataset_id
 
 
@@ -186,7 +187,7 @@ def _dataset_id_arg(text: str) -> str:
     try:
         return check_dataset_id(text)
     except InputError as err:
-        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--dataset-id {text!r} ")) from None
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--dataset-id ")) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
