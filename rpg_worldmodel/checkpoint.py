@@ -34,7 +34,13 @@ import torch
 from rpg_base.provenance import portable_path
 from rpg_worldmodel.config import ModelConfig, WorldModelConfig
 from rpg_worldmodel.models.world_model import WorldModel
-from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, read_record, write_record
+from rpg_worldmodel.run_record import (
+    CheckpointError,
+    CheckpointRecord,
+    read_record,
+    recorded_step,
+    write_record,
+)
 from rpg_worldmodel.shipped import PRETRAINED_NAME, pretrained_path
 
 MODEL_FILE, TRAINING_FILE, META_FILE, LATEST_FILE = "model.pt", "training.pt", "meta.json", "latest.json"
@@ -215,12 +221,8 @@ def _pointed(folder: Path, pointer: Path, record: dict[str, Any]) -> Path:
 
 
 def _step_of(folder: Path) -> int:
-    """The step a checkpoint folder holds (its meta.json's; -1 when unreadable, which
-    `read_checkpoint_record` then reports)."""
-    try:
-        return int(json.loads((folder / META_FILE).read_text()).get("step", -1))
-    except (ValueError, TypeError, AttributeError):
-        return -1
+    """The step a checkpoint folder holds (`recorded_step` of its meta.json)."""
+    return recorded_step(folder / META_FILE)
 
 
 def resolve_checkpoint(path: str | os.PathLike, which: str = "best") -> Path:

@@ -263,6 +263,15 @@ def read_record(file: Path) -> CheckpointRecord:
     return CheckpointRecord.from_json(meta, str(file))
 
 
+def recorded_step(file: Path) -> int:
+    """The step a meta.json ``file`` records, read without checking the rest (to name a checkpoint
+    before it is loaded); -1 when it cannot be read, which `read_record` then explains."""
+    try:
+        return int(json.loads(file.read_text()).get("step", -1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return -1
+
+
 def write_record(record: CheckpointRecord, file: Path) -> None:
     """Write ``record`` as meta.json ``file`` (the current schema)."""
     file.write_text(json.dumps(record.to_json(), indent=1))
