@@ -50,6 +50,7 @@ from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 from rpg_worldmodel.envs.imagination import VIEWS
 from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
+from rpg_worldmodel.report.text import dream_line
 from rpg_worldmodel.shipped import pretrained_path as shipped_path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -82,16 +83,7 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
 
 
 def line(checkpoint: str, views: str, sampler: str, name: str, row: dict) -> str:
-    im, re = row["imagined"], row["real"]
-    fig = lambda m, d=3: f"{im[m]['value']:.{d}f} [{im[m]['lo']:.{d}f}, {im[m]['hi']:.{d}f}]"
-    gap = row["return"]["imagined_minus_real"]
-    share = row["return"]["gap_share_of_real"]
-    of_real = f" ({share:+.1%} of real)" if share is not None else ""
-    return (f"{checkpoint} [{views}, {sampler}] {name:>6}: valid {fig('frame_validity')}  "
-            f"consistent {fig('geometric_consistency')}  persistence {fig('item_persistence')} "
-            f"(real {re['item_persistence']['value']:.3f})  spawn {fig('spawn_rate', 4)} "
-            f"(real {re['spawn_rate']['value']:.4f})  return gap {gap['value']:+.1f} "
-            f"[{gap['lo']:+.1f}, {gap['hi']:+.1f}]{of_real}")
+    return f"{checkpoint} [{views}, {sampler}] {name:>6}: {dream_line(row)}"
 
 
 def plot(results: list[dict], path: Path) -> None:

@@ -376,6 +376,7 @@ def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
     from rpg_env.policies.registry import make_policy
     from rpg_worldmodel.checkpoint import load_checkpoint
     from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
+    from rpg_worldmodel.report.text import dream_line
 
     loaded = load_checkpoint(checkpoint)
     ref, worlds = reference_of(loaded), 8 if s.quick else DREAM_WORLDS
@@ -386,21 +387,10 @@ def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
     return {"worlds": worlds, "sampler": "temperature 1, game views", "policies": rows}
 
 
-def dream_line(row: dict) -> str:
-    """One policy's dream figures on a line: valid frames, consistency, items kept, spawn rate,
-    return gap (imagined against real)."""
-    im, re = row["imagined"], row["real"]
-    fig = lambda m, d=2: f"{im[m]['value']:.{d}f} [{im[m]['lo']:.{d}f}, {im[m]['hi']:.{d}f}]"
-    gap, share = row["return"]["imagined_minus_real"], row["return"]["gap_share_of_real"]
-    return (f"valid frames {fig('frame_validity')}, consistent {fig('geometric_consistency')}, "
-            f"items kept {im['item_persistence']['value']:.2f} (real {re['item_persistence']['value']:.2f}), "
-            f"spawn rate {im['spawn_rate']['value']:.4f} (real {re['spawn_rate']['value']:.4f}), "
-            f"return gap {gap['value']:+.1f} [{gap['lo']:+.1f}, {gap['hi']:+.1f}]"
-            + (f" ({share:+.1%} of real)" if share is not None else ""))
-
-
 def pipeline_section(p: dict) -> list[str]:
     """The report's "How this was made" section from the pipeline's part of metrics.json."""
+    from rpg_worldmodel.report.text import dream_line
+
     rec = p["recorded"]
     lines = ["## How this was made", "",
              "`python -m rpg_worldmodel.pipeline` with settings:", "", "```json",

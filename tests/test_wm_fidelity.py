@@ -271,3 +271,25 @@ def test_bad_input_says_what_to_change(reference):
                               reference, start=np.zeros((2, 2), dtype=np.int64))  # a border wall
     with pytest.raises(ValueError, match="reorder"):
         FidelityReference.for_game(RULES, channel_names=tuple(reversed(VOCAB.cell_names)))
+
+
+def test_whole_game_shares_carry_the_evaluations_bootstrap_and_read_as_a_line():
+    from rpg_worldmodel.envs.fidelity import Share
+    from rpg_worldmodel.envs.whole_games import mean_interval, share_interval
+    from rpg_worldmodel.report.text import dream_line
+
+    share = Share(np.array([9, 1, 5]), np.array([10, 10, 10]))
+    iv = share_interval(share, seed=0)
+    assert iv["value"] == pytest.approx(0.5) and iv["lo"] < 0.5 < iv["hi"]
+    assert (iv["hits"], iv["total"]) == (15, 30)
+    assert share_interval(share, seed=0) == iv  # seeded
+    nothing = share_interval(Share(np.zeros(3, np.int64), np.zeros(3, np.int64)), seed=0)
+    assert nothing["value"] is None and nothing["total"] == 0  # no returns counted: undefined, not 0
+    gap = mean_interval(np.array([-10.0, 0.0, 10.0]), seed=0)
+    row = {"imagined": {"frame_validity": iv, "geometric_consistency": iv, "item_persistence": nothing,
+                        "spawn_rate": iv},
+           "real": {"item_persistence": iv, "spawn_rate": iv},
+           "return": {"imagined_minus_real": gap, "gap_share_of_real": None}}
+    line = dream_line(row)
+    assert line.startswith("valid frames 0.500 [") and "items kept - (real 0.500)" in line
+    assert f"return gap +0.0 [{gap['lo']:+.1f}, {gap['hi']:+.1f}]" in line and "of real" not in line

@@ -19,8 +19,15 @@ from rpg_env.envs.vector import TreasurehuntVectorEnv
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
-from rpg_worldmodel.envs.fidelity import FidelityReference, Share, fidelity, frame_validity
+from rpg_worldmodel.envs.fidelity import (
+    FidelityReference,
+    Share,
+    fidelity,
+    frame_validity,
+    geometric_consistency,
+)
 from rpg_worldmodel.envs.imagination import GivenContext, ImaginedWorlds, Start
+from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weights
 
 #: What is measured of every frame, in both worlds (``consistency_any_start``: from every start the
 #: first frame allows, so the dream must keep to *some* map rather than the real one).
@@ -82,30 +89,28 @@ def _imagined_step(worlds: ImaginedWorlds) -> Step:
 
 
 def share_interval(share: Share, seed: int) -> dict[str, float]:
-    """A pooled share (hits / total over worlds) with a 95% percentile bootstrap interval over worlds."""
-    picks = np.random.default_rng(seed).integers(0, len(share.hits), (REPLICATES, len(share.hits)))
+    """A pooled share (hits / total over worlds) with a 95% percentile bootstrap interval over worlds
+    (the evaluation's bootstrap: `resample_weights`, `bootstrap_interval`)."""
+    weights = resample_weights(len(share.hits), REPLICATES, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
-        draws = share.hits[picks].sum(1) / share.total[picks].sum(1)
-    lo, hi = np.nanpercentile(draws, [2.5, 97.5]) if np.isfinite(draws).any() else (np.nan, np.nan)
-    return {"value": float(share.value), "lo": float(lo), "hi": float(hi),
+        draws = (weights @ share.hits) / (weights @ share.total)
+    return {**bootstrap_interval(share.value, draws).as_dict(),
             "hits": int(share.hits.sum()), "total": int(share.total.sum())}
 
 
 def mean_interval(per_world: np.ndarray, seed: int) -> dict[str, float]:
-    """The mean over worlds with a 95% percentile bootstrap interval."""
-    picks = np.random.default_rng(seed).integers(0, len(per_world), (REPLICATES, len(per_world)))
-    lo, hi = np.percentile(per_world[picks].mean(1), [2.5, 97.5])
-    return {"value": float(per_world.mean()), "lo": float(lo), "hi": float(hi)}
+    """The mean over worlds with a 95% percentile bootstrap interval (the evaluation's bootstrap)."""
+    means = resample_weights(len(per_world), REPLICATES, seed) @ per_world / len(per_world)
+    return bootstrap_interval(per_world.mean(), means).as_dict()
 
 
 def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, start_cells: np.ndarray,
              seed: int) -> dict[str, Any]:
     """`MEASURES` of a batch of episodes with intervals, and the frames failing each validity check."""
-    known, free = fidelity(codes, actions, ref, start=start_cells), fidelity(codes, actions, ref)
-    shares = {**{m: known[m] for m in MEASURES if m in known},
-              "consistency_any_start": free["geometric_consistency"]}
+    shares = fidelity(codes, actions, ref, start=start_cells)
+    shares["consistency_any_start"] = geometric_consistency(codes, actions, ref).share
     return {**{m: share_interval(shares[m], seed) for m in MEASURES},
-            "failed": {k: int(v) for k, v in known["failed"].items()}}
+            "failed": {k: int(v) for k, v in shares["failed"].items()}}
 
 
 def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Callable[[], BatchPolicy],

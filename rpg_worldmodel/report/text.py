@@ -78,6 +78,26 @@ def fmt_percent(iv: dict | None) -> str:
     return f"{100 * iv['value']:+.1f}% [{100 * iv['lo']:+.1f}%, {100 * iv['hi']:+.1f}%]"
 
 
+def dream_line(row: dict) -> str:
+    """One policy's dream over whole games against the real game (`rpg_worldmodel.envs.whole_games`):
+    ``valid frames 0.101 [0.088, 0.115], consistent 0.077 [...], items kept 0.375 (real 0.980), spawn
+    rate 0.0263 (real 0.0102), return gap -13.8 [-28.4, +1.8] (-3.9% of real)``; ``-`` when undefined."""
+    im, re = row["imagined"], row["real"]
+
+    def value(iv: dict, spec: str) -> str:
+        return "-" if iv.get("value") is None else format(iv["value"], spec)
+
+    gap, share = row["return"]["imagined_minus_real"], row["return"]["gap_share_of_real"]
+    spread = "" if gap.get("lo") is None else f" [{gap['lo']:+.1f}, {gap['hi']:+.1f}]"
+    of_real = "" if share is None else f" ({share:+.1%} of real)"
+    kept, spawned = "item_persistence", "spawn_rate"
+    return (f"valid frames {fmt_interval(im['frame_validity'])}, "
+            f"consistent {fmt_interval(im['geometric_consistency'])}, "
+            f"items kept {value(im[kept], '.3f')} (real {value(re[kept], '.3f')}), "
+            f"spawn rate {value(im[spawned], '.4f')} (real {value(re[spawned], '.4f')}), "
+            f"return gap {value(gap, '+.1f')}{spread}{of_real}")
+
+
 def _table(rows: dict[str, dict], figures: Sequence[str], first: str = "predictor") -> list[str]:
     """Markdown rows of ``rows`` by ``figures``; a row with none of the figures is left out."""
     lines = [f"| {first} | " + " | ".join(figures) + " |", "|" + " --- |" * (len(figures) + 1)]
