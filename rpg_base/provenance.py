@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 #: The source tree (the folder holding rpg_env/ and rpg_worldmodel/): paths under it are recorded
 #: relative to it, so a record made on one machine reads the same on another.
@@ -110,3 +111,17 @@ def pinned_torch_threads(num_threads: int | None, *, import_torch: bool = True) 
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as JSON can hold it: dict keys as text, tuples as lists, NumPy arrays and scalars as
+    lists and numbers, paths as text (records of runs, checkpoints and trajectory files alike)."""
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    return value

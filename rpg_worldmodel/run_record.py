@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rpg_base.errors import InputError
+from rpg_base.provenance import json_ready
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.config import WorldModelConfig
 
@@ -275,16 +276,3 @@ def recorded_step(file: Path) -> int:
 def write_record(record: CheckpointRecord, file: Path) -> None:
     """Write ``record`` as meta.json ``file`` (the current schema)."""
     file.write_text(json.dumps(record.to_json(), indent=1))
-
-
-def json_ready(value: Any) -> Any:
-    """``value`` with NumPy arrays and scalars as lists and numbers, tuples as lists, paths as text."""
-    if isinstance(value, dict):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    if hasattr(value, "tolist"):  # numpy arrays and scalars
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    return value

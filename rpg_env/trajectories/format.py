@@ -296,14 +296,3 @@ def meta_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str
                 list(b) if isinstance(b, (list, tuple)) else b):
             diffs.append(f"{key} (file: {a!r}, new: {b!r})")
     return diffs
-
-
-def json_ready(value: Any) -> Any:
-    """``value`` with dict keys as ``str``, tuples as lists and NumPy scalars as Python ones."""
-    if isinstance(value, dict):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

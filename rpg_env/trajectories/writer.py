@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
-from rpg_base.provenance import package_versions, provenance
+from rpg_base.provenance import json_ready, package_versions, provenance
 from rpg_env.trajectories.format import (
     DEFAULT_COMPRESSION_LEVEL,
     DEFAULT_OBS_CHUNK_ROWS,
@@ -41,7 +41,6 @@ from rpg_env.trajectories.format import (
     committed_count,
     data_ends,
     encode_policy_id,
-    json_ready,
     meta_differences,
     open_h5,
     read_meta,
