@@ -148,6 +148,17 @@ def output_folder(text: str) -> Path:
     return path
 
 
+def folder_contents(folder: Path, own: Sequence[str]) -> tuple[list[Path], str]:
+    """What a command may reuse in an output ``folder``: the entries matching its ``own`` output
+    patterns, and a short list of the names of everything else (``""`` when nothing else is there:
+    a folder holding someone's files is refused, never written into or cleared)."""
+    if not folder.is_dir():
+        return [], ""
+    ours = [p for pattern in own for p in folder.glob(pattern)]
+    others = sorted(p.name for p in folder.iterdir() if p not in ours)
+    return ours, ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+
+
 def existing_file(text: str) -> Path:
     """An argparse type: a file that exists (not a folder)."""
     path = Path(text)

@@ -36,7 +36,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rpg_base.cli import ArgumentParser, non_negative_int, output_folder, positive_int, run_command
+from rpg_base.cli import (
+    ArgumentParser,
+    folder_contents,
+    non_negative_int,
+    output_folder,
+    positive_int,
+    run_command,
+)
 from rpg_base.errors import InputError
 from rpg_worldmodel.config import WorldModelConfig
 
@@ -60,11 +67,10 @@ def prepare_out(out: Path, overwrite: bool) -> None:
 
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file: name a new or empty folder")
-    previous = [p for pattern in PIPELINE_OUTPUTS for p in out.glob(pattern)] if out.is_dir() else []
-    others = sorted(p.name for p in out.iterdir() if p not in previous) if out.is_dir() else []
+    previous, others = folder_contents(out, PIPELINE_OUTPUTS)
     if others:  # e.g. a training run's folder: --overwrite must never delete what the pipeline did not write
-        raise InputError(f"--out {out} holds files the pipeline did not write ({', '.join(others[:5])}"
-                         f"{', ...' if len(others) > 5 else ''}); choose a new or empty folder")
+        raise InputError(f"--out {out} holds files the pipeline did not write ({others}); choose a new or "
+                         "empty folder")
     if previous and not overwrite:
         names = ", ".join(sorted(p.name for p in previous))
         raise FileExistsError(f"{out} already holds a pipeline run ({names}); choose another --out or "

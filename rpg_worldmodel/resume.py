@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rpg_base.cli import folder_contents
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import (
     LATEST_FILE,
@@ -46,12 +47,10 @@ def check_new_run_dir(run_dir: Path) -> None:
                               "another out_dir (nothing was overwritten)")
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"out_dir {run_dir} is a file: name a new or empty folder")
-    ours = {p for pattern in RUN_OUTPUTS for p in run_dir.glob(pattern)} if run_dir.is_dir() else set()
-    others = sorted(p.name for p in run_dir.iterdir() if p not in ours) if run_dir.is_dir() else []
+    _, others = folder_contents(run_dir, RUN_OUTPUTS)
     if others:
-        raise ConfigError(f"out_dir {run_dir} holds files a training run does not write "
-                              f"({', '.join(others[:5])}{', ...' if len(others) > 5 else ''}); choose a new "
-                              "or empty folder")
+        raise ConfigError(f"out_dir {run_dir} holds files a training run does not write ({others}); choose "
+                          "a new or empty folder")
 
 
 #: Settings a resumed run takes from its checkpoint (its folder, its recorded split, where its
