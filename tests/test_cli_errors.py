@@ -223,6 +223,8 @@ def _output_cases() -> list[tuple[str, str, list[str], str]]:
         ("experts", "JSON into a folder", ["evaluate", "{expert}", "--json", "{folder}"], "is a folder"),
         ("demo", "output folder is a file", ["--out", "{text}"], "is a file"),
         ("train", "run folder is a file", ["--data", "{good}", "--out", "{text}", *TINY_MODEL], "is a file"),
+        ("train", "run folder holding other files", ["--data", "{good}", "--out", "{folder}", *TINY_MODEL],
+         "does not write"),
         ("pipeline", "folder holding a training run", ["--out", "{run}", "--quick"], "did not write"),
         ("pipeline", "folder holding other files", ["--out", "{folder}", "--quick", "--overwrite"],
          "did not write"),
