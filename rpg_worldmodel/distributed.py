@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -172,6 +173,7 @@ def process_group(procs: Processes) -> Iterator[None]:
     try:
         yield
     finally:
+        gc.collect()  # wrappers caught in reference cycles release the group before it is destroyed
         dist.destroy_process_group()
 
 

@@ -405,6 +405,9 @@ def train(
             p.val = evaluate_split(run.model, run.val_set, run.val_idx, cfg, run.device)
         best = choose_checkpoint(run.checkpoint_dir, "best") if procs.master else None
         p.checkpoint, p.val, best = procs.broadcast((p.checkpoint, p.val, best))
+        # Training is over: let DistributedDataParallel (whose reducer holds the process group) go
+        # while the group lives. Freed later, at interpreter exit, gloo's teardown can abort the process.
+        run.engine = run.model
     return finish(run, p, best, time.perf_counter() - start_time)
 
 
