@@ -27,11 +27,10 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 import rpg_env
 from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
-from rpg_base.provenance import provenance
+from rpg_base.provenance import pinned_torch_threads, provenance
 from rpg_env.experts import pretrained_path
 from rpg_env.experts.config import load_config
 from rpg_env.experts.train import build_model, make_training_env
@@ -68,20 +67,8 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     steps = 3_000 if args.quick else args.steps
-    torch.set_num_threads(1)
-
-    cfg = load_config("dqn")
-    venv = make_training_env(cfg, cfg.n_envs, seed=0)
-    treasure = time_learn(build_model(cfg, venv, tensorboard_log=None), steps)
-    from stable_baselines3 import DQN
-
-    cartpole = time_learn(DQN("MlpPolicy", "CartPole-v1", learning_starts=1000, seed=0, device="cpu"), steps)
-
-    views = np.stack([gym.make(rpg_env.ENV_ID).reset(seed=s)[0] for s in range(64)])
-    calls = 30 if args.quick else 300
-    expert = time_act(SB3Policy.load(pretrained_path("dqn")), views, calls)
-    greedy = time_act(GreedyPolicy(), views, calls)
-
+    with pinned_torch_threads(1):  # and the caller's setting back after
+        (treasure, cartpole), (expert, greedy) = time_learning(steps), time_acting(30 if args.quick else 300)
     rows = [("learn: treasurehunt dqn (default config)", treasure, treasure / cartpole),
             ("learn: cartpole dqn (reference)", cartpole, 1.0),
             ("act: shipped dqn expert, batch 64", expert, expert / greedy),
@@ -97,6 +84,24 @@ def main(argv: list[str] | None = None) -> None:
                            "ratio": round(expert / greedy, 3)}})
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.out}")
+
+
+def time_learning(steps: int) -> tuple[float, float]:
+    """Learner steps per second: DQN on treasurehunt (default config), and on CartPole (reference)."""
+    from stable_baselines3 import DQN
+
+    cfg = load_config("dqn")
+    venv = make_training_env(cfg, cfg.n_envs, seed=0)
+    treasure = time_learn(build_model(cfg, venv, tensorboard_log=None), steps)
+    cartpole = time_learn(DQN("MlpPolicy", "CartPole-v1", learning_starts=1000, seed=0, device="cpu"), steps)
+    return treasure, cartpole
+
+
+def time_acting(calls: int) -> tuple[float, float]:
+    """Rows per second acted on 64 views: the shipped DQN expert, and the greedy policy (reference)."""
+    views = np.stack([gym.make(rpg_env.ENV_ID).reset(seed=s)[0] for s in range(64)])
+    expert = time_act(SB3Policy.load(pretrained_path("dqn")), views, calls)
+    return expert, time_act(GreedyPolicy(), views, calls)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from rpg_base.cli import (
     positive_int,
     run_command,
 )
-from rpg_base.provenance import provenance
+from rpg_base.provenance import pinned_torch_threads, provenance
 from rpg_env.experts import pretrained_path as expert_path
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
@@ -137,9 +137,9 @@ def main(argv: list[str] | None = None) -> None:
     for checkpoint in args.checkpoint:  # every world model is found before the first is played
         if checkpoint != "pretrained":
             choose_checkpoint(checkpoint)
-    torch.set_num_threads(args.threads)
-    results = [compare(ck, views, args.samplers, args.policies, args.worlds, args.seed)
-               for ck in args.checkpoint for views in args.views]
+    with pinned_torch_threads(args.threads):  # and the caller's setting back after
+        results = [compare(ck, views, args.samplers, args.policies, args.worlds, args.seed)
+                   for ck in args.checkpoint for views in args.views]
     record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
                         threads=args.threads, results=results)
     args.out.parent.mkdir(parents=True, exist_ok=True)

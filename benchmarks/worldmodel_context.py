@@ -23,6 +23,7 @@ Writes ``benchmarks/results/worldmodel_context.json`` and ``.png``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -183,18 +184,23 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import torch
-
-    from rpg_base.provenance import portable_path, provenance
+    from rpg_base.provenance import pinned_torch_threads
     from rpg_worldmodel.config import load_config
 
     args = build_parser().parse_args(argv)
-    rows = []
     runs = [(5, [*args.set, *args.baseline], BASELINE_LABEL)] if args.baseline else []
     runs += [(frames, args.set, "") for frames in args.frames]
     for frames, extra, _ in runs:  # every row's overrides are checked before the first is trained
         load_config(None, [f"model.num_frames={frames}", *extra])
-    torch.set_num_threads(args.threads)
+    with pinned_torch_threads(args.threads):  # and the caller's setting back after
+        measure(args, runs)
+
+
+def measure(args: argparse.Namespace, runs: list[tuple[int, list[str], str]]) -> None:
+    """Train and score every row of ``runs``; print the table, write the JSON and plot."""
+    from rpg_base.provenance import portable_path, provenance
+
+    rows = []
     steps = 20 if args.quick else args.steps
     data = ensure_data(args.data or (Path(tempfile.mkdtemp()) / "dqn.h5" if args.quick else DEFAULT_DATA),
                        60 if args.quick else args.games)

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from rpg_base.provenance import provenance
+    from rpg_base.provenance import pinned_torch_threads, provenance
     from rpg_worldmodel.pipeline import PipelineSettings
 
     pipeline_games = PipelineSettings().self_games
@@ -223,16 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     args.steps = args.steps or (3 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     args.repeats = args.repeats or (1 if args.quick else 5)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    threads = torch.get_num_threads()
-    with tempfile.TemporaryDirectory(prefix="wm_stream_") as tmp:
-        data = args.data or Path(tmp) / "dqn.h5"
-        recorded = None
-        if not data.exists():
-            recorded = record_data(data, games, PipelineSettings().num_envs)
-            torch.set_num_threads(threads)  # recording pins torch to one thread
-        rows, info = measure(data, args)
+    with pinned_torch_threads(args.threads or None):  # and the caller's setting back after
+        threads = torch.get_num_threads()
+        with tempfile.TemporaryDirectory(prefix="wm_stream_") as tmp:
+            data = args.data or Path(tmp) / "dqn.h5"
+            recorded = record_data(data, games, PipelineSettings().num_envs) if not data.exists() else None
+            rows, info = measure(data, args)
     ratio = rows["disk_train_sequences_per_s"]["median"] / rows["memory_train_sequences_per_s"]["median"]
     result = {"games": games, "pipeline_games": pipeline_games, "scale": games / pipeline_games,
               "recording": recorded, **info, "threads": threads, "workers": args.workers,

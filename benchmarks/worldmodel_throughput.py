@@ -318,12 +318,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from rpg_base.provenance import portable_path, provenance
+    from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
 
     # Both sides run with the same thread count (record() below may change torch's setting).
     threads = args.threads or torch.get_num_threads()
     sorrel_note = None if args.sorrel_python else "skipped: pass --sorrel-python PATH (see shared/ANCHORS.md)"
-    timings, sorrel_info, parameters = time_rounds(args, steps, warmup, repeats, threads)
+    with pinned_torch_threads(threads):  # and the caller's setting back after
+        timings, sorrel_info, parameters = time_rounds(args, steps, warmup, repeats, threads)
     rows, ratios = rates(timings, sorrel_info)
     batch = REFERENCE["batch_size"]
     result = {

@@ -384,15 +384,15 @@ def earlier_sorrel_row(path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from rpg_base.provenance import portable_path, provenance
+    from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
 
     args = build_parser().parse_args(argv)
     eval_every = 20 if args.quick else args.eval_every
     candidates = [make_candidate(spec, args.quick) for spec in args.candidates]
     sorrel = earlier_sorrel_row(args.sorrel_from) if args.sorrel_from else None
-    torch.set_num_threads(args.threads)
     data = ensure_data(args.data)
-    run_ours(candidates, data, eval_every, args.chunk, args.eval_windows)
+    with pinned_torch_threads(args.threads):  # and the caller's setting back after
+        run_ours(candidates, data, eval_every, args.chunk, args.eval_windows)
     rows = {c.name: {"config": {**c.cfg.to_dict(), "out_dir": portable_path(c.cfg.out_dir)},
                      "parameters": c.model.num_parameters(), "curve": c.curve} for c in candidates}
     if sorrel is not None:

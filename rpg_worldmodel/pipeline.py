@@ -45,6 +45,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.errors import InputError
+from rpg_base.provenance import pinned_torch_threads
 from rpg_worldmodel.config import WorldModelConfig
 
 DEFAULT_OUT_ROOT = "runs/pipeline"
@@ -109,6 +110,10 @@ class PipelineSettings:
     rollout_horizon: int = 15  # open-loop rollout steps scored from held-out starts (0: skip)
     bootstrap: int = 1000
     batch_size: int = 256
+    # torch's CPU threads for every stage: the thread count changes the order of floating-point
+    # reductions, so leaving it to the machine (or to whatever the caller last set) would make
+    # the figures differ between two machines, or between a command and an in-process call.
+    torch_threads: int = 2
     quick: bool = False
 
     @classmethod
@@ -121,7 +126,7 @@ class PipelineSettings:
                                     "train.batch_size=16", "train.eval_every=3", "train.log_every=2",
                                     "train.checkpoint_every=3", "data.max_val_windows=64"],
                    eval_masks=("none", "random_cells", "gem"), mask_eval_episodes=4, rollout_horizon=5,
-                   bootstrap=200, quick=True)
+                   bootstrap=200, torch_threads=1, quick=True)
 
 
 class Stage:
@@ -256,7 +261,13 @@ def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path,
 
 
 def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
-    """Run every stage; returns the path of ``report.md``."""
+    """Run every stage on ``settings.torch_threads`` torch threads (the caller's setting is restored
+    after); returns the path of ``report.md``."""
+    with pinned_torch_threads(settings.torch_threads):
+        return _run_stages(settings, overwrite)
+
+
+def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
     from rpg_worldmodel.data.masks import mask_choices
     from rpg_worldmodel.data.sources import DataSource
     from rpg_worldmodel.report.document import write_report
@@ -433,6 +444,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cross-expert", default=None, help="ppo (default), dqn, greedy, random or a .zip")
     parser.add_argument("--self-games", type=positive_int, default=None)
     parser.add_argument("--cross-games", type=positive_int, default=None)
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="torch CPU threads of every stage (default 2; --quick: 1); part of what makes "
+                             "the figures reproducible, recorded in metrics.json")
     parser.add_argument("--no-mask-train", action="store_true",
                         help="skip training the masked probe model (the masking table then has one row)")
     parser.add_argument("overrides", nargs="*", help="training config overrides, key=value")
@@ -446,6 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("self_expert", "cross_expert", "self_games", "cross_games"):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
+    if args.threads is not None:
+        s.torch_threads = args.threads
     if args.no_mask_train:
         s.mask_train = ""
     s.train_overrides = [*s.train_overrides, *args.overrides]

@@ -33,3 +33,26 @@ def tiny_world_model(tmp_path_factory):
     cfg.data.path, cfg.out_dir = str(data), str(root / "run")
     train(cfg)
     return root / "run", data
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_are_left_alone():
+    """Fail a test after which torch's thread count changed (restoring it for the next test).
+
+    The count changes the order of floating-point reductions: a command run in-process after one
+    that leaked a setting gave other figures than the same command in its own process."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    after = torch.get_num_threads()
+    if before is None:
+        before = int(os.environ["OMP_NUM_THREADS"])
+    if after != before:
+        torch.set_num_threads(before)
+        pytest.fail(f"the test left torch on {after} threads (was {before}): library code and "
+                    f"commands must restore the caller's setting (rpg_base.provenance.pinned_torch_threads)")
