@@ -20,12 +20,14 @@ the same way in both worlds:
 
 Every figure carries a 95% bootstrap interval over worlds. Policies: ``greedy``, ``random``,
 ``dqn`` (the shipped expert whose games the model learned) and ``dream`` (the agent trained in
-the shipped model's imagination). Samplers: ``sampled`` (temperature 1) and ``argmax``; views
+the shipped model's imagination). Samplers: ``sampled`` (temperature 1; with a cell refiner one
+joint draw in ``--rounds`` rounds, `rpg_worldmodel.models.refiner`) and ``argmax``; views
 drawn as the game can show them (``--views game``: the learner at the centre, at most
 ``num_agents - 1`` others) or every cell on its own (``--views cells``: the placement rule off).
 
     python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--views game cells]
-        [--samplers sampled argmax] [--policies greedy random dqn dream] [--worlds 64] [--seed 0]
+        [--samplers sampled argmax] [--rounds 1 8 81] [--policies greedy random dqn dream]
+        [--worlds 64] [--seed 0]
 
 Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png`` (validity by turn).
 """
@@ -34,8 +36,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import torch
 
 from rpg_base.cli import (
     ArgumentParser,
@@ -67,6 +67,14 @@ def policy(name: str):
     return make_policy(name)
 
 
+def sampler_names(samplers: list[str], rounds: list[int] | None) -> list[str]:
+    """The samplers to run: ``sampled`` once per ``--rounds`` value (``sampled@R``), ``argmax``."""
+    names = []
+    for sampler in samplers:
+        names += [f"sampled@{r}" for r in rounds] if sampler == "sampled" and rounds else [sampler]
+    return names
+
+
 def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str], worlds: int,
             seed: int) -> dict:
     loaded = load_checkpoint(checkpoint)
@@ -74,16 +82,20 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
     used = choose_checkpoint(checkpoint).describe(portable=True)
     out = {"checkpoint": checkpoint, "checkpoint_used": used, "views": views, "rows": {}}
     for sampler in samplers:
+        rounds = int(sampler.split("@")[1]) if "@" in sampler else None
+        if rounds is not None and not loaded.config.model.refiner_layers:
+            continue  # a model without a refiner draws every cell on its own: one row says it
         for name in policies:
-            row = dream_and_real(loaded, ref, lambda name=name: policy(name), sample=sampler == "sampled",
-                                 views=views, worlds=worlds, seed=seed)
+            row = dream_and_real(loaded, ref, lambda name=name: policy(name), sample=sampler != "argmax",
+                                 views=views, worlds=worlds, seed=seed, sample_rounds=rounds)
             out["rows"][f"{sampler}/{name}"] = row
             print(line(checkpoint, views, sampler, name, row), flush=True)
     return out
 
 
 def line(checkpoint: str, views: str, sampler: str, name: str, row: dict) -> str:
-    return f"{checkpoint} [{views}, {sampler}] {name:>6}: {dream_line(row)}"
+    return (f"{checkpoint} [{views}, {sampler}] {name:>6}: {dream_line(row)}; "
+            f"{row['imagined_steps_per_s']:,.0f} imagined steps/s")
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -100,7 +112,7 @@ def plot(results: list[dict], path: Path) -> None:
         for key, row in result["rows"].items():
             sampler, name = key.split("/")
             curve = row["validity_by_turn"]
-            ax.plot(range(len(curve)), curve, color=colours[name], ls="-" if sampler == "sampled" else "--",
+            ax.plot(range(len(curve)), curve, color=colours[name], ls="--" if sampler == "argmax" else "-",
                     lw=1, label=f"{name}, {sampler}")
         ax.set_title(f"{result['checkpoint']}, views: {result['views']}", fontsize=9)
         ax.set_xlabel("frames since the imagined episode began")
@@ -123,6 +135,9 @@ def build_parser() -> ArgumentParser:
                              "cell on its own (the agent placement rule off)")
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS,
                         help="sampled (temperature 1) and/or argmax")
+    parser.add_argument("--rounds", type=positive_int, nargs="+", default=None,
+                        help="rounds of a joint draw for 'sampled' (one row each; default: the model's "
+                             "model.sample_rounds; 81: one cell a round)")
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     parser.add_argument("--worlds", type=positive_int, default=64, help="imagined worlds and real games each")
     parser.add_argument("--seed", type=non_negative_int, default=0)
@@ -138,9 +153,11 @@ def main(argv: list[str] | None = None) -> None:
         if checkpoint != "pretrained":
             choose_checkpoint(checkpoint)
     with pinned_torch_threads(args.threads):  # and the caller's setting back after
-        results = [compare(ck, views, args.samplers, args.policies, args.worlds, args.seed)
+        samplers = sampler_names(args.samplers, args.rounds)
+        results = [compare(ck, views, samplers, args.policies, args.worlds, args.seed)
                    for ck in args.checkpoint for views in args.views]
     record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
+                        rounds=args.rounds,
                         threads=args.threads, results=results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

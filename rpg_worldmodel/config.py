@@ -111,6 +111,27 @@ class ModelConfig:
     memory_map: bool = setting(
         True, "add a prior from an egocentric map of the cells seen in the last num_frames steps, "
         "placed by dead reckoning (models/memory.py)")
+    memory_steps: int = setting(
+        1000, "how many steps the memory map keeps a cell: 0 for the attention window (num_frames "
+        "steps); more keeps every cell seen in that many steps, placed by dead reckoning on a canvas "
+        "of map_size cells a side (in imagination at one step's cost, whatever the turn); a cell "
+        "seen num_frames or more steps ago reads as seen num_frames - 1 steps ago")
+    train_window: int = setting(
+        16, "steps of each training window (at least num_frames; learned positions: num_frames): "
+        "attention slides its num_frames steps along it, and the memory map learns what an old "
+        "sighting is worth where attention no longer sees it (ages below num_frames one by one, older "
+        "ones in doubling bins up to this; older still read as the last bin)")
+    map_size: int = setting(
+        64, "side of the memory map's canvas (cells; a torus): a world whose walks span more than "
+        "map_size - view_size cells wraps onto itself")
+    refiner_layers: int = setting(
+        2, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
+        "(models/refiner.py); 0: every cell is drawn on its own")
+    refiner_width: int = setting(64, "token width of the cell refiner")
+    refiner_heads: int = setting(4, "attention heads of the cell refiner (must divide refiner_width)")
+    sample_rounds: int = setting(
+        8, "rounds of a joint draw: each keeps the cells drawn with the highest probability; 1: the "
+        "refined cells drawn independently, view_size**2: one cell at a time")
     move_rules: bool = setting(
         True, "condition on the game's movement table: the action convolution chooses by the move's "
         "outcome (a blocked move is its own choice) and the reward head reads the entered cell's kind "
@@ -163,6 +184,7 @@ class ModelConfig:
         if self.action_frames < 0:
             raise ConfigError(f"model.action_frames must be >= 0 (0: a linear head on the global token), "
                               f"got {self.action_frames}")
+        self._validate_memory_and_refiner()
         if self.move_deltas and len(self.move_deltas) != 2 * self.num_actions:
             raise ConfigError(f"model.move_deltas holds a (row, col) pair per action: {2 * self.num_actions} "
                               f"numbers for {self.num_actions} actions, got {len(self.move_deltas)}")
@@ -181,12 +203,39 @@ class ModelConfig:
         if values != sorted(set(values)):
             raise ConfigError(f"model.reward_values must be distinct and ascending, got {values}")
 
+    @property
+    def window(self) -> int:
+        """Steps of a training window: ``train_window``, at least ``num_frames`` (learned positions,
+        which number at most ``num_frames`` steps: exactly that)."""
+        return self.num_frames if self.position == "learned" else max(self.train_window, self.num_frames)
+
+    def _validate_memory_and_refiner(self) -> None:
+        """The memory map's reach and canvas, the training window, the cell refiner's sizes."""
+        if self.refiner_layers < 0 or self.refiner_width < 1 or self.refiner_heads < 1:
+            raise ConfigError(f"model.refiner_layers must be >= 0 and refiner_width, refiner_heads >= 1, got "
+                              f"{self.refiner_layers}, {self.refiner_width}, {self.refiner_heads}")
+        if self.refiner_width % self.refiner_heads:
+            raise ConfigError(f"model.refiner_width={self.refiner_width} is not divisible by "
+                              f"model.refiner_heads={self.refiner_heads}")
+        if not 1 <= self.sample_rounds <= self.view_size**2:
+            raise ConfigError(f"model.sample_rounds must be in 1..{self.view_size**2} (view_size**2), "
+                              f"got {self.sample_rounds}")
+        if self.train_window < 0:
+            raise ConfigError(f"model.train_window must be >= 0, got {self.train_window}")
+        if self.memory_steps < 0:
+            raise ConfigError(f"model.memory_steps must be >= 0 (0: the attention window), "
+                              f"got {self.memory_steps}")
+        if self.map_size < 2 * self.view_size:
+            raise ConfigError(f"model.map_size must be at least twice model.view_size "
+                              f"({2 * self.view_size}), "
+                              f"got {self.map_size}")
+
 
 @dataclass
 class TrainConfig:
     """Optimisation, logging and checkpointing (AdamW, linear warm-up then cosine decay)."""
 
-    batch_size: int = setting(64, "training windows per step")
+    batch_size: int = setting(32, "training windows per step")
     lr: float = setting(5e-3, "peak learning rate (AdamW)")
     min_lr_ratio: float = setting(0.05, "cosine decays to lr * min_lr_ratio")
     weight_decay: float = setting(0.05, "AdamW weight decay")
@@ -198,6 +247,9 @@ class TrainConfig:
     view_loss_weight: float = setting(1.0, "weight of the next-view cross-entropy")
     action_loss_weight: float = setting(0.5, "weight of the action cross-entropy")
     reward_loss_weight: float = setting(1.0, "weight of the reward cross-entropy (with model.reward_head)")
+    refiner_loss_weight: float = setting(
+        1.0, "weight of the cell refiner's cross-entropy (with model.refiner_layers > 0; it reads the "
+        "view head detached, so this weighs nothing else)")
     item_weight: float = setting(
         1.0, "weight of cells whose true next kind is an item (gem, bone, food) or agent; 1 = unweighted")
     seed: int = setting(0, "seed of initialisation and batch order")

@@ -401,6 +401,7 @@ def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
                                  worlds=worlds, seed=s.seed) for name in ("greedy", "random")}
     for name, row in rows.items():
         print(f"    {name}: " + dream_line(row), flush=True)
+        row.pop("imagined_steps_per_s")  # a timing: the stage's time is in timings_s
     return {"worlds": worlds, "sampler": "temperature 1, game views", "policies": rows}
 
 

@@ -27,14 +27,17 @@ from rpg_worldmodel.config import WorldModelConfig
 
 CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: The checkpoint schema. 2 added rotary positions and the reward head (model.position,
-#: model.reward_head, model.reward_values, train.reward_loss_weight); 3 records the training
-#: data as a list of files (``data.files``: path, fingerprint, num_episodes each), the split's
-#: episode ids counting over all of them in that order (one file: its own ids); 4 added the
-#: frame-stack action head (model.action_frames; older checkpoints have the linear head, 0); 5 the
-#: memory map and the movement table (model.memory_map, model.move_rules, model.move_deltas,
-#: model.blocking_kinds; older ones have neither); 6 fine-tuning (train.init_from; older runs
-#: started from random weights).
-CHECKPOINT_VERSION = 6
+#: model.reward_head, model.reward_values, train.reward_loss_weight); 3 records the training data as
+#: a list of files (``data.files``: path, fingerprint, num_episodes each), the split's episode ids
+#: counting over all of them in that order (one file: its own ids); 4 added the frame-stack action
+#: head (model.action_frames; older checkpoints have the linear head, 0); 5 the memory map and the
+#: movement table (model.memory_map, model.move_rules, model.move_deltas, model.blocking_kinds;
+#: older ones have neither); 6 fine-tuning (train.init_from; older runs started from random
+#: weights); 7 the episode-long memory map (model.memory_steps, model.map_size, model.train_window;
+#: older maps reached back num_frames steps and trained on num_frames windows) and the cell refiner
+#: (model.refiner_layers and its sizes, model.sample_rounds, train.refiner_loss_weight; older models
+#: drew cells independently).
+CHECKPOINT_VERSION = 7
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
 #: (schema 2's one data file becomes a list of one by `migrate`).
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
@@ -43,6 +46,7 @@ MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     3: {"model": {"action_frames": 0}},
     4: {"model": {"memory_map": False, "move_rules": False}},
     5: {"train": {"init_from": ""}},
+    6: {"model": {"memory_steps": 0, "map_size": 64, "refiner_layers": 0, "train_window": 0}},
 }
 #: The keys of meta.json this version reads; any other is kept in `CheckpointRecord.extra`.
 KNOWN_KEYS = ("format", "version", "step", "config", "splits", "data", "seed", "versions", "init_from",

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 METRIC_FIELDS = ("step", "split", "loss", "view_ce", "action_ce", "action_acc", "cell_acc", "reward_ce",
-                 "reward_acc", "lr", "samples_per_s", "elapsed_s")
+                 "reward_acc", "refiner_ce", "lr", "samples_per_s", "elapsed_s")
 
 
 class MetricsLog:

@@ -27,7 +27,7 @@ import torch
 
 from rpg_base.cli import ArgumentParser, run_command
 from rpg_base.errors import InputError
-from rpg_base.provenance import provenance
+from rpg_base.provenance import portable_path, provenance
 from rpg_worldmodel.checkpoint import META_FILE, MODEL_FILE, Choice, choose_checkpoint
 from rpg_worldmodel.evaluation.baselines import BASELINES_FILE, fit_baselines, save_baselines
 from rpg_worldmodel.evaluation.episodes import checkpoint_split, training_files
@@ -65,9 +65,12 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
                   "quality_checks": main["quality_checks"], "rollout_view_ce": _rollout_summary(metrics)}
     (dest / "eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     pipeline = metrics.get("pipeline", {})
+    settings = dict(pipeline.get("settings") or {})
+    if settings.get("out"):  # the folder it ran in, as a record keeps it (no machine's folders)
+        settings["out"] = portable_path(settings["out"])
     (dest / "provenance.json").write_text(json.dumps(provenance(
         seed=record.seed, checkpoint_step=record.step, data=[f.to_dict() for f in shipped.data.files],
-        trained_by=metrics.get("provenance", {}).get("command"), pipeline_settings=pipeline.get("settings"),
+        trained_by=metrics.get("provenance", {}).get("command"), pipeline_settings=settings,
         pipeline_git_revision=metrics.get("provenance", {}).get("git_revision")), indent=1) + "\n")
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     if size > MAX_BYTES:

@@ -121,7 +121,7 @@ def loss_weights(cfg: WorldModelConfig, channel_names: Sequence[str]) -> LossWei
     """The config's loss weights; items are the data's channels other than empty and wall."""
     t = cfg.train
     return LossWeights(t.view_loss_weight, t.action_loss_weight, t.item_weight, item_codes(channel_names),
-                       t.reward_loss_weight)
+                       t.reward_loss_weight, t.refiner_loss_weight)
 
 
 @torch.no_grad()
@@ -229,7 +229,7 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         splits, run_dir = resumed.splits, resumed.run_dir
     elif start is not None:
         splits = start_from(start, cfg, record)
-    train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.num_frames)
+    train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window)
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
     )

@@ -94,19 +94,54 @@ def _memory_model(**kw):
     return WorldModel(cfg).eval()
 
 
-def test_a_model_with_the_map_imagines_step_by_step_as_its_window_predicts():
-    model = _memory_model()
+@pytest.mark.parametrize("memory_steps", [0, 8, 1000])
+def test_a_model_with_the_map_imagines_step_by_step_as_its_window_predicts(memory_steps):
+    model = _memory_model(memory_steps=memory_steps)
     with torch.no_grad():
         model.memory_map.prior.weight.normal_(0, 1.0)  # make the map's part of the logits large
-    _, _, views, actions = _walk(11, 4)
+    _, _, views, actions = _walk(24, 4)
     with torch.no_grad():
-        reference = model(views, actions)
+        reference = model(views, actions)  # the map re-drawn from the whole history
         state, steps = None, []
         for i in range(views.shape[1]):
             out, state = model.imagine_step(views[:, i], actions[:, i], state)
             steps.append(out.view)
-    assert state.memory[0].shape[1] == model.cfg.num_frames - 1
+    size = model.cfg.map_size
+    assert all(x.shape[1:] == (size, size) for x in state.canvas[:2])  # what is kept does not grow
     torch.testing.assert_close(torch.cat(steps, 1), reference.view, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_the_canvas_keeps_every_cell_seen_for_a_whole_game(seed):
+    """100 steps on the canvas: each cell of each next frame is what the world holds there, as
+    last seen, however long ago (the window's map, reaching 5 steps, forgets most of them)."""
+    from rpg_worldmodel.models.canvas import canvas_step, empty_canvas
+    from rpg_worldmodel.models.moves import MoveRules
+
+    steps = 100
+    world, positions, views, actions = _walk(steps, seed)
+    rules = MoveRules(ModelConfig(move_deltas=tuple(DELTAS.flatten().tolist()), blocking_kinds=(1, 5)))
+    kinds = cell_kinds(views)[0]
+    canvas, r = empty_canvas(1, 64, kinds.device), V // 2
+    remembered = forgotten = 0
+    window_kind, _ = memory_canvas(kinds[None], actions, DELTAS, BLOCKING, 5, queries=steps)
+    for t in range(steps):
+        (kind, age), canvas = canvas_step(canvas, kinds[t:t + 1], actions[:, t], t, rules)
+        top_left = positions[t + 1] - r
+        for y in range(V):
+            for x in range(V):
+                cell = top_left + (y, x)
+                sightings = [s for s in range(t + 1) if np.all(np.abs(cell - positions[s]) <= r)]
+                if not sightings:
+                    assert kind[0, y, x] == HIDDEN
+                    continue
+                s = max(sightings)
+                assert age[0, y, x] == t - s
+                expected = 6 if np.all(cell == positions[s]) else world[tuple(cell)]
+                assert kind[0, y, x] == expected, (t, y, x)
+                remembered += 1
+                forgotten += int(window_kind[0, t, y, x] == HIDDEN)
+    assert forgotten > 50  # the walk comes back to cells the window's map had lost
 
 
 def test_the_map_is_causal():
@@ -202,3 +237,29 @@ def test_the_reward_prior_starts_at_the_games_rule_and_trains_without_decay(tiny
     with pytest.raises(ConfigError, match="must be among model.reward_values"):
         ModelConfig(entered_rewards=(0.0, -3.0, 10.0, -10.0, 5.0, 0.0),
                     reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0)).validate()
+
+
+def test_old_sightings_fall_in_doubling_bins_up_to_the_training_window():
+    from rpg_worldmodel.models.memory import MemoryMap, age_bins
+    from rpg_worldmodel.models.moves import MoveRules
+
+    cfg = ModelConfig(num_frames=5, train_window=16)
+    assert age_bins(cfg) == 7  # 0..4 one by one, then 5-9 and 10-15 (the oldest a window shows)
+    assert age_bins(ModelConfig(num_frames=5, train_window=0)) == 5  # windows of num_frames: as before
+    memory = MemoryMap(cfg, MoveRules(cfg))
+    ages = torch.tensor([0, 4, 5, 9, 10, 15, 16, 99, 999])
+    assert memory.age_bin(ages).tolist() == [0, 4, 5, 5, 6, 6, 6, 6, 6]
+    assert memory.prior.num_embeddings == 7 * 7 + 1  # (bins x kinds with the agent's own) + unseen
+
+
+def test_a_long_window_trains_every_step_with_attention_sliding_along_it():
+    model = _memory_model(train_window=12)
+    _, _, views, actions = _walk(13, 1)
+    batch = {"views": views, "actions": actions, "rewards": torch.zeros(1, 13)}
+    loss, stats = model.train().loss(batch)
+    loss.backward()
+    assert torch.isfinite(loss) and model.memory_map.prior.weight.grad.abs().sum() > 0
+    with torch.no_grad():  # 12 predictions, each the forward's over the whole history
+        torch.testing.assert_close(stats["view_ce"], torch.nn.functional.cross_entropy(
+            model(views[:, :12], actions[:, :12]).view.transpose(1, 2),
+            views[:, 1:].argmax(2)).detach())

@@ -125,8 +125,9 @@ def test_bad_input_shapes_are_refused():
 
 def test_gradients_reach_every_parameter():
     model = _model(agent_embedding=True).train()
-    vl, al, rl = model(_views(2, 4), torch.randint(0, 4, (2, 4)), torch.tensor([0, 1]))
-    (vl.square().mean() + al.square().mean() + rl.square().mean()).backward()
+    batch = {"views": _views(2, 5), "actions": torch.randint(0, 4, (2, 5)), "agent_id": torch.tensor([0, 1]),
+             "rewards": torch.zeros(2, 5)}
+    model.loss(batch)[0].backward()  # the cell refiner learns from the loss alone
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert missing == []
 
@@ -184,7 +185,7 @@ def _old_compute_losses(model, batch, view_w, action_w, item_w, item_codes, mask
 
 @pytest.mark.parametrize("item_weight,mask", [(1.0, "none"), (3.0, "random_cells"), (2.0, "gem")])
 def test_loss_is_the_former_training_loss(item_weight, mask):
-    model = _model(agent_embedding=True, reward_head=False)
+    model = _model(agent_embedding=True, reward_head=False, refiner_layers=0)
     batch = {"views": (_views(3, 5) * 1).to(torch.uint8), "actions": torch.randint(0, 4, (3, 5)),
              "agent_id": torch.tensor([0, 1, 0])}
     codes = (2, 3, 4, 5)
@@ -214,8 +215,10 @@ def test_param_groups_decay_matrices_and_kernels_only():
            and n != "reward_prior.weight"]
     assert [id(p) for p in decay["params"]] == [id(p) for p in old]
     rank3 = {n for n, p in named if p.dim() == 3}
-    assert rank3 == {"embed.patch_position"}  # the additive table; rotary positions have none
-    assert {n for n, p in _model(position="learned").named_parameters() if p.dim() == 3} == {
+    # the additive tables (the cell refiner's cells too); rotary positions have none
+    assert rank3 == {"embed.patch_position", "refiner.position"}
+    first_version = _model(position="learned", refiner_layers=0)
+    assert {n for n, p in first_version.named_parameters() if p.dim() == 3} == {
         "embed.patch_position", "embed.temporal"}
 
 
@@ -223,7 +226,7 @@ def test_the_first_versions_parts_compose_under_its_checkpoints_names():
     from rpg_worldmodel.models.variants import LearnedPositions, LinearActionHead, TwoStepConv
 
     reference = _model(position="learned", reward_head=False, action_frames=0, memory_conv=True,
-                       memory_map=False, move_rules=False)
+                       memory_map=False, move_rules=False, refiner_layers=0)
     assert isinstance(reference.positions, LearnedPositions) and reference.context_steps == 4
     assert isinstance(reference.action_head, LinearActionHead)
     assert [type(p).__name__ for p in reference.view_priors] == ["MoveConv", "TwoStepConv"]
@@ -243,7 +246,8 @@ def test_the_first_versions_parts_compose_under_its_checkpoints_names():
     assert "reward_ce" not in stats and reference.memory_conv.weight.grad.abs().sum() > 0
     default = _model(**MEMORY_MAP)
     assert [type(p).__name__ for p in default.view_priors] == ["MoveConv", "MemoryMap"]
-    assert default.context_steps == 2 * 3 + 2 and default.memory_map.rules is default.moves
+    assert default.context_steps == default.cfg.memory_steps and default.memory_map.rules is default.moves
+    assert _model(**MEMORY_MAP, memory_steps=0).context_steps == 2 * 3 + 2  # the attention's reach
 
 
 # ------------------------------------------------------------------------------ rewards and imagination

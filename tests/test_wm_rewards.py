@@ -100,22 +100,28 @@ def test_unknown_schema_versions_are_refused(tiny_world_model, tmp_path, version
         load_checkpoint(copy)
 
 
+#: What schema 7 added, as a checkpoint of an older schema reads it: the map of the attention's
+#: window, trained on windows of num_frames steps, and no cell refiner.
+SCHEMA_7 = {"memory_steps": 0, "map_size": 64, "refiner_layers": 0, "train_window": 0}
+
+
 def test_a_schema_3_checkpoint_keeps_its_linear_action_head():
     from rpg_worldmodel.models.world_model import WorldModel
 
     meta = migrate({"version": 3, "config": {"model": {"width": 24, "num_heads": 2}}, "data": {"files": []}})
     assert meta["migrated_from"] == 3 and meta["config"]["model"] == {
-        "action_frames": 0, "memory_map": False, "move_rules": False, "width": 24, "num_heads": 2}
+        "action_frames": 0, "memory_map": False, "move_rules": False, "width": 24, "num_heads": 2, **SCHEMA_7}
     cfg = load_config(None, [f"model.{k}={v}" for k, v in meta["config"]["model"].items()])
     model = WorldModel(cfg.model)
     assert isinstance(model.action_head, torch.nn.Linear) and model.memory_map is None and model.moves is None
+    assert model.refiner is None
 
 
 def test_a_schema_4_checkpoint_has_no_memory_map():
 
     meta = migrate({"version": 4, "config": {"model": {"action_frames": 5}}, "data": {"files": []}})
     assert meta["migrated_from"] == 4 and meta["config"]["model"] == {"action_frames": 5, "memory_map": False,
-                                                                       "move_rules": False}
+                                                                       "move_rules": False, **SCHEMA_7}
 
 
 def test_a_schema_5_checkpoint_started_from_random_weights():
@@ -123,6 +129,16 @@ def test_a_schema_5_checkpoint_started_from_random_weights():
     meta = migrate({"version": 5, "config": {"model": {"move_rules": True}, "train": {"lr": 0.01}},
                     "data": {"files": []}})
     assert meta["migrated_from"] == 5 and meta["config"]["train"] == {"init_from": "", "lr": 0.01}
+
+
+def test_a_schema_6_checkpoint_keeps_its_window_map_and_draws_cells_on_their_own():
+    from rpg_worldmodel.models.world_model import WorldModel
+
+    meta = migrate({"version": 6, "config": {"model": {"width": 24, "num_heads": 2}}, "data": {"files": []}})
+    assert meta["migrated_from"] == 6 and meta["config"]["model"] == {"width": 24, "num_heads": 2, **SCHEMA_7}
+    cfg = load_config(None, [f"model.{k}={v}" for k, v in meta["config"]["model"].items()])
+    model = WorldModel(cfg.model)
+    assert model.refiner is None and model.memory_map.keep == model.memory_map.reach == 5
 
 
 def test_an_interim_schema_5_checkpoint_without_the_movement_table_is_refused(tiny_world_model, tmp_path):

@@ -144,7 +144,7 @@ def test_training_run_end_to_end(files, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["val"]["loss"] == pytest.approx(rec.metrics["loss"])
     # The validation loss is computed on val windows only.
-    val_set = TrajectoryWindows(greedy, np.array(rec.splits["val"]), 3)
+    val_set = TrajectoryWindows(greedy, np.array(rec.splits["val"]), ck.config.model.window)
     again = T.evaluate_split(ck.model, val_set, np.arange(len(val_set)), ck.config, torch.device("cpu"))
     assert again["loss"] == pytest.approx(rec.metrics["loss"], rel=1e-5)
     # The same seed gives the same run.

@@ -206,8 +206,8 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
     val_set = TrajectoryWindows.of(files.store(splits["val"], stream), num_frames)
     if len(val_set) == 0:
         raise ConfigError(
-            f"no validation windows: val episodes are shorter than model.num_frames + 1 = "
-            f"{num_frames + 1} steps"
+            f"no validation windows: val episodes are shorter than a training window + 1 = "
+            f"{num_frames + 1} steps (model.train_window, at least model.num_frames)"
         )
     summary = {"files": len(files.sources), "views_mib": nbytes / MIB,
                "max_memory_mb": data_cfg.max_memory_mb, "streamed": stream}

@@ -145,11 +145,14 @@ class ImaginedWorlds:
     """N worlds imagined by a world model, stepped by one batched forward pass per step.
 
     ``reset(rows, rng)`` starts the worlds ``rows`` from the context; ``step(actions)`` advances
-    every world one turn. The next view is sampled per cell from the model's distribution
-    (softened by ``temperature``) or taken as its arg-max (``sample=False``), and so is the
-    reward class; sampled views are views the game can show (`rpg_worldmodel.models.sampling`:
-    at most ``num_agents - 1`` other agents). The generator is reseeded by each full reset, so the same
-    seed and actions give the same imagined worlds, bit for bit on CPU.
+    every world one turn. The next view is sampled from the model's distribution (softened by
+    ``temperature``) or taken as its arg-max (``sample=False``), and so is the reward class. With
+    the model's cell refiner a sampled view is one joint draw in ``sample_rounds`` rounds (None: the
+    model's ``sample_rounds``; `rpg_worldmodel.models.refiner`), the agent itself at the centre;
+    without, each cell is drawn on its own, at most ``num_agents - 1`` other agents placed
+    (`rpg_worldmodel.models.sampling`). ``views="cells"`` leaves out the agent rule. The generator
+    is reseeded by each full reset, so the same seed and actions give the same imagined worlds, bit
+    for bit on CPU.
 
     ``torch_threads``: torch's intra-op threads while a reset or step runs (the caller's setting is
     restored after each); None leaves torch's setting alone. The thread count can change the last
@@ -158,7 +161,7 @@ class ImaginedWorlds:
 
     def __init__(self, loaded: LoadedCheckpoint, num_worlds: int, context: Context, *, sample: bool = True,
                  temperature: float = 1.0, device: str | torch.device = "cpu", views: str = "game",
-                 torch_threads: int | None = DEFAULT_TORCH_THREADS) -> None:
+                 torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None) -> None:
         cfg = loaded.config.model
         if not cfg.reward_head or not cfg.reward_values:
             raise InputError(f"checkpoint {loaded.path} has no reward head (schema 1 or reward_head=false): "
@@ -172,14 +175,20 @@ class ImaginedWorlds:
             raise InputError(f"torch_threads must be a positive int or None (torch's setting), "
                              f"got {torch_threads!r}")
         self.torch_threads = torch_threads
+        rounds = cfg.sample_rounds if sample_rounds is None else sample_rounds
+        if type(rounds) is not int or not 1 <= rounds <= cfg.view_size**2:
+            raise InputError(f"sample_rounds must be an int in 1..{cfg.view_size**2} (one cell a round), "
+                             f"got {sample_rounds!r}")
+        self.sample_rounds = rounds if cfg.refiner_layers else None  # None: cells drawn on their own
         self.model: WorldModel = loaded.model.to(device).eval()
         self.device, self.context, self.num_worlds = torch.device(device), context, int(num_worlds)
         self.sample, self.temperature = bool(sample), float(temperature)
         data = loaded.record.data
         self.num_frames, self.max_turns = cfg.num_frames, int(data.env_kwargs["max_turns"])
         self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
-        self.sample_view = (ViewSampler.for_game(data.channel_names, data.env_kwargs)
-                            if views == "game" else ViewSampler(None, 0))
+        refiner = self.model.refiner
+        self.sample_view = (ViewSampler.for_game(data.channel_names, data.env_kwargs, refiner, rounds)
+                            if views == "game" else ViewSampler(None, 0, refiner, rounds))
         self.generator = torch.Generator(device=self.device)
         self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,
                                  device=self.device)  # the view each world is in, one-hot float
@@ -222,7 +231,7 @@ class ImaginedWorlds:
         self.entropy = -(log_probs.exp() * log_probs).sum(-1).mean((1, 2)).double().cpu().numpy()
         reward_logits = out.reward[:, 0].float()
         if self.sample:
-            cells = self.sample_view(torch.softmax(logits / self.temperature, -1), self.generator)
+            cells = self.sample_view(logits, self.generator, self.temperature)
             reward_class = sample_cells(torch.softmax(reward_logits / self.temperature, -1), self.generator)
         else:
             cells, reward_class = logits.argmax(-1), reward_logits.argmax(-1)

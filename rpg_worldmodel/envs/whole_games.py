@@ -10,6 +10,7 @@ runs it over policies and samplers; the pipeline runs it on the model it trained
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -114,17 +115,21 @@ def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, sta
 
 
 def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Callable[[], BatchPolicy],
-                   *, sample: bool, views: str, worlds: int, seed: int) -> dict[str, Any]:
+                   *, sample: bool, views: str, worlds: int, seed: int,
+                   sample_rounds: int | None = None) -> dict[str, Any]:
     """One policy (``policy()`` makes a fresh one per world) in the dream of ``loaded`` and in the
     real game, from the same opening: the measures of both, the return per episode of both and
-    their gap (points and share of the real return), and the dream's validity by frame."""
+    their gap (points and share of the real return), the dream's validity by frame, and its
+    imagined steps per second. ``sample_rounds``: rounds of a joint draw (None: the model's)."""
     rules, num_frames = dict(loaded.record.data.env_kwargs), loaded.config.model.num_frames
     start, real, obs, first = real_opening(rules, num_frames, worlds, seed)
     context = GivenContext()
     context.give(start)
-    dream = ImaginedWorlds(loaded, worlds, context, sample=sample, views=views)
+    dream = ImaginedWorlds(loaded, worlds, context, sample=sample, views=views, sample_rounds=sample_rounds)
     dream.reset(np.arange(worlds), np.random.default_rng(seed))
+    began = time.perf_counter()
     im_codes, im_actions, im_return = play_out(_imagined_step(dream), dream.observations(), policy(), seed)
+    seconds = time.perf_counter() - began
     re_codes, re_actions, re_return = play_out(_real_step(real), obs, policy(), seed)
     real.close()
     gap = im_return - re_return
@@ -136,6 +141,8 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
                    "imagined_minus_real": mean_interval(gap, seed),
                    "gap_share_of_real": share},
         "validity_by_turn": frame_validity(im_codes, ref).valid.mean(0).round(4).tolist(),
+        "sample_rounds": dream.sample_rounds if sample else None,
+        "imagined_steps_per_s": round(im_actions.size / seconds, 1),  # the policy's time included
     }
 
 

@@ -40,17 +40,16 @@ ENV_ID = "TreasurehuntImagined-v0"
 
 
 def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_from: str | Path | None,
-            co_policy: Any, sample: bool, temperature: float, device: str,
-            views: str, torch_threads: int | None) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
-    loaded = load_checkpoint(checkpoint, map_location=device)
+            co_policy: Any, **imagination: Any) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
+    """The imagined worlds and their checkpoint; ``imagination``: `ImaginedWorlds`'s keywords."""
+    loaded = load_checkpoint(checkpoint, map_location=imagination["device"])
     context: Context
     if reset_from is not None:
         context = FileContext(reset_from, loaded)
     else:
         context = RealGameContext(loaded.config.model.num_frames, loaded.record.data.env_kwargs,
                                   burn_in_policy, co_policy)
-    return ImaginedWorlds(loaded, num_envs, context, sample=sample, temperature=temperature,
-                          device=device, views=views, torch_threads=torch_threads), loaded
+    return ImaginedWorlds(loaded, num_envs, context, **imagination), loaded
 
 
 def _metadata(base: dict[str, Any], loaded: LoadedCheckpoint) -> dict[str, Any]:
@@ -83,6 +82,8 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
             ``"cells"``, every cell on its own (a factorised model's plain sample, for diagnosis).
         torch_threads: torch's CPU threads while a step runs (1: best for these small steps, even
             on a busy machine; None: torch's own setting); restored after each step.
+        sample_rounds: rounds of a joint draw of the next view, for a model with a cell refiner
+            (None: the model's ``sample_rounds``; `rpg_worldmodel.models.refiner`).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
@@ -90,11 +91,13 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(self, checkpoint: str | Path, *, burn_in_policy: Any = "greedy",
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
                  temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
-                 views: str = "game", torch_threads: int | None = DEFAULT_TORCH_THREADS) -> None:
+                 views: str = "game", torch_threads: int | None = DEFAULT_TORCH_THREADS,
+                 sample_rounds: int | None = None) -> None:
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
-        self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, co_policy, sample,
-                                      temperature, device, views, torch_threads)
+        self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, co_policy, sample=sample,
+                                      temperature=temperature, device=device, views=views,
+                                      torch_threads=torch_threads, sample_rounds=sample_rounds)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.observation_space, self.action_space = _spaces(loaded)
         self.render_mode = render_mode
@@ -145,14 +148,15 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
                  temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, views: str = "game",
-                 torch_threads: int | None = DEFAULT_TORCH_THREADS) -> None:
+                 torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise InputError(f"num_envs must be a positive int, got {num_envs!r}")
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.num_envs = int(num_envs)
         self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, co_policy,
-                                      sample, temperature, device, views, torch_threads)
+                                      sample=sample, temperature=temperature, device=device, views=views,
+                                      torch_threads=torch_threads, sample_rounds=sample_rounds)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self.metadata["autoreset_mode"] = self.autoreset_mode

@@ -98,7 +98,7 @@ def _model_rollouts(model: WorldModel, starts: Starts, num_frames: int, horizon:
             elif name == "model":
                 inputs[name] = _one_hot(log_probs.argmax(1), c)
             else:
-                inputs[name] = _one_hot(sampler(log_probs.exp().movedim(1, -1), generator), c)
+                inputs[name] = _one_hot(sampler(log_probs.movedim(1, -1), generator), c)
     return {name: (np.stack(v, 1), np.stack(r, 1) if r else None) for name, (v, r) in out.items()}
 
 
@@ -173,7 +173,8 @@ def rollout_table(model: WorldModel, config, es: EvalSet, baselines: FittedBasel
     items = [i for i, name in enumerate(channels) if name in M.item_names(channels)]
     values = config.model.reward_values if config.model.reward_head else ()
     reward_values = np.asarray(values, dtype=np.float64)
-    sampler = ViewSampler.for_game(channels, es.store().meta.get("env_kwargs") or {})
+    sampler = ViewSampler.for_game(channels, es.store().meta.get("env_kwargs") or {}, model.refiner,
+                                   model.cfg.sample_rounds)
     predictions = {**_model_rollouts(model, starts, num_frames, horizon, seed, device, sampler),
                    **_baseline_rollouts(baselines, starts, num_frames, horizon)}
     units, unit_of_row = np.unique(es.game_ids, return_inverse=True)

@@ -14,28 +14,30 @@ itself always is).
 
 The bookkeeping is exact for the agent that moves first (the learner); the co-player's view is
 re-drawn with the same rule, which can be wrong when the learner has just moved into its way.
+
+How long a cell is kept is ``model.memory_steps`` (0: the attention window, ``num_frames``
+steps). Over a window the map is re-drawn from the window's steps (`memory_canvas`); imagination
+keeps it instead on a canvas (`rpg_worldmodel.models.canvas`): each step writes its view where dead reckoning
+puts the agent and reads the next view's frame back, so turn 100 costs what turn 1 does and a
+wall seen at turn 3 is still there at turn 100. The canvas is a torus of ``model.map_size``
+cells a side, a capacity, not a picture of any map. The prior tells ages below ``num_frames``
+apart one by one and older ones in doubling bins up to the longest a training window shows
+(``model.train_window``): there attention no longer sees the cell, and the prior learns what the
+map alone is worth. An older sighting still reads as the last bin.
+Nothing of a particular game is written here: kinds and moves come from the training file.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.moves import HIDDEN, MoveRules, entered_kinds
+from rpg_worldmodel.models.canvas import dead_reckoning
+from rpg_worldmodel.models.moves import HIDDEN, MoveRules
 from rpg_worldmodel.models.steps import Steps
-
-
-def dead_reckoning(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor,
-                   blocking: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where the agent was at each step, relative to the first: ``kinds`` (B, S, V, V), ``actions``
-    (B, S), ``deltas`` (A, 2) (row, col) per action, ``blocking`` (K,) kinds a move cannot enter.
-    Returns ``before`` and ``after`` (B, S, 2) long: the frame of view s and of view s+1."""
-    move = deltas[actions]  # (B, S, 2)
-    target = entered_kinds(kinds, actions, deltas)
-    step = move * (~torch.isin(target, blocking))[..., None]
-    after = step.cumsum(1)
-    return after - step, after
 
 
 def memory_canvas(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor, blocking: torch.Tensor,
@@ -83,7 +85,9 @@ class MemoryMap(nn.Module):
 
     def __init__(self, cfg: ModelConfig, rules: MoveRules):
         super().__init__()
-        self.reach = cfg.num_frames
+        self.keep = cfg.memory_steps or cfg.num_frames  # steps a cell is kept
+        self.exact = cfg.num_frames  # ages told apart one by one
+        self.reach = age_bins(cfg)  # ages the prior tells apart: those, then doubling bins
         self.num_kinds = cfg.num_channels + 1  # the channels and the agent's own cell
         self.prior = nn.Embedding(self.reach * self.num_kinds + 1, cfg.num_channels)
         # The next view's centre is the agent itself, whatever the map holds there (the cell it
@@ -97,15 +101,38 @@ class MemoryMap(nn.Module):
 
     def forward(self, kinds: torch.Tensor, actions: torch.Tensor, queries: int,
                 moves: MoveRules) -> torch.Tensor:
-        kind, age = memory_canvas(kinds, actions, moves.deltas, moves.blocking, self.reach, queries)
-        unseen = self.reach * self.num_kinds
-        index = torch.where(kind == HIDDEN, unseen, age * self.num_kinds + kind)
+        return self.logits(*memory_canvas(kinds, actions, moves.deltas, moves.blocking, self.keep, queries))
+
+    def logits(self, kind: torch.Tensor, age: torch.Tensor) -> torch.Tensor:
+        """The prior of the map's ``kind`` and ``age`` (B, Q, V, V) each -> logits (B, Q, C, V, V)."""
+        kept = (kind != HIDDEN) & (age < self.keep)
+        index = torch.where(kept, self.age_bin(age) * self.num_kinds + kind, self.reach * self.num_kinds)
         return self.prior(index).permute(0, 1, 4, 2, 3) * self.not_centre
 
+    def age_bin(self, age: torch.Tensor) -> torch.Tensor:
+        """Ages below ``num_frames`` as themselves; older ones in doubling bins (``num_frames`` ..
+        ``2 num_frames - 1`` the first), the last bin taking every age after it."""
+        doubling = self.exact + torch.log2(age.clamp_min(1).float() / self.exact).floor().long()
+        return torch.where(age < self.exact, age, doubling).clamp(0, self.reach - 1)
+
     def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
-        """``view_logits`` (B, T, C, V, V) plus the map's logits of the last T steps of ``steps.history``."""
+        """``view_logits`` (B, T, C, V, V) plus the map's logits: of ``steps.map`` where imagination
+        kept it on its canvas, else re-drawn from the last T steps of ``steps.history``."""
+        if steps.map is not None:
+            kind, age = steps.map
+            return view_logits + self.logits(kind[:, None], age[:, None])
         kinds, actions = steps.history
         return view_logits + self(kinds, actions, view_logits.shape[1], self.rules)
+
+
+def age_bins(cfg: ModelConfig) -> int:
+    """How many ages the map's prior tells apart: ``num_frames`` one by one, then doubling bins up
+    to the oldest age a training window shows (``model.train_window - 1``; none for windows of
+    ``num_frames`` steps, whose older sightings read as ``num_frames - 1`` steps old)."""
+    oldest = cfg.window - 1
+    if oldest < cfg.num_frames:
+        return cfg.num_frames
+    return cfg.num_frames + math.floor(math.log2(oldest / cfg.num_frames)) + 1
 
 
 def memory_map(cfg: ModelConfig, rules: MoveRules | None) -> MemoryMap | None:

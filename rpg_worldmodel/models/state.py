@@ -31,13 +31,13 @@ class Imagination:
     """The cached state of N imagined worlds between two `WorldModel.imagine_step` calls.
 
     ``past``: per layer, the global block's keys and values (N, H, 2W, hd) of the last W <
-    num_frames steps; ``step``: the index of the next step (its rotary position); ``prev_*``:
-    what the heads need of the step before (view (N, C, V, V), action (N,), final patch tokens
-    (N, P, D)); ``recent_views``: the views before the current one that the action head's frame
-    stack reads (N, action_frames - 2, C, V, V), oldest first; ``memory``: the cell kinds (N, W,
-    V, V) and actions (N, W) of the last W < num_frames steps, which the memory map re-draws (kept
-    whether the model has one or not). A model with learned positions keeps its last steps in
-    ``window`` instead and recomputes them (its positions are absolute, so keys cannot be cached).
+    num_frames steps; ``step``: the index of the next step (its rotary position); ``prev_*``: what
+    the heads need of the step before (view (N, C, V, V), action (N,), final patch tokens (N, P,
+    D)); ``recent_views``: the views before the current one that the action head's frame stack reads
+    (N, action_frames - 2, C, V, V), oldest first; ``canvas``: the memory map's
+    (`rpg_worldmodel.models.canvas.Canvas`; None without a map). A model with learned positions
+    keeps its last steps in ``window`` instead and recomputes them (its positions are absolute, so
+    keys cannot be cached).
     """
 
     past: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
@@ -46,7 +46,7 @@ class Imagination:
     prev_action: torch.Tensor | None = None
     prev_patches: torch.Tensor | None = None
     recent_views: torch.Tensor | None = None
-    memory: tuple[torch.Tensor, torch.Tensor] | None = None
+    canvas: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     window: tuple[torch.Tensor, torch.Tensor] | None = None
     agent_ids: torch.Tensor | None = None
 
@@ -59,16 +59,6 @@ class Imagination:
         if not started:
             return torch.zeros_like(view[:, None]), action[:, None], has_prev
         return self.prev_view[:, None], self.prev_action[:, None], has_prev
-
-    def history(self, kinds: torch.Tensor, actions: torch.Tensor, reach: int
-                ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
-        """The kept ``memory`` followed by this step's ``kinds`` (N, 1, V, V) and ``actions`` (N, 1),
-        and what to keep of it for the next step: its last ``reach - 1`` steps (None for none)."""
-        history = (kinds, actions)
-        if self.memory is not None:
-            history = (torch.cat([self.memory[0], kinds], 1), torch.cat([self.memory[1], actions], 1))
-        kept = (history[0][:, 1 - reach:], history[1][:, 1 - reach:]) if reach > 1 else None
-        return history, kept
 
     def _tensor_fields(self) -> list[str]:
         return [f.name for f in fields(self) if f.name != "step"]

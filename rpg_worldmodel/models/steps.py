@@ -9,7 +9,8 @@ from typing import NamedTuple
 import torch
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.moves import MoveOutcome, cell_kinds
+from rpg_worldmodel.models.canvas import Canvas, canvas_step, empty_canvas
+from rpg_worldmodel.models.moves import MoveOutcome, MoveRules, cell_kinds
 from rpg_worldmodel.models.state import Imagination
 
 
@@ -20,8 +21,10 @@ class Steps(NamedTuple):
     enters and ``moves`` (B, T) its outcome (`MoveRules.outcome`; without the movement table
     ``entered`` is None and ``moves`` the actions); ``frames`` (B, T, k-1, C, V, V) the views the
     action head stacks with its predicted one (None: no stack); ``history`` the kinds (B, S, V, V)
-    and actions (B, S) of the steps the memory map reaches, the last T of them these steps;
-    ``previous`` step t-1's view (B, T, C, V, V) and action (B, T), and (T,) where there is one."""
+    and actions (B, S) of the steps the memory map re-draws, the last T of them these steps;
+    ``previous`` step t-1's view (B, T, C, V, V) and action (B, T), and (T,) where there is one;
+    ``map`` the memory map's kind and age (N, V, V) in view t+1's frame where imagination kept it
+    on its canvas (T = 1; `rpg_worldmodel.models.memory.canvas_step`), else None."""
 
     views: torch.Tensor
     actions: torch.Tensor
@@ -31,6 +34,7 @@ class Steps(NamedTuple):
     frames: torch.Tensor | None
     history: tuple[torch.Tensor, torch.Tensor]
     previous: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    map: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def window_steps(views: torch.Tensor, actions: torch.Tensor, move_outcome: MoveOutcome,
@@ -47,18 +51,24 @@ def window_steps(views: torch.Tensor, actions: torch.Tensor, move_outcome: MoveO
 
 
 def imagined_steps(view: torch.Tensor, action: torch.Tensor, state: Imagination, move_outcome: MoveOutcome,
-                   cfg: ModelConfig
-                   ) -> tuple[Steps, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+                   cfg: ModelConfig, rules: MoveRules | None
+                   ) -> tuple[Steps, torch.Tensor | None, Canvas | None]:
     """What the heads read of one imagined step (``view`` (N, C, V, V), ``action`` (N,); T = 1),
     from ``state`` where they read earlier steps, and what to keep of it for the next: the action
-    head's recent views and the memory map's history (`Imagination`)."""
+    head's recent views and the memory map's canvas (`Imagination`; None without a map, whose
+    movement table is ``rules``)."""
     views, actions = view[:, None], action[:, None]
     frames, recent = imagined_frames(view, state.recent_views, cfg.action_frames)
     kinds = cell_kinds(views)
-    history, kept = state.history(kinds, actions, cfg.num_frames)
     entered, moves = move_outcome(kinds, actions)
     previous = state.step_before(view, action)
-    return Steps(views, actions, kinds, entered, moves, frames, history, previous), recent, kept
+    memory, canvas = None, None
+    if cfg.memory_map:
+        canvas = state.canvas if state.canvas is not None else empty_canvas(len(view), cfg.map_size,
+                                                                            view.device)
+        memory, canvas = canvas_step(canvas, kinds[:, 0], action, state.step, rules)
+    steps = Steps(views, actions, kinds, entered, moves, frames, (kinds, actions), previous, memory)
+    return steps, recent, canvas
 
 
 def frames_before(views: torch.Tensor, k: int) -> torch.Tensor | None:

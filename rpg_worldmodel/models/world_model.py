@@ -50,6 +50,7 @@ from rpg_worldmodel.models.embedding import StepEmbedding
 from rpg_worldmodel.models.heads import move_conv, predict_reward, reward_head, rule_prior, start_rule_prior
 from rpg_worldmodel.models.memory import memory_map
 from rpg_worldmodel.models.moves import move_outcome, move_rules, view_codes
+from rpg_worldmodel.models.refiner import refiner, refiner_loss
 from rpg_worldmodel.models.state import Imagination
 from rpg_worldmodel.models.steps import Steps, imagined_steps, window_steps
 from rpg_worldmodel.models.variants import action_head, slide_window, step_positions, two_step_conv
@@ -90,6 +91,7 @@ class LossWeights:
     item: float = 1.0
     item_codes: Sequence[int] = ()
     reward: float = 1.0
+    refiner: float = 1.0
 
 
 class WorldModel(nn.Module):
@@ -139,6 +141,11 @@ class WorldModel(nn.Module):
         self.view_priors = tuple(prior for prior in priors if prior is not None)
         self.apply(self._init_weights)
         start_rule_prior(self.reward_prior, cfg)
+        # How the cells of a next view are drawn together (models/refiner.py); built last, so the
+        # other parts start from the same random weights with it or without.
+        self.refiner = refiner(cfg)
+        if self.refiner is not None:
+            self.refiner.apply(self._init_weights)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -212,17 +219,19 @@ class WorldModel(nn.Module):
 
         ``batch`` (on the model's device): ``views`` (B, T+1, C, V, V) one-hot (any dtype),
         ``actions`` (B, T+1) long, ``rewards`` (B, T+1) float (needed with a reward head) and,
-        for a model with an agent embedding, ``agent_id`` (B,). The model reads the first T steps
+        for a model with an agent embedding, ``agent_id`` (B,); T is ``model.train_window`` (or
+        ``num_frames``; longer than ``num_frames``, attention slides). The model reads the first T steps
         (through ``input_mask`` when given: it hides part of the input, never of the targets)
         and is scored on the last T views and actions and the first T rewards.
 
         The view loss is the per-cell cross-entropy over entity kinds (nats), weighted as
         ``weights`` says; ``stats``: ``view_ce`` (plain, unweighted), ``action_ce`` and
-        ``reward_ce`` (nats), ``action_acc``, ``cell_acc`` and ``reward_acc`` (fractions).
+        ``reward_ce`` (nats), ``action_acc``, ``cell_acc`` and ``reward_acc`` (fractions), and with
+        a cell refiner ``refiner_ce`` (nats, on the cells it was not shown).
         """
-        t = self.cfg.num_frames
         views = batch["views"].float()
         actions = batch["actions"]
+        t = actions.shape[1] - 1
         inputs = views[:, :t] if input_mask is None else input_mask(views[:, :t])
         out = self(inputs, actions[:, :t], batch.get("agent_id"))  # read with an agent embedding only
         view_logits, action_logits = out.view.float(), out.action.float()
@@ -246,6 +255,10 @@ class WorldModel(nn.Module):
                 "action_acc": (action_logits.argmax(-1) == action_targets).float().mean(),
                 "cell_acc": (predicted_codes == target_codes).float().mean(),
             }
+        if self.refiner is not None:
+            refiner_ce = self._refiner_ce(view_logits, target_codes)
+            loss = loss + weights.refiner * refiner_ce
+            stats["refiner_ce"] = refiner_ce.detach()
         if out.reward is not None:
             reward_logits = out.reward.float()
             reward_targets = self.reward_classes(batch["rewards"][:, :t])
@@ -255,6 +268,13 @@ class WorldModel(nn.Module):
             stats["reward_ce"] = reward_ce.detach()
             stats["reward_acc"] = (reward_logits.argmax(-1) == reward_targets).float().mean().detach()
         return loss, stats
+
+    def _refiner_ce(self, view_logits: torch.Tensor, target_codes: torch.Tensor) -> torch.Tensor:
+        """The cell refiner's loss on next views predicted with the attention's whole context; in
+        eval mode from a fixed draw, so a validation loss is a function of the weights alone."""
+        first = min(self.cfg.num_frames, view_logits.shape[1]) - 1
+        fixed = None if self.training else torch.Generator(view_logits.device).manual_seed(0)
+        return refiner_loss(self.refiner, view_logits, target_codes, first, generator=fixed)
 
     def param_groups(self, weight_decay: float) -> list[dict]:
         """AdamW parameter groups: ``weight_decay`` on weight matrices and kernels, none elsewhere."""
@@ -292,10 +312,10 @@ class WorldModel(nn.Module):
         local, global_, past = self._attend_cached(local, global_, state)
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.zeros_like(patches) if state.prev_patches is None else state.prev_patches[:, None]
-        steps, recent, kept = imagined_steps(view, action, state, self.move_outcome, self.cfg)
+        steps, recent, canvas = imagined_steps(view, action, state, self.move_outcome, self.cfg, self.moves)
         out = self._heads(Tokens(patches, previous, self.norm_global(global_)), steps)
         return out, replace(state, past=past, step=state.step + 1, prev_view=view, prev_action=action,
-                            prev_patches=patches[:, 0], recent_views=recent, memory=kept)
+                            prev_patches=patches[:, 0], recent_views=recent, canvas=canvas)
 
     def _attend_cached(self, local: torch.Tensor, global_: torch.Tensor, state: Imagination
                        ) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
@@ -318,8 +338,10 @@ class WorldModel(nn.Module):
 
     @property
     def context_steps(self) -> int:
-        """Steps of history a prediction depends on (`RotaryPositions`; learned positions: the window)."""
-        return self.positions.context_steps
+        """Steps of history a prediction depends on: the attention's (`RotaryPositions`; learned
+        positions: the window), or the memory map's where it keeps cells longer."""
+        kept = self.memory_map.keep if self.memory_map is not None else 0
+        return max(self.positions.context_steps, kept)
 
     @torch.no_grad()
     def predict_last(self, views: torch.Tensor, actions: torch.Tensor,

@@ -1,0 +1,120 @@
+"""Drawing a next view as one sample of a joint distribution over its cells.
+
+The view head gives each cell of the next view its own distribution. Drawn one cell at a time,
+a frame is 81 independent draws: a cell the model is unsure about becomes a wall by chance, half
+of a row that is either all wall or none comes out wall, and items appear wherever a cell gives
+them a little probability. `CellRefiner` learns how the cells go together. It is a small
+transformer over the cells of one next view that reads the view head's distribution of every
+cell and the kinds of the cells drawn so far, and gives every cell's distribution given them.
+It is trained as MaskGIT is (Chang et al., 2022): a random share of the true next view is shown, and
+it predicts the rest (`refiner_loss`, on 64 next views a batch). It reads the view head's logits
+detached, so the view head and everything it is scored on train as they would without it (but
+for the gradient-norm clip they share).
+
+`joint_sample` draws a view in ``rounds`` rounds: each round draws every cell still open from the
+refined distributions and keeps those whose distribution is surest (a geometric schedule sets how
+many), so the uncertain cells are drawn last, a few at a time, knowing the rest. The order depends
+on the distributions only, never on the values drawn, so with ``V * V`` rounds (one cell at a time)
+a draw is an exact sample of the refiner's autoregressive distribution; one round is the independent
+draw of the refined marginals. (MaskGIT keeps the cells whose *drawn value* was likeliest; measured
+on rows that are all wall or all empty at 50:50, that drew 99.5% walls.) Nothing here knows a game:
+the refiner learns from the data which cells agree.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rpg_worldmodel.config import ModelConfig
+
+
+class CellRefiner(nn.Module):
+    """``forward(logits (M, L, C), drawn (M, L) long)`` -> refined logits (M, L, C): L = V * V cells;
+    ``drawn`` holds each drawn cell's kind and ``C`` where the cell is still open."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        c, w = cfg.num_channels, cfg.refiner_width
+        self.num_kinds = c
+        self.marginal = nn.Linear(c, w)
+        self.drawn = nn.Embedding(c + 1, w)
+        # which cell a token is: random at the start, or the cells could not be told apart
+        self.position = nn.Parameter(torch.randn(1, cfg.view_size * cfg.view_size, w))
+        layer = nn.TransformerEncoderLayer(w, nhead=cfg.refiner_heads, dim_feedforward=2 * w, dropout=0.0,
+                                           activation="gelu", batch_first=True, norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, cfg.refiner_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(w)
+        self.out = nn.Linear(w, c)
+
+    def forward(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+        x = self.marginal(torch.log_softmax(logits, -1)) + self.drawn(drawn) + self.position
+        return logits + self.out(self.norm(self.layers(x)))
+
+
+def refiner(cfg: ModelConfig) -> CellRefiner | None:
+    """The model's refiner (``model.refiner_layers`` > 0), else None: cells are drawn independently."""
+    return CellRefiner(cfg) if cfg.refiner_layers else None
+
+
+def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.Tensor, first: int,
+                 views: int = 64, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The refiner's cross-entropy (nats) on the cells it was not shown: ``view_logits`` (B, T, C,
+    V, V) from the view head (read detached), ``targets`` (B, T, V, V) the true kinds. It is
+    scored on ``views`` next views drawn at random among steps ``first`` .. T-1 (those predicted
+    with the attention's whole context, as imagination predicts; all of them cost 4x the training
+    time), each showing a random share of its cells, ``1 - cos(pi u / 2)`` for u uniform in [0, 1),
+    drawn from ``generator`` (None: torch's global one, as training does; a fixed one makes a
+    validation loss a function of the weights alone)."""
+    b, t, c = view_logits.shape[:3]
+    g, device = generator, targets.device
+    pick = torch.randint(b * (t - first), (min(views, b * (t - first)),), generator=g, device=device)
+    rows, steps = pick // (t - first), first + pick % (t - first)
+    logits = view_logits[rows, steps].detach().movedim(1, -1).flatten(1, 2)  # (M, L, C)
+    target = targets[rows, steps].flatten(1)  # (M, L)
+    # MaskGIT's cosine schedule: most views show few cells, where a draw starts and errs most
+    share = 1 - torch.cos(torch.rand(target.shape[0], 1, generator=g, device=device) * (math.pi / 2))
+    shown = torch.rand(target.shape, generator=g, device=device) < share
+    refined = module(logits, torch.where(shown, target, c))
+    ce = F.cross_entropy(refined.transpose(1, 2), target, reduction="none")
+    hidden = (~shown).float()
+    return (ce * hidden).sum() / hidden.sum().clamp_min(1.0)
+
+
+def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Generator, rounds: int,
+                 temperature: float = 1.0, fixed: torch.Tensor | None = None,
+                 banned: int | None = None) -> torch.Tensor:
+    """Kinds (N, V, V) long: one joint draw of the next views whose view-head ``logits`` are
+    (N, V, V, C), in ``rounds`` rounds (see the module's docstring), each distribution softened
+    by ``temperature``. ``fixed`` (N, V, V) long: kinds given before the first round (``C``: open);
+    ``banned``: a kind no open cell may take (the sampler's placed agents)."""
+    n, v, _, c = logits.shape
+    flat = logits.reshape(n, v * v, c)
+    drawn = torch.full((n, v * v), c, dtype=torch.long, device=logits.device) if fixed is None \
+        else fixed.reshape(n, v * v).clone()
+    open_at_start = (drawn == c).sum(1, keepdim=True)  # (N, 1)
+    for k in range(rounds):
+        is_open = drawn == c
+        if not bool(is_open.any()):
+            break
+        refined = module(flat, drawn) / temperature
+        if banned is not None:
+            refined = refined.index_fill(-1, torch.tensor([banned], device=refined.device), -torch.inf)
+        probs = torch.softmax(refined, -1)
+        uniform = torch.rand(n, v * v, 1, generator=generator, device=logits.device)
+        pick = (uniform > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)  # (N, L), inverse CDF
+        # cells still open after this round: a geometric schedule, L ** (1 - (k + 1) / rounds), so
+        # the many sure cells go in the first rounds and the few unsure ones one or two a round at
+        # the end, but at least one cell for each round to come (rounds = L: one cell a round)
+        left = torch.floor(open_at_start.double() ** (1 - (k + 1) / rounds)).long().clamp_min(rounds - k - 1)
+        left = torch.zeros_like(left) if k == rounds - 1 else left
+        # the cells whose distributions are surest go first; ranking by the probability of the
+        # value drawn instead (MaskGIT's confidence) would favour likelier values and bias the draw
+        sure = probs.amax(-1).masked_fill(~is_open, -1.0)
+        rank = torch.argsort(torch.argsort(sure, dim=1, descending=True, stable=True), dim=1, stable=True)
+        take = is_open & (rank < (is_open.sum(1, keepdim=True) - left))
+        drawn = torch.where(take, pick, drawn)
+    return drawn.view(n, v, v)

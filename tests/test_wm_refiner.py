@@ -1,0 +1,132 @@
+"""The cell refiner: a joint draw of a next view learns which cells go together, keeps what it is
+given, is reproducible, and trains beside the view head without changing what the head learns."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rpg_base.errors import InputError
+from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.models.refiner import CellRefiner, joint_sample, refiner_loss
+from rpg_worldmodel.models.world_model import LossWeights, WorldModel
+
+V, C, WALL, EMPTY = 9, 6, 1, 0
+
+
+def _one_kind_world(n: int, generator: torch.Generator) -> torch.Tensor:
+    """Views (n, V, V) all wall or all empty, each with probability 1/2: each cell's marginal is
+    one half, and a draw is one of these views only if all its cells agree."""
+    walls = torch.rand(n, 1, 1, generator=generator) < 0.5
+    return torch.where(walls, WALL, EMPTY).expand(n, V, V).clone()
+
+
+def _agreement(kinds: torch.Tensor) -> torch.Tensor:
+    """The mean share of a view's cells (N, V, V) that hold its commonest kind."""
+    flat = kinds.flatten(1)
+    return (flat == flat.mode(1).values[:, None]).float().mean()
+
+
+def test_a_trained_refiner_draws_the_cells_together_where_independent_cells_cannot():
+    torch.manual_seed(0)
+    module = CellRefiner(ModelConfig(refiner_layers=1, refiner_width=32, refiner_heads=4))
+    optimizer = torch.optim.AdamW(module.parameters(), lr=2e-3)
+    data = torch.Generator().manual_seed(1)
+    marginal = torch.zeros(32, 1, C, V, V)
+    marginal[:, :, [WALL, EMPTY]] = 5.0  # the view head's best: each cell wall or empty, 50:50
+    for _ in range(150):
+        loss = refiner_loss(module, marginal, _one_kind_world(32, data)[:, None], first=0)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    logits = torch.zeros(200, V, V, C)
+    logits[..., [WALL, EMPTY]] = 5.0
+    draws = torch.Generator().manual_seed(2)
+    independent = torch.distributions.Categorical(logits=logits).sample()
+    with torch.no_grad():
+        joint = {rounds: joint_sample(module, logits, draws, rounds) for rounds in (1, V * V)}
+    assert _agreement(independent) < 0.6  # 81 fair coins: about half of them either way
+    # one round draws every cell knowing none of the others; one cell a round, each knows the rest
+    assert _agreement(joint[1]) < 0.75
+    assert _agreement(joint[V * V]) > 0.85
+
+
+class _AllOrNothing(torch.nn.Module):
+    """The conditionals of the one-kind world, exactly: the view head's marginal while no cell is
+    drawn, the kind of the drawn cells once one is (what a perfectly trained refiner gives)."""
+
+    def forward(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+        wall, empty = (drawn == WALL).any(1), (drawn == EMPTY).any(1)
+        known = torch.full_like(logits, -30.0)
+        known[..., WALL] = torch.where(wall, 30.0, -30.0)[:, None]
+        known[..., EMPTY] = torch.where(empty, 30.0, -30.0)[:, None]
+        return torch.where((wall | empty)[:, None, None], known, logits)
+
+
+@pytest.mark.parametrize("rounds", [V * V, 8])
+def test_the_draw_order_does_not_bias_what_is_drawn(rounds):
+    """With exact conditionals, one-cell-first draws are whole views, half of them walls; a
+    slight lean of the marginal towards walls stays slight. (Keeping the cells whose drawn value
+    was likeliest, MaskGIT's rule, would turn a 51:49 lean into all walls.)"""
+    logits = torch.full((2000, V, V, C), -30.0)
+    logits[..., [WALL, EMPTY]] = torch.tensor([0.04, 0.0])  # 51:49
+    kinds = joint_sample(_AllOrNothing(), logits, torch.Generator().manual_seed(0), rounds)
+    walls = (kinds == WALL).flatten(1).float().mean(1)
+    if rounds == V * V:
+        assert ((walls == 0) | (walls == 1)).all()
+    assert 0.46 < walls.mean() < 0.56
+
+
+def test_a_joint_draw_keeps_its_given_cells_and_is_reproducible():
+    torch.manual_seed(0)
+    module = CellRefiner(ModelConfig(refiner_layers=1, refiner_width=16, refiner_heads=2)).eval()
+    logits = torch.randn(5, V, V, C)
+    fixed = torch.full((5, V, V), C)
+    fixed[:, 4, 4] = 5
+    fixed[0, 0] = WALL
+    with torch.no_grad():
+        for rounds in (1, 3, 8, V * V):
+            a = joint_sample(module, logits, torch.Generator().manual_seed(3), rounds, fixed=fixed)
+            b = joint_sample(module, logits, torch.Generator().manual_seed(3), rounds, fixed=fixed)
+            assert torch.equal(a, b) and a.shape == (5, V, V) and a.dtype == torch.long
+            assert (a[:, 4, 4] == 5).all() and (a[0, 0] == WALL).all()
+            assert ((a >= 0) & (a < C)).all()
+        # one cold round: the refined arg-max, given the fixed cells
+        cold = joint_sample(module, logits, torch.Generator().manual_seed(3), 1, temperature=1e-4,
+                            fixed=fixed)
+        refined = module(logits.reshape(5, V * V, C), fixed.reshape(5, V * V)).argmax(-1).view(5, V, V)
+        open_ = fixed == C
+        assert torch.equal(cold[open_], refined[open_])
+
+
+def test_the_refiner_trains_beside_the_view_head_without_changing_its_gradients():
+    batch = {"views": F.one_hot(torch.randint(0, C, (2, 5, V, V)), C).permute(0, 1, 4, 2, 3).float(),
+             "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5)}
+    grads = {}
+    for layers in (0, 1):
+        torch.manual_seed(0)
+        model = WorldModel(ModelConfig(width=24, num_heads=2, num_frames=4, refiner_layers=layers,
+                                       reward_values=(-1.0, 0.0, 1.0))).train()
+        loss, stats = model.loss(batch, LossWeights())
+        loss.backward()
+        grads[layers] = {n: p.grad.clone() for n, p in model.named_parameters()
+                         if not n.startswith("refiner.")}
+        if layers:
+            assert stats["refiner_ce"] > 0
+            assert all(p.grad is not None for p in model.refiner.parameters())
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], msg=name)
+
+
+def test_bad_refiner_settings_are_refused(tiny_world_model):
+    import gymnasium as gym
+
+    from rpg_base.typed_config.values import ConfigError
+    from rpg_worldmodel.envs.world_model_env import ENV_ID
+
+    with pytest.raises(ConfigError, match="sample_rounds must be in 1..81"):
+        ModelConfig(sample_rounds=0).validate()
+    with pytest.raises(ConfigError, match="not divisible by model.refiner_heads"):
+        ModelConfig(refiner_width=30, refiner_heads=4).validate()
+    with pytest.raises(InputError, match="sample_rounds must be an int in 1..81"):
+        gym.make_vec(ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_rounds=82)
