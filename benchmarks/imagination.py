@@ -11,19 +11,23 @@ N worlds; random actions):
   prediction depends on (`WorldModel.predict_last`, ``context_steps`` steps), as a world model
   without a cache does; the same sampling;
 - ``real``: the native vector env of the real game (``Treasurehunt-v0``), for scale;
-- ``cached_baseline``: the cached path of the default before the memory map and the movement
-  table (``--baseline`` sets its overrides; ``--baseline ""`` leaves the row out), so what those
-  cost per step is a ratio within this run, whatever the machine's speed.
+- ``cached_baseline``: the cached path of the default before the episode-long map and the cell
+  refiner (checkpoint schema 6: cells drawn on their own, a map of ``num_frames`` steps;
+  ``--baseline`` sets its overrides; ``--baseline ""`` leaves the row out), so what those cost
+  per step is a ratio within this run, whatever the machine's speed.
 
 The model has the default configuration (``rpg_worldmodel.config``'s defaults); its weights
 are a few training steps old (speed does not depend on training). Rounds alternate between the
 rows so that load from other processes hits all alike; the median and best round are reported.
 
-    python benchmarks/imagination.py [--quick] [--device cuda] [--threads 2]
+    python benchmarks/imagination.py [--quick] [--device cuda] [--threads 2] [--rounds 1] [--sizes 1 64 256]
 
 ``--threads``: the imagined env's ``torch_threads`` (its default, 1, measured best on CPU).
+``--rounds``: the imagined env's ``sample_rounds``, the rounds of the refiner's joint draw of a
+view (default: the model's, 8); the baseline has no refiner and ignores it.
 
-Writes ``benchmarks/results/imagination.json`` (``imagination_gpu.json`` with ``--device cuda``).
+Writes ``benchmarks/results/imagination.json`` (``imagination_gpu.json`` with ``--device cuda``;
+``imagination_rounds1.json`` with ``--rounds 1``).
 Goal on a 2-core CPU: >= 5,000 imagined steps/s at N = 256 and >= 3x the uncached path.
 """
 
@@ -52,7 +56,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (1, 64, 256, 1024)
 
 
-PREVIOUS_DEFAULT = "model.memory_map=false model.move_rules=false model.memory_conv=true"
+PREVIOUS_DEFAULT = "model.refiner_layers=0 model.memory_steps=0 model.train_window=0"
 
 
 def build_checkpoint(root: Path, device: str, overrides: Sequence[str] = (), name: str = "run") -> Path:
@@ -101,19 +105,20 @@ def steps_per_second(venv, steps: int, seed: int) -> float:
 
 
 def measure(checkpoint: Path, sizes: tuple[int, ...], steps: int, repeats: int, device: str,
-            baseline: Path | None = None, threads: int = 1) -> dict:
+            baseline: Path | None = None, threads: int = 1, rounds: int | None = None) -> dict:
     rows: dict[str, dict[int, list[float]]] = {"cached": {}, "uncached": {}, "real": {}}
     if baseline is not None:
         rows["cached_baseline"] = {}
     for n in sizes:
-        make = {"num_envs": n, "checkpoint": checkpoint, "device": device, "torch_threads": threads}
+        make = {"num_envs": n, "checkpoint": checkpoint, "device": device, "torch_threads": threads,
+                "sample_rounds": rounds}
         envs = {"cached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "uncached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "real": gym.make_vec(rpg_env.ENV_ID, num_envs=n)}
         Uncached(envs["uncached"])
         if baseline is not None:
             envs["cached_baseline"] = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID,
-                                                   **{**make, "checkpoint": baseline})
+                                                   **{**make, "checkpoint": baseline, "sample_rounds": None})
         for r in range(repeats):
             for name, venv in envs.items():
                 rows[name].setdefault(n, []).append(steps_per_second(venv, steps, seed=r))
@@ -126,21 +131,29 @@ def measure(checkpoint: Path, sizes: tuple[int, ...], steps: int, repeats: int, 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/imagination.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 1 and 64, few steps: a smoke check")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=list(SIZES),
+                        help="numbers of worlds stepped together (default: 1 64 256 1024)")
     parser.add_argument("--device", type=device_name, default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch CPU threads of the imagined steps")
     parser.add_argument("--steps", type=non_negative_int, default=0,
                         help="timed steps per round (default: by N)")
     parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--rounds", type=positive_int, default=None,
+                        help="rounds of the joint draw of a sampled view (default: the model's)")
     parser.add_argument("--baseline", default=PREVIOUS_DEFAULT,
                         help="overrides of the cached_baseline row's model ('' leaves the row out)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     load_config(None, args.baseline.split())  # bad overrides fail before any training
-    sizes = SIZES[:2] if args.quick else SIZES
+    cells = load_config().model.view_size ** 2
+    if args.rounds is not None and args.rounds > cells:
+        parser.error(f"--rounds must be in 1..{cells} (one cell a round), got {args.rounds}")
+    sizes = SIZES[:2] if args.quick else tuple(args.sizes)
     steps = args.steps or (5 if args.quick else 30)
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp), args.device)
@@ -148,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
                     if args.baseline.strip() else None)
         cfg = load_config()
         results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device, baseline,
-                          args.threads)
+                          args.threads, args.rounds)
     at = "256" if "256" in results["cached"] else str(sizes[-1])
     summary = {
         f"cached_steps_per_s_at_{at}": results["cached"][at]["median"],
@@ -160,10 +173,11 @@ def main(argv: list[str] | None = None) -> None:
                                                     / results["cached_baseline"][at]["median"])
         summary["baseline_overrides"] = args.baseline
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size")
+    keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size", "refiner_layers", "memory_steps")
     shape = {k: getattr(cfg.model, k) for k in keys}
     record_ = provenance(seed=0, device=args.device, device_name=hardware,
                          torch_threads=args.threads, model=shape,
+                         sample_rounds=args.rounds or cfg.model.sample_rounds,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
     print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"
                                                                      if baseline is not None else ""))
@@ -174,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
             b = results["cached_baseline"][n]["median"]
             line += f"  {b:>10,.0f}  {c / b:>14.2f}"
         print(line)
-    out = RESULTS / ("imagination_gpu.json" if args.device.startswith("cuda") else "imagination.json")
+    name = "imagination_gpu" if args.device.startswith("cuda") else "imagination"
+    out = RESULTS / (name + (f"_rounds{args.rounds}" if args.rounds else "") + ".json")
     if not args.quick:
         out.write_text(json.dumps(record_, indent=1) + "\n")
         print(f"wrote {out}")

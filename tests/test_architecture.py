@@ -100,6 +100,13 @@ def test_modules_and_functions_stay_small(path):
                 f"with a '{LONG_FUNCTION_MARK} reason' comment")
 
 
+def test_the_world_model_file_reads_in_one_sitting():
+    """models/world_model.py holds the default model's path and nothing else in its way: its
+    variants, refiner, memory and heads live in their own modules."""
+    lines = (ROOT / "rpg_worldmodel" / "models" / "world_model.py").read_text().splitlines()
+    assert len(lines) <= 350, f"world_model.py has {len(lines)} lines; move a part into its own module"
+
+
 def test_no_comment_points_at_an_issue_number():
     import re
 

@@ -24,6 +24,7 @@ the refiner learns from the data which cells agree.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -55,22 +56,26 @@ class CellRefiner(nn.Module):
         return logits + self.out(self.norm(self.layers(x)))
 
 
-def refiner(cfg: ModelConfig) -> CellRefiner | None:
-    """The model's refiner (``model.refiner_layers`` > 0), else None: cells are drawn independently."""
-    return CellRefiner(cfg) if cfg.refiner_layers else None
+def refiner(cfg: ModelConfig, init: Callable[[nn.Module], None]) -> CellRefiner | None:
+    """The model's refiner (``model.refiner_layers`` > 0), its weights started by ``init``, else
+    None: cells are drawn independently."""
+    return CellRefiner(cfg).apply(init) if cfg.refiner_layers else None
 
 
 def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.Tensor, first: int,
-                 views: int = 64, generator: torch.Generator | None = None) -> torch.Tensor:
+                 views: int = 64) -> torch.Tensor:
     """The refiner's cross-entropy (nats) on the cells it was not shown: ``view_logits`` (B, T, C,
     V, V) from the view head (read detached), ``targets`` (B, T, V, V) the true kinds. It is
-    scored on ``views`` next views drawn at random among steps ``first`` .. T-1 (those predicted
-    with the attention's whole context, as imagination predicts; all of them cost 4x the training
-    time), each showing a random share of its cells, ``1 - cos(pi u / 2)`` for u uniform in [0, 1),
-    drawn from ``generator`` (None: torch's global one, as training does; a fixed one makes a
-    validation loss a function of the weights alone)."""
+    scored on ``views`` next views drawn at random among steps ``first`` .. T-1 (pass
+    ``num_frames - 1``: those predicted with the attention's whole context, as imagination
+    predicts; all of them cost 4x the training time), each showing a random share of its cells,
+    ``1 - cos(pi u / 2)`` for u uniform in [0, 1). In training the draws come from torch's global
+    generator; in eval mode from a fixed one, so a validation loss is a function of the weights
+    alone."""
+    first = min(first, view_logits.shape[1] - 1)
+    g = None if module.training else torch.Generator(view_logits.device).manual_seed(0)
     b, t, c = view_logits.shape[:3]
-    g, device = generator, targets.device
+    device = targets.device
     pick = torch.randint(b * (t - first), (min(views, b * (t - first)),), generator=g, device=device)
     rows, steps = pick // (t - first), first + pick % (t - first)
     logits = view_logits[rows, steps].detach().movedim(1, -1).flatten(1, 2)  # (M, L, C)
@@ -84,6 +89,9 @@ def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.
     return (ce * hidden).sum() / hidden.sum().clamp_min(1.0)
 
 
+# A draw is never differentiated; without autograd's bookkeeping torch also takes the fused
+# inference path of nn.TransformerEncoderLayer.
+@torch.no_grad()
 def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Generator, rounds: int,
                  temperature: float = 1.0, fixed: torch.Tensor | None = None,
                  banned: int | None = None) -> torch.Tensor:

@@ -25,13 +25,11 @@ local token (at t and t-1) fused with the step's global token and predicts that 
 the reward head reads the global token, the token of the patch around the agent, which holds
 the cells a move can enter, and the kind of the cell the move enters.
 
-The model composes the parts its config names once, at construction; the first version's
-(learned step positions, a linear action head, a two-step memory convolution) live in
-`rpg_worldmodel.models.variants`. It owns its training loss (`WorldModel.loss`), its optimizer
-parameter groups (`WorldModel.param_groups`) and its one-step imagination
-(`WorldModel.imagine_step`, which caches each step's local work and the global attention's keys
-and values). The file reads top to bottom: what the model returns and the tokens its heads read,
-then the model: its parts, forward and heads, loss, imagination.
+The model composes the parts its config names once, at construction; the first version's live
+in `rpg_worldmodel.models.variants`, the cell refiner that draws a next view's cells together in
+`rpg_worldmodel.models.refiner`. The file reads top to bottom: what the model returns and the
+tokens its heads read, then the model: its parts, forward and heads, training loss, optimizer
+groups, and one-step imagination (caching each step's local work and attention keys and values).
 """
 
 from __future__ import annotations
@@ -143,9 +141,7 @@ class WorldModel(nn.Module):
         start_rule_prior(self.reward_prior, cfg)
         # How the cells of a next view are drawn together (models/refiner.py); built last, so the
         # other parts start from the same random weights with it or without.
-        self.refiner = refiner(cfg)
-        if self.refiner is not None:
-            self.refiner.apply(self._init_weights)
+        self.refiner = refiner(cfg, self._init_weights)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -209,20 +205,17 @@ class WorldModel(nn.Module):
                              f"{self.cfg.reward_values}; the data comes from a game with other values")
         return match.float().argmax(-1)
 
-    def loss(
-        self,
-        batch: dict[str, torch.Tensor],
-        weights: LossWeights = LossWeights(),
-        input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(self, batch: dict[str, torch.Tensor], weights: LossWeights = LossWeights(),
+             input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training loss of one batch of windows, and detached per-batch statistics.
 
         ``batch`` (on the model's device): ``views`` (B, T+1, C, V, V) one-hot (any dtype),
         ``actions`` (B, T+1) long, ``rewards`` (B, T+1) float (needed with a reward head) and,
-        for a model with an agent embedding, ``agent_id`` (B,); T is ``model.train_window`` (or
-        ``num_frames``; longer than ``num_frames``, attention slides). The model reads the first T steps
-        (through ``input_mask`` when given: it hides part of the input, never of the targets)
-        and is scored on the last T views and actions and the first T rewards.
+        for a model with an agent embedding, ``agent_id`` (B,); T is the training window (attention
+        slides past ``num_frames``). The model reads the first T steps (through ``input_mask`` when
+        given: it hides part of the input, never of the targets) and is scored on the last T views
+        and actions and the first T rewards.
 
         The view loss is the per-cell cross-entropy over entity kinds (nats), weighted as
         ``weights`` says; ``stats``: ``view_ce`` (plain, unweighted), ``action_ce`` and
@@ -256,7 +249,7 @@ class WorldModel(nn.Module):
                 "cell_acc": (predicted_codes == target_codes).float().mean(),
             }
         if self.refiner is not None:
-            refiner_ce = self._refiner_ce(view_logits, target_codes)
+            refiner_ce = refiner_loss(self.refiner, view_logits, target_codes, first=self.cfg.num_frames - 1)
             loss = loss + weights.refiner * refiner_ce
             stats["refiner_ce"] = refiner_ce.detach()
         if out.reward is not None:
@@ -268,13 +261,6 @@ class WorldModel(nn.Module):
             stats["reward_ce"] = reward_ce.detach()
             stats["reward_acc"] = (reward_logits.argmax(-1) == reward_targets).float().mean().detach()
         return loss, stats
-
-    def _refiner_ce(self, view_logits: torch.Tensor, target_codes: torch.Tensor) -> torch.Tensor:
-        """The cell refiner's loss on next views predicted with the attention's whole context; in
-        eval mode from a fixed draw, so a validation loss is a function of the weights alone."""
-        first = min(self.cfg.num_frames, view_logits.shape[1]) - 1
-        fixed = None if self.training else torch.Generator(view_logits.device).manual_seed(0)
-        return refiner_loss(self.refiner, view_logits, target_codes, first, generator=fixed)
 
     def param_groups(self, weight_decay: float) -> list[dict]:
         """AdamW parameter groups: ``weight_decay`` on weight matrices and kernels, none elsewhere."""
