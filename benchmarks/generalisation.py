@@ -1,0 +1,206 @@
+"""Do the experts generalise to levels they never saw? Seed 003's protocol, after ProcGen.
+
+Each agent is trained with the project's expert config (``rpg_env/experts/configs/<algo>.yaml``)
+on ``--train-levels`` generated levels (level ids ``0 .. N-1``, ``--mode`` rooms or maze; the
+default open room is not among them), then plays ``--episodes`` games on those levels (on the
+evaluation seeds, disjoint from training's) and as many on unseen levels: ids from
+``--test-start`` on, a range that training's never meets. Greedy and random play both sets on the
+same seeds, beside it: greedy's own gap says how much harder the unseen levels are to anyone.
+
+The gap of a run is ``(train - unseen) / |train|``, its return on the training levels less that
+on unseen ones as a share of the first; over ``--seeds`` it is the mean with a 95% t-interval
+(seeds are the unit: a seed is one trained agent). Each return carries its own 95% interval over
+episodes.
+
+    python benchmarks/generalisation.py                       # DQN, 3 seeds, ~10 min on 2 cores
+    python benchmarks/generalisation.py --algos dqn ppo --steps 200000
+    python benchmarks/generalisation.py --quick               # 1 seed, a few thousand steps: a smoke check
+
+Writes ``benchmarks/results/generalisation.json`` and ``.png`` (``--out``). Goal: DQN's gap on 200
+levels <= 10% of its training-level return.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive_int, run_command
+from rpg_base.provenance import provenance
+from rpg_env.experts.config import load_config
+from rpg_env.experts.evaluate import compare, t_quantile_975
+from rpg_env.experts.train import train
+from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED
+
+RESULTS = Path(__file__).resolve().parent / "results" / "generalisation.json"
+ALGOS = ("dqn", "ppo")
+#: Unseen levels are drawn from this many ids after ``--test-start``.
+UNSEEN_LEVELS = 100_000
+
+
+def level_sets(train_levels: int, test_start: int, mode: str) -> dict[str, dict[str, Any]]:
+    """The env keyword arguments of the training levels and of the unseen ones."""
+    return {"train": {"num_levels": train_levels, "start_level": 0, "distribution_mode": mode},
+            "unseen": {"num_levels": UNSEEN_LEVELS, "start_level": test_start, "distribution_mode": mode}}
+
+
+def gap(train_return: float, unseen_return: float) -> float | None:
+    """``(train - unseen) / |train|``: the share of the training-level return lost on unseen levels
+    (None where the training-level return is 0: no share of it can be lost)."""
+    return (train_return - unseen_return) / abs(train_return) if train_return else None
+
+
+def mean_interval(values: list[float | None]) -> dict[str, Any]:
+    """Mean of per-seed values with a 95% t-interval (None with a single seed); None values (an
+    undefined gap) are left out and counted."""
+    undefined = sum(v is None for v in values)
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"mean": None, "ci95": None, "n": 0, "undefined": undefined}
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"mean": mean, "ci95": None, "n": len(values), "undefined": undefined}
+    half = t_quantile_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return {"mean": mean, "ci95": [mean - half, mean + half], "n": len(values), "undefined": undefined}
+
+
+def run_one(algo: str, seed: int, steps: int, sets: dict[str, dict[str, Any]], episodes: int,
+            root: Path) -> dict[str, Any]:
+    """Train one agent on the training levels, play it, greedy and random on both level sets."""
+    overrides = [f"seed={seed}", f"total_timesteps={steps}", f"eval.final_episodes={episodes}",
+                 *(f"env.{key}={value}" for key, value in sets["train"].items())]
+    cfg = load_config(algo, overrides=overrides)
+    run_dir = train(cfg, out=root / f"{algo}-s{seed}")
+    train_seconds = json.loads((run_dir / "provenance.json").read_text())["train_seconds"]
+    on_train = json.loads((run_dir / "eval.json").read_text())  # `compare` on the training levels
+    env = {**cfg.env, **sets["unseen"]}
+    on_unseen = compare(run_dir / "model.zip", episodes=episodes, seed=cfg.eval.seed, env_kwargs=env)
+    row = {"algo": algo, "seed": seed, "train_seconds": train_seconds,
+           "train": on_train, "unseen": on_unseen}
+    row["gap"] = {who: gap(on_train[who]["mean"], on_unseen[who]["mean"]) for who in on_train}
+    return row
+
+
+def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per algorithm: returns on both sets and the gap over seeds; greedy's and random's beside."""
+    summary: dict[str, Any] = {}
+    for algo in dict.fromkeys(r["algo"] for r in runs):
+        mine = [r for r in runs if r["algo"] == algo]
+        summary[algo] = {
+            f"{where}_return": mean_interval([r[where]["model"]["mean"] for r in mine])
+            for where in ("train", "unseen")}
+        summary[algo]["gap"] = mean_interval([r["gap"]["model"] for r in mine])
+        summary[algo]["cpu_minutes_per_agent"] = statistics.fmean(r["train_seconds"] for r in mine) / 60
+    first = runs[0]  # greedy and random play the same seeds in every run: one row each
+    for who in ("greedy", "random"):
+        summary[who] = {"train_return": first["train"][who], "unseen_return": first["unseen"][who],
+                        "gap": first["gap"][who]}
+    return summary
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    def fmt(cell: dict[str, Any]) -> str:
+        value = cell["mean"]
+        ci = cell.get("ci95")
+        return f"{value:7.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+
+    print(f"\n{'policy':<8} {'training levels':<24} {'unseen levels':<24} {'points lost':>11}  "
+          f"gap (share of training return)")
+    for who, row in summary.items():
+        g = row["gap"] if isinstance(row["gap"], dict) else {"mean": row["gap"], "ci95": None}
+        ci = g["ci95"]
+        gap_text = ("undefined (training return 0)" if g["mean"] is None else
+                    f"{g['mean']:+.1%}" + (f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else ""))
+        lost = row["train_return"]["mean"] - row["unseen_return"]["mean"]
+        print(f"{who:<8} {fmt(row['train_return']):<24} {fmt(row['unseen_return']):<24} {lost:>11.1f}  {gap_text}")
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    """Return on training levels against unseen ones: a bar per policy, a dot per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [*dict.fromkeys(r["algo"] for r in runs), "greedy", "random"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for offset, where, colour in ((-0.2, "train", "tab:blue"), (0.2, "unseen", "tab:orange")):
+        for i, name in enumerate(names):
+            key = "model" if name not in ("greedy", "random") else name
+            mine = [r for r in runs if r["algo"] == name] if key == "model" else runs[:1]
+            values = [r[where][key]["mean"] for r in mine]
+            ax.bar(i + offset, statistics.fmean(values), width=0.4, color=colour,
+                   label=f"{where} levels" if i == 0 else None)
+            ax.scatter([i + offset] * len(values), values, color="black", s=10, zorder=3)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("return per episode")
+    ax.set_title("Generalisation to unseen levels")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/generalisation.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--algos", nargs="+", choices=ALGOS, default=["dqn"], help="agents to train")
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2],
+                        help="one trained agent per seed and algorithm")
+    parser.add_argument("--steps", type=positive_int, default=200_000,
+                        help="learner env steps per agent (the DQN expert's default)")
+    parser.add_argument("--train-levels", type=positive_int, default=200, help="levels trained on (ids 0 .. N-1)")
+    parser.add_argument("--test-start", type=positive_int, default=1_000_000,
+                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVELS:,} ids from there)")
+    parser.add_argument("--mode", choices=DISTRIBUTION_MODES, default="easy", help="rooms (easy) or maze (hard)")
+    parser.add_argument("--episodes", type=positive_int, default=100, help="games per policy and level set (>= 2)")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 3,000 steps, 10 games: a smoke check")
+    parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
+    return parser
+
+
+def checked(parser: ArgumentParser, args) -> None:
+    if args.test_start < args.train_levels:
+        parser.error(f"--test-start {args.test_start} lies inside the training levels 0..{args.train_levels - 1}; "
+                     f"give a value >= {args.train_levels}")
+    if args.test_start + UNSEEN_LEVELS - 1 > MAX_LEVEL_SEED:
+        parser.error(f"--test-start must be <= {MAX_LEVEL_SEED - UNSEEN_LEVELS + 1} "
+                     f"({UNSEEN_LEVELS:,} unseen level ids follow it)")
+    if args.episodes < 2:
+        parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    checked(parser, args)
+    if args.quick:
+        args.seeds, args.steps, args.episodes = args.seeds[:1], 3_000, 10
+    sets = level_sets(args.train_levels, args.test_start, args.mode)
+    started = time.perf_counter()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for algo in args.algos:
+            for seed in args.seeds:
+                runs.append(run_one(algo, seed, args.steps, sets, args.episodes, Path(tmp)))
+                print(f"{algo} seed {seed}: train {runs[-1]['train']['model']['mean']:.1f}, unseen "
+                      f"{runs[-1]['unseen']['model']['mean']:.1f} (greedy {runs[-1]['train']['greedy']['mean']:.1f}"
+                      f" / {runs[-1]['unseen']['greedy']['mean']:.1f})", flush=True)
+    summary = summarize_runs(runs)
+    print_table(summary)
+    record = provenance(seed=args.seeds, algos=args.algos, steps=args.steps, episodes=args.episodes,
+                        level_sets=sets, quick=args.quick, wall_seconds=round(time.perf_counter() - started, 1),
+                        goal="DQN's gap on 200 levels <= 10% of its training-level return",
+                        summary=summary, runs=runs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    plot(runs, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    run_command(main)

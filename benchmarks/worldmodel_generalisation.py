@@ -1,0 +1,198 @@
+"""Does the world model generalise to levels it never saw? Seed 003's protocol for the predictor.
+
+One policy (``--policy``, greedy by default: it plays every level, the shipped DQN knows only the
+open room) is recorded on ``--train-levels`` generated levels (ids ``0 .. N-1``, ``--mode``) and,
+into another file, on unseen levels (ids from ``--test-start`` on; the split rule of
+docs/trajectory-format.md, "Levels": unseen levels live in their own file, so no split of the
+training file can hold them). The default world model trains on the first file (its own
+train/val/test split by game) and is scored by the pipeline's evaluation on the held-out games
+of the training levels and on every game of the unseen ones: view CE, the floor (a replay of the
+recorded games), the excess over it, the motion and memory oracles, the cells-seen-ago
+categories and the next action.
+
+The gap is ``excess on unseen levels / excess on held-out games of the training levels - 1``:
+how much more the model errs, above what the game makes unpredictable, on a map it never saw.
+
+    python benchmarks/worldmodel_generalisation.py            # ~9 min on 2 cores
+    python benchmarks/worldmodel_generalisation.py --quick    # a tiny model: a smoke check (no JSON)
+
+Writes ``benchmarks/results/worldmodel_generalisation.json`` and ``.png``. Goal: excess over the
+floor on unseen levels within 20% of the excess on the training levels.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
+from rpg_base.provenance import pinned_torch_threads, provenance
+from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED
+
+RESULTS = Path(__file__).resolve().parent / "results" / "worldmodel_generalisation.json"
+CATEGORIES = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen", "spawned", "other_agent")
+PREDICTORS = ("model", "memory_oracle", "motion_oracle", "copy")
+#: Unseen games are drawn from this many level ids after ``--test-start``.
+UNSEEN_LEVELS = 100_000
+
+
+def record_levels(policy: str, path: Path, games: int, seed: int, levels: dict[str, Any]) -> dict[str, Any]:
+    from rpg_env.record import record
+
+    return record(policy, path, games, seed=seed, num_envs=64, mode="w", env_kwargs=levels, policy_id=policy,
+                  record_co_players=False, progress=False)
+
+
+def train_model(data: Path, root: Path, quick: bool, extra: list[str]) -> tuple[Path, float]:
+    """The default world model trained on ``data``: (best checkpoint, seconds)."""
+    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.train import train
+
+    overrides = ["train.progress=false"]
+    if quick:
+        overrides += ["model.width=32", "model.num_heads=2", "model.num_layers=1", "model.refiner_layers=0",
+                      "train.max_steps=20", "train.eval_every=10", "train.checkpoint_every=10",
+                      "train.warmup_steps=2", "data.max_val_windows=64"]
+    cfg = load_config(None, [*overrides, *extra])
+    cfg.data.path, cfg.out_dir = str(data), str(root / "model")
+    result = train(cfg)
+    return result.best, result.wall_s
+
+
+def score(checkpoint: Path, files: dict[str, Path], quick: bool) -> tuple[dict[str, dict[str, Any]], int]:
+    """Each file's figures (the training file's held-out games, every game of the unseen file) and
+    the model's parameter count."""
+    from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+
+    ev = Evaluation(checkpoint, list(files.values()), EvalOptions(num_boot=200 if quick else 1000,
+                                                                  theory_of_mind=False))
+    out = {}
+    for name, path in files.items():
+        table = ev.evaluate_file(path, num_examples=0)
+        preds = table["predictors"]
+        row: dict[str, Any] = {"episodes": table.get("episodes"), "floor_method": table["floor_method"]}
+        for who in PREDICTORS:
+            if who not in preds:
+                continue
+            keys = ["view_ce", "floor_view_ce", "excess_view_ce", *(f"excess_{c}" for c in CATEGORIES)]
+            row[who] = {k: preds[who][k] for k in keys if k in preds[who]}
+        row["model"]["action_acc"] = preds["model"]["action_acc"]
+        row["share"] = {c: preds["model"][f"share_{c}"]["value"] for c in CATEGORIES}
+        out[name] = row
+    return out, ev.model.num_parameters()
+
+
+def summarise(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The gap of the excess over the floor (unseen / training levels - 1), overall and per category."""
+    train, unseen = scores["training levels"]["model"], scores["unseen levels"]["model"]
+
+    def ratio(key: str) -> float | None:
+        base = train[key]["value"]
+        return unseen[key]["value"] / base - 1 if base > 0 else None
+
+    return {"excess_gap": ratio("excess_view_ce"),
+            "excess_gap_per_category": {c: ratio(f"excess_{c}") for c in CATEGORIES},
+            "action_acc_training_levels": train["action_acc"]["value"],
+            "action_acc_unseen_levels": unseen["action_acc"]["value"],
+            "goal": "excess over the floor on unseen levels within 20% of the training levels' (excess_gap <= 0.2)"}
+
+
+def print_table(scores: dict[str, dict[str, Any]], summary: dict[str, Any]) -> None:
+    print(f"\n{'games':<16} {'view CE':>8} {'floor':>8} {'excess (model)':>22} {'motion oracle':>14} "
+          f"{'memory oracle':>14} {'action acc':>10}")
+    for name, row in scores.items():
+        m = row["model"]
+        ex = m["excess_view_ce"]
+        print(f"{name:<16} {m['view_ce']['value']:>8.4f} {m['floor_view_ce']['value']:>8.4f} "
+              f"{ex['value']:>8.4f} [{ex['lo']:.4f}, {ex['hi']:.4f}] "
+              f"{row['motion_oracle']['excess_view_ce']['value']:>14.4f} "
+              f"{row['memory_oracle']['excess_view_ce']['value']:>14.4f} {m['action_acc']['value']:>10.3f}")
+    gap = summary["excess_gap"]
+    print("excess gap (unseen / training levels - 1): " + ("undefined" if gap is None else f"{gap:+.1%}"))
+
+
+def plot(scores: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    x = np.arange(len(CATEGORIES))
+    for i, (name, row) in enumerate(scores.items()):
+        values = [row["model"][f"excess_{c}"]["value"] for c in CATEGORIES]
+        ax.bar(x + i * 0.4, values, 0.4, label=f"model, {name}")
+    ax.set_xticks(x + 0.2, CATEGORIES, rotation=20, fontsize=8)
+    ax.set_yscale("symlog", linthresh=0.01)
+    ax.set_ylabel("view CE minus the floor (nats/cell)")
+    ax.set_title("World model on training levels (held-out games) and unseen levels")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/worldmodel_generalisation.py",
+                            description=__doc__.split("\n")[0])
+    parser.add_argument("--policy", default="greedy", help="the recorded policy (anything record --policy takes)")
+    parser.add_argument("--train-levels", type=positive_int, default=200, help="levels trained on (ids 0 .. N-1)")
+    parser.add_argument("--test-start", type=positive_int, default=1_000_000,
+                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVELS:,} ids from there)")
+    parser.add_argument("--mode", choices=DISTRIBUTION_MODES, default="easy", help="rooms (easy) or maze (hard)")
+    parser.add_argument("--games", type=positive_int, default=1500, help="games recorded on the training levels")
+    parser.add_argument("--unseen-games", type=positive_int, default=150, help="games recorded on unseen levels")
+    parser.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="world model config overrides")
+    parser.add_argument("--quick", action="store_true", help="a tiny model, 20 steps, 40 + 10 games (no JSON)")
+    parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    from rpg_env.policies.registry import make_policy
+    from rpg_worldmodel.config import load_config
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.test_start < args.train_levels:
+        parser.error(f"--test-start {args.test_start} lies inside the training levels 0..{args.train_levels - 1}; "
+                     f"give a value >= {args.train_levels}")
+    if args.test_start + UNSEEN_LEVELS - 1 > MAX_LEVEL_SEED:
+        parser.error(f"--test-start must be <= {MAX_LEVEL_SEED - UNSEEN_LEVELS + 1}")
+    make_policy(args.policy)  # an unknown policy fails before anything is recorded
+    load_config(None, args.set)  # as do unknown overrides
+    games, unseen_games = (40, 10) if args.quick else (args.games, args.unseen_games)
+    levels = {"training levels": {"num_levels": args.train_levels, "start_level": 0, "distribution_mode": args.mode},
+              "unseen levels": {"num_levels": UNSEEN_LEVELS, "start_level": args.test_start,
+                                "distribution_mode": args.mode}}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, pinned_torch_threads(args.threads):
+        root = Path(tmp)
+        files = {name: root / f"{i}.h5" for i, name in enumerate(levels)}
+        recorded = {name: record_levels(args.policy, files[name], n, seed, levels[name])
+                    for (name, n, seed) in (("training levels", games, 0), ("unseen levels", unseen_games, 1))}
+        checkpoint, train_seconds = train_model(files["training levels"], root, args.quick, args.set)
+        scores, parameters = score(checkpoint, files, args.quick)
+    summary = summarise(scores)
+    print_table(scores, summary)
+    if args.quick:
+        return
+    record_ = provenance(seed=0, policy=args.policy, level_sets=levels, overrides=args.set,
+                         recorded={k: {f: v[f] for f in ("games", "agent_steps", "mean_return")}
+                                   for k, v in recorded.items()},
+                         train_seconds=round(train_seconds, 1), parameters=parameters,
+                         wall_seconds=round(time.perf_counter() - started, 1), summary=summary, scores=scores)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record_, indent=1) + "\n")
+    plot(scores, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    run_command(main)
