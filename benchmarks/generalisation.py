@@ -2,15 +2,18 @@
 
 Each agent is trained with the project's expert config (``rpg_env/experts/configs/<algo>.yaml``)
 on ``--train-levels`` generated levels (level ids ``0 .. N-1``, ``--mode`` rooms or maze; the
-default open room is not among them), then plays ``--episodes`` games on those levels (on the
-evaluation seeds, disjoint from training's) and as many on unseen levels: ids from
-``--test-start`` on, a range that training's never meets. Greedy and random play both sets on the
-same seeds, beside it: greedy's own gap says how much harder the unseen levels are to anyone.
+default open room is not among them), then plays ``--episodes`` games on those levels and as
+many on unseen levels: ids from ``--test-start`` on, a range that training's never meets. Greedy
+and random play the same games beside it: greedy's own gap says how much harder the unseen
+levels drawn are to a player that learns nothing. Each seed plays its own games (evaluation env
+seeds from ``200,000 + 1,000 * seed``, disjoint from training's ``seed .. seed + n_envs - 1`` and
+the in-training evaluation's ``seed + 1,000,003``), so the spread over seeds holds both the
+training's randomness and which levels and games were drawn.
 
 The gap of a run is ``(train - unseen) / |train|``, its return on the training levels less that
-on unseen ones as a share of the first; over ``--seeds`` it is the mean with a 95% t-interval
-(seeds are the unit: a seed is one trained agent). Each return carries its own 95% interval over
-episodes.
+on unseen ones as a share of the first, and ``gap_minus_greedy`` that less greedy's gap on the same
+games. Every figure is a mean over ``--seeds`` with a 95% t-interval (a seed is the unit: one
+trained agent and one draw of games).
 
     python benchmarks/generalisation.py                       # DQN, 3 seeds, ~10 min on 2 cores
     python benchmarks/generalisation.py --algos dqn ppo --steps 200000
@@ -33,7 +36,7 @@ from typing import Any
 from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive_int, run_command
 from rpg_base.provenance import provenance
 from rpg_env.experts.config import load_config
-from rpg_env.experts.evaluate import compare, t_quantile_975
+from rpg_env.experts.evaluate import MAX_BATCH, compare, t_quantile_975
 from rpg_env.experts.train import train
 from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED
 
@@ -41,6 +44,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "generalisation.json"
 ALGOS = ("dqn", "ppo")
 #: Unseen levels are drawn from this many ids after ``--test-start``.
 UNSEEN_LEVELS = 100_000
+#: Seed s plays its evaluation games on env seeds ``EVAL_SEED_BASE + EVAL_SEED_STRIDE * s`` on
+#: (one per batch of `rpg_env.experts.evaluate.MAX_BATCH` games).
+EVAL_SEED_BASE, EVAL_SEED_STRIDE = 200_000, 1_000
+#: The largest seed whose evaluation seeds stay below the in-training evaluation's (seed + 1,000,003).
+MAX_SEED = (1_000_000 - EVAL_SEED_BASE) // EVAL_SEED_STRIDE - 1
 
 
 def level_sets(train_levels: int, test_start: int, mode: str) -> dict[str, dict[str, Any]]:
@@ -73,6 +81,7 @@ def run_one(algo: str, seed: int, steps: int, sets: dict[str, dict[str, Any]], e
             root: Path) -> dict[str, Any]:
     """Train one agent on the training levels, play it, greedy and random on both level sets."""
     overrides = [f"seed={seed}", f"total_timesteps={steps}", f"eval.final_episodes={episodes}",
+                 f"eval.seed={EVAL_SEED_BASE + EVAL_SEED_STRIDE * seed}",
                  *(f"env.{key}={value}" for key, value in sets["train"].items())]
     cfg = load_config(algo, overrides=overrides)
     run_dir = train(cfg, out=root / f"{algo}-s{seed}")
@@ -83,41 +92,45 @@ def run_one(algo: str, seed: int, steps: int, sets: dict[str, dict[str, Any]], e
     row = {"algo": algo, "seed": seed, "train_seconds": train_seconds,
            "train": on_train, "unseen": on_unseen}
     row["gap"] = {who: gap(on_train[who]["mean"], on_unseen[who]["mean"]) for who in on_train}
+    model_gap, greedy_gap = row["gap"]["model"], row["gap"]["greedy"]
+    row["gap_minus_greedy"] = None if model_gap is None or greedy_gap is None else model_gap - greedy_gap
     return row
 
 
 def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per algorithm: returns on both sets and the gap over seeds; greedy's and random's beside."""
+    """Per algorithm, and for greedy and random beside them (the games of the first algorithm's
+    runs): returns on both level sets and the gap, each a mean over seeds with a 95% t-interval."""
     summary: dict[str, Any] = {}
-    for algo in dict.fromkeys(r["algo"] for r in runs):
-        mine = [r for r in runs if r["algo"] == algo]
-        summary[algo] = {
-            f"{where}_return": mean_interval([r[where]["model"]["mean"] for r in mine])
-            for where in ("train", "unseen")}
-        summary[algo]["gap"] = mean_interval([r["gap"]["model"] for r in mine])
-        summary[algo]["cpu_minutes_per_agent"] = statistics.fmean(r["train_seconds"] for r in mine) / 60
-    first = runs[0]  # greedy and random play the same seeds in every run: one row each
-    for who in ("greedy", "random"):
-        summary[who] = {"train_return": first["train"][who], "unseen_return": first["unseen"][who],
-                        "gap": first["gap"][who]}
+    algos = list(dict.fromkeys(r["algo"] for r in runs))
+    rows = [(algo, "model", [r for r in runs if r["algo"] == algo]) for algo in algos]
+    rows += [(who, who, [r for r in runs if r["algo"] == algos[0]]) for who in ("greedy", "random")]
+    for name, key, mine in rows:
+        summary[name] = {f"{where}_return": mean_interval([r[where][key]["mean"] for r in mine])
+                         for where in ("train", "unseen")}
+        summary[name]["gap"] = mean_interval([r["gap"][key] for r in mine])
+        if key == "model":
+            summary[name]["gap_minus_greedy"] = mean_interval([r["gap_minus_greedy"] for r in mine])
+            summary[name]["train_wall_minutes_per_agent"] = statistics.fmean(r["train_seconds"] for r in mine) / 60
     return summary
 
 
-def print_table(summary: dict[str, Any]) -> None:
-    def fmt(cell: dict[str, Any]) -> str:
-        value = cell["mean"]
-        ci = cell.get("ci95")
-        return f"{value:7.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+def _interval_text(cell: dict[str, Any], fmt: str) -> str:
+    if cell["mean"] is None:
+        return "undefined"
+    ci = cell["ci95"]
+    return format(cell["mean"], fmt) + (f" [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else "")
 
-    print(f"\n{'policy':<8} {'training levels':<24} {'unseen levels':<24} {'points lost':>11}  "
-          f"gap (share of training return)")
+
+def print_table(summary: dict[str, Any]) -> None:
+    print(f"\nmean over seeds [95% t-interval]\n{'policy':<8} {'training levels':<24} {'unseen levels':<24} "
+          f"{'gap (share of training return)':<32} gap minus greedy's")
     for who, row in summary.items():
-        g = row["gap"] if isinstance(row["gap"], dict) else {"mean": row["gap"], "ci95": None}
-        ci = g["ci95"]
-        gap_text = ("undefined (training return 0)" if g["mean"] is None else
-                    f"{g['mean']:+.1%}" + (f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else ""))
-        lost = row["train_return"]["mean"] - row["unseen_return"]["mean"]
-        print(f"{who:<8} {fmt(row['train_return']):<24} {fmt(row['unseen_return']):<24} {lost:>11.1f}  {gap_text}")
+        train = row["train_return"]
+        near_zero = train["ci95"] is not None and train["ci95"][0] <= 0 <= train["ci95"][1]
+        gap_text = "n/a (training return ~0)" if near_zero else _interval_text(row["gap"], "+.1%")
+        minus = _interval_text(row["gap_minus_greedy"], "+.1%") if "gap_minus_greedy" in row else ""
+        print(f"{who:<8} {_interval_text(train, '.1f'):<24} {_interval_text(row['unseen_return'], '.1f'):<24} "
+              f"{gap_text:<32} {minus}")
 
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
@@ -132,7 +145,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     for offset, where, colour in ((-0.2, "train", "tab:blue"), (0.2, "unseen", "tab:orange")):
         for i, name in enumerate(names):
             key = "model" if name not in ("greedy", "random") else name
-            mine = [r for r in runs if r["algo"] == name] if key == "model" else runs[:1]
+            first = runs[0]["algo"]
+            mine = [r for r in runs if r["algo"] == (name if key == "model" else first)]
             values = [r[where][key]["mean"] for r in mine]
             ax.bar(i + offset, statistics.fmean(values), width=0.4, color=colour,
                    label=f"{where} levels" if i == 0 else None)
@@ -150,15 +164,17 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/generalisation.py", description=__doc__.split("\n")[0])
     parser.add_argument("--algos", nargs="+", choices=ALGOS, default=["dqn"], help="agents to train")
     parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2],
-                        help="one trained agent per seed and algorithm")
+                        help=f"one trained agent per seed and algorithm (distinct, 0..{MAX_SEED})")
     parser.add_argument("--steps", type=positive_int, default=200_000,
                         help="learner env steps per agent (the DQN expert's default)")
     parser.add_argument("--train-levels", type=positive_int, default=200, help="levels trained on (ids 0 .. N-1)")
     parser.add_argument("--test-start", type=positive_int, default=1_000_000,
                         help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVELS:,} ids from there)")
     parser.add_argument("--mode", choices=DISTRIBUTION_MODES, default="easy", help="rooms (easy) or maze (hard)")
-    parser.add_argument("--episodes", type=positive_int, default=100, help="games per policy and level set (>= 2)")
-    parser.add_argument("--quick", action="store_true", help="1 seed, 3,000 steps, 10 games: a smoke check")
+    parser.add_argument("--episodes", type=positive_int, default=100,
+                        help=f"games per policy and level set (2..{EVAL_SEED_STRIDE * MAX_BATCH:,})")
+    parser.add_argument("--quick", action="store_true",
+                        help="1 seed, 3,000 steps, 10 games: a smoke check (writes nothing)")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
     return parser
 
@@ -170,8 +186,16 @@ def checked(parser: ArgumentParser, args) -> None:
     if args.test_start + UNSEEN_LEVELS - 1 > MAX_LEVEL_SEED:
         parser.error(f"--test-start must be <= {MAX_LEVEL_SEED - UNSEEN_LEVELS + 1} "
                      f"({UNSEEN_LEVELS:,} unseen level ids follow it)")
-    if args.episodes < 2:
-        parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
+    if not 2 <= args.episodes <= EVAL_SEED_STRIDE * MAX_BATCH:
+        parser.error(f"--episodes must be in 2..{EVAL_SEED_STRIDE * MAX_BATCH:,} (a 95% interval needs two games; "
+                     f"more would reach the next seed's evaluation games)")
+    if max(args.seeds) > MAX_SEED:
+        parser.error(f"--seeds must be in 0..{MAX_SEED} (larger ones' evaluation games would meet the "
+                     f"in-training evaluation's), got {max(args.seeds)}")
+    for name in ("seeds", "algos"):
+        values = getattr(args, name)
+        if len(set(values)) < len(values):
+            parser.error(f"--{name} repeats a value ({' '.join(map(str, values))}); give each once")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -192,8 +216,11 @@ def main(argv: list[str] | None = None) -> None:
                       f" / {runs[-1]['unseen']['greedy']['mean']:.1f})", flush=True)
     summary = summarize_runs(runs)
     print_table(summary)
+    if args.quick:
+        return
     record = provenance(seed=args.seeds, algos=args.algos, steps=args.steps, episodes=args.episodes,
-                        level_sets=sets, quick=args.quick, wall_seconds=round(time.perf_counter() - started, 1),
+                        level_sets=sets, eval_seeds={s: EVAL_SEED_BASE + EVAL_SEED_STRIDE * s for s in args.seeds},
+                        wall_seconds=round(time.perf_counter() - started, 1),
                         goal="DQN's gap on 200 levels <= 10% of its training-level return",
                         summary=summary, runs=runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -132,7 +132,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/imagination.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 1 and 64, few steps: a smoke check")
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=list(SIZES),
-                        help="numbers of worlds stepped together (default: 1 64 256 1024)")
+                        help="numbers of worlds stepped together (default: 1 64 256 1024; --quick: 1 64)")
     parser.add_argument("--device", type=device_name, default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch CPU threads of the imagined steps")
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     cells = load_config().model.view_size ** 2
     if args.rounds is not None and args.rounds > cells:
         parser.error(f"--rounds must be in 1..{cells} (one cell a round), got {args.rounds}")
-    sizes = SIZES[:2] if args.quick else tuple(args.sizes)
+    sizes = SIZES[:2] if args.quick else tuple(dict.fromkeys(args.sizes))  # a size once, in the order given
     steps = args.steps or (5 if args.quick else 30)
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp), args.device)

@@ -12,6 +12,8 @@ categories and the next action.
 
 The gap is ``excess on unseen levels / excess on held-out games of the training levels - 1``:
 how much more the model errs, above what the game makes unpredictable, on a map it never saw.
+Its interval is conservative: the ratio's range over the two files' own 95% bootstrap intervals
+(the files' games are drawn independently), overall and per category of cell.
 
     python benchmarks/worldmodel_generalisation.py            # ~9 min on 2 cores
     python benchmarks/worldmodel_generalisation.py --quick    # a tiny model: a smoke check (no JSON)
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
+from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, provenance
 from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED
 
@@ -87,16 +90,21 @@ def score(checkpoint: Path, files: dict[str, Path], quick: bool) -> tuple[dict[s
     return out, ev.model.num_parameters()
 
 
+def gap_interval(train: dict[str, float], unseen: dict[str, float]) -> dict[str, float] | None:
+    """``unseen / train - 1`` for two ``{"value", "lo", "hi"}`` figures, with the range it takes over
+    their intervals; None where the training figure's interval reaches 0 (no ratio to take)."""
+    if train["lo"] <= 0:
+        return None
+    return {"value": unseen["value"] / train["value"] - 1,
+            "lo": unseen["lo"] / train["hi"] - 1, "hi": unseen["hi"] / train["lo"] - 1}
+
+
 def summarise(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The gap of the excess over the floor (unseen / training levels - 1), overall and per category."""
     train, unseen = scores["training levels"]["model"], scores["unseen levels"]["model"]
-
-    def ratio(key: str) -> float | None:
-        base = train[key]["value"]
-        return unseen[key]["value"] / base - 1 if base > 0 else None
-
-    return {"excess_gap": ratio("excess_view_ce"),
-            "excess_gap_per_category": {c: ratio(f"excess_{c}") for c in CATEGORIES},
+    return {"excess_gap": gap_interval(train["excess_view_ce"], unseen["excess_view_ce"]),
+            "excess_gap_per_category": {c: gap_interval(train[f"excess_{c}"], unseen[f"excess_{c}"])
+                                        for c in CATEGORIES},
             "action_acc_training_levels": train["action_acc"]["value"],
             "action_acc_unseen_levels": unseen["action_acc"]["value"],
             "goal": "excess over the floor on unseen levels within 20% of the training levels' (excess_gap <= 0.2)"}
@@ -112,8 +120,12 @@ def print_table(scores: dict[str, dict[str, Any]], summary: dict[str, Any]) -> N
               f"{ex['value']:>8.4f} [{ex['lo']:.4f}, {ex['hi']:.4f}] "
               f"{row['motion_oracle']['excess_view_ce']['value']:>14.4f} "
               f"{row['memory_oracle']['excess_view_ce']['value']:>14.4f} {m['action_acc']['value']:>10.3f}")
-    gap = summary["excess_gap"]
-    print("excess gap (unseen / training levels - 1): " + ("undefined" if gap is None else f"{gap:+.1%}"))
+    def text(gap: dict[str, float] | None) -> str:
+        return "undefined" if gap is None else f"{gap['value']:+.1%} [{gap['lo']:+.1%}, {gap['hi']:+.1%}]"
+
+    print(f"excess gap (unseen / training levels - 1): {text(summary['excess_gap'])}")
+    for category, gap in summary["excess_gap_per_category"].items():
+        print(f"  {category:<14} {text(gap)}")
 
 
 def plot(scores: dict[str, dict[str, Any]], path: Path) -> None:
@@ -165,7 +177,10 @@ def main(argv: list[str] | None = None) -> None:
                      f"give a value >= {args.train_levels}")
     if args.test_start + UNSEEN_LEVELS - 1 > MAX_LEVEL_SEED:
         parser.error(f"--test-start must be <= {MAX_LEVEL_SEED - UNSEEN_LEVELS + 1}")
-    make_policy(args.policy)  # an unknown policy fails before anything is recorded
+    try:  # an unknown policy fails before anything is recorded
+        make_policy(args.policy)
+    except (TypeError, ValueError) as err:
+        raise InputError(f"--policy: {err}") from err
     load_config(None, args.set)  # as do unknown overrides
     games, unseen_games = (40, 10) if args.quick else (args.games, args.unseen_games)
     levels = {"training levels": {"num_levels": args.train_levels, "start_level": 0, "distribution_mode": args.mode},
