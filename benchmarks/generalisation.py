@@ -38,23 +38,15 @@ from rpg_base.provenance import provenance
 from rpg_env.experts.config import load_config
 from rpg_env.experts.evaluate import MAX_BATCH, compare, t_quantile_975
 from rpg_env.experts.train import train
-from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED
+from rpg_env.game.levels import DISTRIBUTION_MODES, UNSEEN_LEVEL_COUNT, held_out_levels
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generalisation.json"
 ALGOS = ("dqn", "ppo")
-#: Unseen levels are drawn from this many ids after ``--test-start``.
-UNSEEN_LEVELS = 100_000
 #: Seed s plays its evaluation games on env seeds ``EVAL_SEED_BASE + EVAL_SEED_STRIDE * s`` on
 #: (one per batch of `rpg_env.experts.evaluate.MAX_BATCH` games).
 EVAL_SEED_BASE, EVAL_SEED_STRIDE = 200_000, 1_000
 #: The largest seed whose evaluation seeds stay below the in-training evaluation's (seed + 1,000,003).
 MAX_SEED = (1_000_000 - EVAL_SEED_BASE) // EVAL_SEED_STRIDE - 1
-
-
-def level_sets(train_levels: int, test_start: int, mode: str) -> dict[str, dict[str, Any]]:
-    """The env keyword arguments of the training levels and of the unseen ones."""
-    return {"train": {"num_levels": train_levels, "start_level": 0, "distribution_mode": mode},
-            "unseen": {"num_levels": UNSEEN_LEVELS, "start_level": test_start, "distribution_mode": mode}}
 
 
 def gap(train_return: float, unseen_return: float) -> float | None:
@@ -169,7 +161,7 @@ def build_parser() -> ArgumentParser:
                         help="learner env steps per agent (the DQN expert's default)")
     parser.add_argument("--train-levels", type=positive_int, default=200, help="levels trained on (ids 0 .. N-1)")
     parser.add_argument("--test-start", type=positive_int, default=1_000_000,
-                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVELS:,} ids from there)")
+                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVEL_COUNT:,} ids from there)")
     parser.add_argument("--mode", choices=DISTRIBUTION_MODES, default="easy", help="rooms (easy) or maze (hard)")
     parser.add_argument("--episodes", type=positive_int, default=100,
                         help=f"games per policy and level set (2..{EVAL_SEED_STRIDE * MAX_BATCH:,})")
@@ -179,13 +171,12 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def checked(parser: ArgumentParser, args) -> None:
-    if args.test_start < args.train_levels:
-        parser.error(f"--test-start {args.test_start} lies inside the training levels 0..{args.train_levels - 1}; "
-                     f"give a value >= {args.train_levels}")
-    if args.test_start + UNSEEN_LEVELS - 1 > MAX_LEVEL_SEED:
-        parser.error(f"--test-start must be <= {MAX_LEVEL_SEED - UNSEEN_LEVELS + 1} "
-                     f"({UNSEEN_LEVELS:,} unseen level ids follow it)")
+def checked(parser: ArgumentParser, args) -> dict[str, dict[str, Any]]:
+    """The level sets (``train``, ``unseen``) of valid arguments; one error line otherwise."""
+    try:
+        train, unseen = held_out_levels(args.train_levels, args.test_start, args.mode)
+    except ValueError as err:
+        parser.error(f"--test-start {err}")
     if not 2 <= args.episodes <= EVAL_SEED_STRIDE * MAX_BATCH:
         parser.error(f"--episodes must be in 2..{EVAL_SEED_STRIDE * MAX_BATCH:,} (a 95% interval needs two games; "
                      f"more would reach the next seed's evaluation games)")
@@ -196,15 +187,15 @@ def checked(parser: ArgumentParser, args) -> None:
         values = getattr(args, name)
         if len(set(values)) < len(values):
             parser.error(f"--{name} repeats a value ({' '.join(map(str, values))}); give each once")
+    return {"train": train, "unseen": unseen}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    checked(parser, args)
+    sets = checked(parser, args)
     if args.quick:
         args.seeds, args.steps, args.episodes = args.seeds[:1], 3_000, 10
-    sets = level_sets(args.train_levels, args.test_start, args.mode)
     started = time.perf_counter()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     load_config(None, args.baseline.split())  # bad overrides fail before any training
-    cells = load_config().model.view_size ** 2
+    cfg = load_config()
+    cells = cfg.model.view_size ** 2
     if args.rounds is not None and args.rounds > cells:
         parser.error(f"--rounds must be in 1..{cells} (one cell a round), got {args.rounds}")
     sizes = SIZES[:2] if args.quick else tuple(dict.fromkeys(args.sizes))  # a size once, in the order given
@@ -159,7 +160,6 @@ def main(argv: list[str] | None = None) -> None:
         checkpoint = build_checkpoint(Path(tmp), args.device)
         baseline = (build_checkpoint(Path(tmp), args.device, args.baseline.split(), "baseline")
                     if args.baseline.strip() else None)
-        cfg = load_config()
         results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device, baseline,
                           args.threads, args.rounds)
     at = "256" if "256" in results["cached"] else str(sizes[-1])

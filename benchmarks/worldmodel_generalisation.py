@@ -35,13 +35,11 @@ import numpy as np
 from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, provenance
-from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED
+from rpg_env.game.levels import DISTRIBUTION_MODES, UNSEEN_LEVEL_COUNT, held_out_levels
 
 RESULTS = Path(__file__).resolve().parent / "results" / "worldmodel_generalisation.json"
 CATEGORIES = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen", "spawned", "other_agent")
 PREDICTORS = ("model", "memory_oracle", "motion_oracle", "copy")
-#: Unseen games are drawn from this many level ids after ``--test-start``.
-UNSEEN_LEVELS = 100_000
 
 
 def record_levels(policy: str, path: Path, games: int, seed: int, levels: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +72,7 @@ def score(checkpoint: Path, files: dict[str, Path], quick: bool) -> tuple[dict[s
 
     ev = Evaluation(checkpoint, list(files.values()), EvalOptions(num_boot=200 if quick else 1000,
                                                                   theory_of_mind=False))
+    keys = ["view_ce", "floor_view_ce", "excess_view_ce", *(f"excess_{c}" for c in CATEGORIES)]
     out = {}
     for name, path in files.items():
         table = ev.evaluate_file(path, num_examples=0)
@@ -82,7 +81,6 @@ def score(checkpoint: Path, files: dict[str, Path], quick: bool) -> tuple[dict[s
         for who in PREDICTORS:
             if who not in preds:
                 continue
-            keys = ["view_ce", "floor_view_ce", "excess_view_ce", *(f"excess_{c}" for c in CATEGORIES)]
             row[who] = {k: preds[who][k] for k in keys if k in preds[who]}
         row["model"]["action_acc"] = preds["model"]["action_acc"]
         row["share"] = {c: preds["model"][f"share_{c}"]["value"] for c in CATEGORIES}
@@ -155,7 +153,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--policy", default="greedy", help="the recorded policy (anything record --policy takes)")
     parser.add_argument("--train-levels", type=positive_int, default=200, help="levels trained on (ids 0 .. N-1)")
     parser.add_argument("--test-start", type=positive_int, default=1_000_000,
-                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVELS:,} ids from there)")
+                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVEL_COUNT:,} ids from there)")
     parser.add_argument("--mode", choices=DISTRIBUTION_MODES, default="easy", help="rooms (easy) or maze (hard)")
     parser.add_argument("--games", type=positive_int, default=1500, help="games recorded on the training levels")
     parser.add_argument("--unseen-games", type=positive_int, default=150, help="games recorded on unseen levels")
@@ -172,20 +170,17 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.test_start < args.train_levels:
-        parser.error(f"--test-start {args.test_start} lies inside the training levels 0..{args.train_levels - 1}; "
-                     f"give a value >= {args.train_levels}")
-    if args.test_start + UNSEEN_LEVELS - 1 > MAX_LEVEL_SEED:
-        parser.error(f"--test-start must be <= {MAX_LEVEL_SEED - UNSEEN_LEVELS + 1}")
+    try:
+        train, unseen = held_out_levels(args.train_levels, args.test_start, args.mode)
+    except ValueError as err:
+        parser.error(f"--test-start {err}")
     try:  # an unknown policy fails before anything is recorded
         make_policy(args.policy)
     except (TypeError, ValueError) as err:
         raise InputError(f"--policy: {err}") from err
     load_config(None, args.set)  # as do unknown overrides
     games, unseen_games = (40, 10) if args.quick else (args.games, args.unseen_games)
-    levels = {"training levels": {"num_levels": args.train_levels, "start_level": 0, "distribution_mode": args.mode},
-              "unseen levels": {"num_levels": UNSEEN_LEVELS, "start_level": args.test_start,
-                                "distribution_mode": args.mode}}
+    levels = {"training levels": train, "unseen levels": unseen}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, pinned_torch_threads(args.threads):
         root = Path(tmp)

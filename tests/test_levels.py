@@ -15,7 +15,7 @@ from rpg_base.cli import command_status
 from rpg_env.envs.treasurehunt import TreasurehuntEnv
 from rpg_env.envs.vector import TreasurehuntVectorEnv
 from rpg_env.game.constants import vocabulary
-from rpg_env.game.levels import DISTRIBUTION_MODES, level_walls, reachable
+from rpg_env.game.levels import DISTRIBUTION_MODES, MAX_LEVEL_SEED, held_out_levels, level_walls, reachable
 from rpg_env.play.__main__ import build_parser, make_env
 from rpg_env.record import main as record_main
 from rpg_env.record import record
@@ -122,6 +122,20 @@ def test_an_env_only_plays_its_levels(mode):
     test = _layouts(TreasurehuntEnv(num_levels=5, start_level=1000, distribution_mode=mode), 80)
     assert sorted(test) == [1000, 1001, 1002, 1003, 1004]
     assert not set(train.values()) & set(test.values())
+
+
+def test_held_out_levels_never_meet_the_training_levels():
+    train, unseen = held_out_levels(200, 1_000_000, "hard", unseen=50)
+    assert train == {"num_levels": 200, "start_level": 0, "distribution_mode": "hard"}
+    assert unseen == {"num_levels": 50, "start_level": 1_000_000, "distribution_mode": "hard"}
+    seen = _layouts(TreasurehuntEnv(**held_out_levels(3, 3, "easy", unseen=3)[1]), 40)
+    assert sorted(seen) == [3, 4, 5]  # right after the training levels 0..2, none of them
+    with pytest.raises(ValueError, match="199 lies inside the training levels 0..199; give a value >= 200"):
+        held_out_levels(200, 199, "easy")
+    with pytest.raises(ValueError, match=f"must be <= {MAX_LEVEL_SEED - 9}"):
+        held_out_levels(200, MAX_LEVEL_SEED - 8, "easy", unseen=10)
+    with pytest.raises(ValueError, match="distribution_mode"):
+        held_out_levels(200, 1_000, "medium")
 
 
 def test_levels_change_only_the_level_draw():

@@ -15,6 +15,7 @@ every machine. ``tests/test_levels.py`` pins hashes of a few layouts to catch an
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,26 @@ def check_levels(num_levels: int, start_level: int, distribution_mode: str) -> N
     if distribution_mode not in DISTRIBUTION_MODES:
         raise ValueError(f"distribution_mode must be one of {', '.join(map(repr, DISTRIBUTION_MODES))}, "
                          f"got {distribution_mode!r}")
+
+
+#: How many level ids from ``test_start`` on `held_out_levels` draws unseen levels from.
+UNSEEN_LEVEL_COUNT = 100_000
+
+
+def held_out_levels(train_levels: int, test_start: int, distribution_mode: str,
+                    unseen: int = UNSEEN_LEVEL_COUNT) -> tuple[dict[str, Any], dict[str, Any]]:
+    """ProcGen's train/test split of levels: the env keyword arguments of the training levels
+    ``0 .. train_levels - 1`` and of ``unseen`` levels from ``test_start`` on, a range the first
+    never meets. Raises ValueError, worded to follow the name of the option that set
+    ``test_start``, when the ranges meet or the unseen one passes the largest level seed."""
+    if test_start < train_levels:
+        raise ValueError(f"{test_start} lies inside the training levels 0..{train_levels - 1}; "
+                         f"give a value >= {train_levels}")
+    if test_start + unseen - 1 > MAX_LEVEL_SEED:
+        raise ValueError(f"must be <= {MAX_LEVEL_SEED - unseen + 1} ({unseen:,} unseen level ids follow it)")
+    train = {"num_levels": train_levels, "start_level": 0, "distribution_mode": distribution_mode}
+    check_levels(**train)
+    return train, {**train, "num_levels": unseen, "start_level": test_start}
 
 
 def _wall_lines(lo: int, hi: int, min_side: int) -> np.ndarray:
