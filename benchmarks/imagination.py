@@ -16,15 +16,20 @@ N worlds; random actions):
   ``--baseline`` sets its overrides; ``--baseline ""`` leaves the row out), so what those cost
   per step is a ratio within this run, whatever the machine's speed.
 
-The model has the default configuration (``rpg_worldmodel.config``'s defaults); its weights
-are a few training steps old (speed does not depend on training). Rounds alternate between the
-rows so that load from other processes hits all alike; the median and best round are reported.
+The model is ``--checkpoint`` (default: the shipped one, ``pretrained``): how many rounds the
+refiner's joint draw takes depends on how sure the model is of each cell (the doubt budget,
+`rpg_worldmodel.models.refiner`), so a trained model is measured. The baseline's weights are a
+few training steps old (without a refiner, speed does not depend on training). Rounds alternate
+between the rows so that load from other processes hits all alike; the median and best round are
+reported.
 
-    python benchmarks/imagination.py [--quick] [--device cuda] [--threads 2] [--rounds 1] [--sizes 1 64 256]
+    python benchmarks/imagination.py [--quick] [--device cuda] [--threads 2] [--rounds 1] [--doubt 0.2]
+        [--sizes 1 64 256] [--checkpoint pretrained]
 
 ``--threads``: the imagined env's ``torch_threads`` (its default, 1, measured best on CPU).
-``--rounds``: the imagined env's ``sample_rounds``, the rounds of the refiner's joint draw of a
-view (default: the model's, 8); the baseline has no refiner and ignores it.
+``--rounds``, ``--doubt``: the imagined env's ``sample_rounds`` and ``sample_doubt``, the most
+rounds of the refiner's joint draw of a view and the doubt each takes on (default: the model's);
+the baseline has no refiner and ignores them.
 
 Writes ``benchmarks/results/imagination.json`` (``imagination_gpu.json`` with ``--device cuda``;
 ``imagination_rounds1.json`` with ``--rounds 1``).
@@ -46,9 +51,10 @@ import torch
 
 import rpg_env
 import rpg_worldmodel
-from rpg_base.cli import ArgumentParser, device_name, non_negative_int, positive_int, run_command
+from rpg_base.cli import ArgumentParser, device_name, float_in, non_negative_int, positive_int, run_command
 from rpg_base.provenance import provenance
 from rpg_env.record import record
+from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 from rpg_worldmodel.config import load_config
 from rpg_worldmodel.train import train
 
@@ -104,21 +110,23 @@ def steps_per_second(venv, steps: int, seed: int) -> float:
     return venv.num_envs * steps / (time.perf_counter() - start)
 
 
-def measure(checkpoint: Path, sizes: tuple[int, ...], steps: int, repeats: int, device: str,
-            baseline: Path | None = None, threads: int = 1, rounds: int | None = None) -> dict:
+def measure(checkpoint: Path | str, sizes: tuple[int, ...], steps: int, repeats: int, device: str,
+            baseline: Path | None = None, threads: int = 1, rounds: int | None = None,
+            doubt: float | None = None) -> dict:
     rows: dict[str, dict[int, list[float]]] = {"cached": {}, "uncached": {}, "real": {}}
     if baseline is not None:
         rows["cached_baseline"] = {}
     for n in sizes:
         make = {"num_envs": n, "checkpoint": checkpoint, "device": device, "torch_threads": threads,
-                "sample_rounds": rounds}
+                "sample_rounds": rounds, "sample_doubt": doubt}
         envs = {"cached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "uncached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "real": gym.make_vec(rpg_env.ENV_ID, num_envs=n)}
         Uncached(envs["uncached"])
         if baseline is not None:
             envs["cached_baseline"] = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID,
-                                                   **{**make, "checkpoint": baseline, "sample_rounds": None})
+                                                   **{**make, "checkpoint": baseline, "sample_rounds": None,
+                                                      "sample_doubt": None})
         for r in range(repeats):
             for name, venv in envs.items():
                 rows[name].setdefault(n, []).append(steps_per_second(venv, steps, seed=r))
@@ -140,7 +148,12 @@ def build_parser() -> ArgumentParser:
                         help="timed steps per round (default: by N)")
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--rounds", type=positive_int, default=None,
-                        help="rounds of the joint draw of a sampled view (default: the model's)")
+                        help="most rounds of the joint draw of a sampled view (default: the model's)")
+    parser.add_argument("--doubt", type=float_in(0.0), default=None,
+                        help="doubt a round of the joint draw takes on (default: the model's; "
+                             "0: one cell a round)")
+    parser.add_argument("--checkpoint", default="pretrained",
+                        help="the world model measured (a run folder, a checkpoint folder or 'pretrained')")
     parser.add_argument("--baseline", default=PREVIOUS_DEFAULT,
                         help="overrides of the cached_baseline row's model ('' leaves the row out)")
     return parser
@@ -150,18 +163,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     load_config(None, args.baseline.split())  # bad overrides fail before any training
-    cfg = load_config()
+    loaded = load_checkpoint(args.checkpoint)  # a missing checkpoint fails before any training too
+    cfg = loaded.config
     cells = cfg.model.view_size ** 2
     if args.rounds is not None and args.rounds > cells:
         parser.error(f"--rounds must be in 1..{cells} (one cell a round), got {args.rounds}")
     sizes = SIZES[:2] if args.quick else tuple(dict.fromkeys(args.sizes))  # a size once, in the order given
     steps = args.steps or (5 if args.quick else 30)
     with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = build_checkpoint(Path(tmp), args.device)
         baseline = (build_checkpoint(Path(tmp), args.device, args.baseline.split(), "baseline")
                     if args.baseline.strip() else None)
-        results = measure(checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device, baseline,
-                          args.threads, args.rounds)
+        results = measure(args.checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device,
+                          baseline, args.threads, args.rounds, args.doubt)
     at = "256" if "256" in results["cached"] else str(sizes[-1])
     summary = {
         f"cached_steps_per_s_at_{at}": results["cached"][at]["median"],
@@ -173,11 +186,14 @@ def main(argv: list[str] | None = None) -> None:
                                                     / results["cached_baseline"][at]["median"])
         summary["baseline_overrides"] = args.baseline
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size", "refiner_layers", "memory_steps")
+    keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size", "refiner_layers", "refiner_width",
+            "memory_steps")
     shape = {k: getattr(cfg.model, k) for k in keys}
     record_ = provenance(seed=0, device=args.device, device_name=hardware,
                          torch_threads=args.threads, model=shape,
+                         checkpoint=choose_checkpoint(args.checkpoint).describe(portable=True),
                          sample_rounds=args.rounds or cfg.model.sample_rounds,
+                         sample_doubt=cfg.model.sample_doubt if args.doubt is None else args.doubt,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
     print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"
                                                                      if baseline is not None else ""))

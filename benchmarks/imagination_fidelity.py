@@ -26,7 +26,7 @@ drawn as the game can show them (``--views game``: the learner at the centre, at
 ``num_agents - 1`` others) or every cell on its own (``--views cells``: the placement rule off).
 
     python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--views game cells]
-        [--samplers sampled argmax] [--rounds 1 8 81] [--policies greedy random dqn dream]
+        [--samplers sampled argmax] [--rounds 1 8 81] [--doubt 0.2] [--policies greedy random dqn dream]
         [--worlds 64] [--seed 0]
 
 Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png`` (validity by turn).
@@ -39,6 +39,7 @@ from pathlib import Path
 
 from rpg_base.cli import (
     ArgumentParser,
+    float_in,
     non_negative_int,
     output_file,
     positive_int,
@@ -76,7 +77,7 @@ def sampler_names(samplers: list[str], rounds: list[int] | None) -> list[str]:
 
 
 def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str], worlds: int,
-            seed: int) -> dict:
+            seed: int, doubt: float | None = None) -> dict:
     loaded = load_checkpoint(checkpoint)
     ref = reference_of(loaded)
     used = choose_checkpoint(checkpoint).describe(portable=True)
@@ -87,7 +88,8 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
             continue  # a model without a refiner draws every cell on its own: one row says it
         for name in policies:
             row = dream_and_real(loaded, ref, lambda name=name: policy(name), sample=sampler != "argmax",
-                                 views=views, worlds=worlds, seed=seed, sample_rounds=rounds)
+                                 views=views, worlds=worlds, seed=seed, sample_rounds=rounds,
+                                 sample_doubt=doubt)
             out["rows"][f"{sampler}/{name}"] = row
             print(line(checkpoint, views, sampler, name, row), flush=True)
     return out
@@ -137,7 +139,10 @@ def build_parser() -> ArgumentParser:
                         help="sampled (temperature 1) and/or argmax")
     parser.add_argument("--rounds", type=positive_int, nargs="+", default=None,
                         help="rounds of a joint draw for 'sampled' (one row each; default: the model's "
-                             "model.sample_rounds; 81: one cell a round)")
+                             "model.sample_rounds; 81 with --doubt 0: one cell a round)")
+    parser.add_argument("--doubt", type=float_in(0.0), default=None,
+                        help="doubt one round of a joint draw takes on (default: the model's "
+                             "model.sample_doubt; 0: one cell a round)")
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     parser.add_argument("--worlds", type=positive_int, default=64, help="imagined worlds and real games each")
     parser.add_argument("--seed", type=non_negative_int, default=0)
@@ -154,10 +159,10 @@ def main(argv: list[str] | None = None) -> None:
             choose_checkpoint(checkpoint)
     with pinned_torch_threads(args.threads):  # and the caller's setting back after
         samplers = sampler_names(args.samplers, args.rounds)
-        results = [compare(ck, views, samplers, args.policies, args.worlds, args.seed)
+        results = [compare(ck, views, samplers, args.policies, args.worlds, args.seed, args.doubt)
                    for ck in args.checkpoint for views in args.views]
     record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
-                        rounds=args.rounds,
+                        rounds=args.rounds, doubt=args.doubt,
                         threads=args.threads, results=results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

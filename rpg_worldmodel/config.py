@@ -125,13 +125,19 @@ class ModelConfig:
         64, "side of the memory map's canvas (cells; a torus): a world whose walks span more than "
         "map_size - view_size cells wraps onto itself")
     refiner_layers: int = setting(
-        2, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
+        1, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
         "(models/refiner.py); 0: every cell is drawn on its own")
-    refiner_width: int = setting(64, "token width of the cell refiner")
-    refiner_heads: int = setting(4, "attention heads of the cell refiner (must divide refiner_width)")
+    refiner_width: int = setting(32, "token width of the cell refiner")
+    refiner_heads: int = setting(2, "attention heads of the cell refiner (must divide refiner_width)")
+    refiner_views: int = setting(
+        256, "next views of each training batch the cell refiner is scored on (drawn among the "
+        "window's steps that attention sees whole)")
     sample_rounds: int = setting(
-        8, "rounds of a joint draw: each keeps the cells drawn with the highest probability; 1: the "
-        "refined cells drawn independently, view_size**2: one cell at a time")
+        32, "most rounds of a joint draw (the last takes every cell still open); 1: the refined cells "
+        "drawn independently, view_size**2 with sample_doubt 0: one cell at a time")
+    sample_doubt: float = setting(
+        0.2, "doubt a round of a joint draw takes on: it keeps the surest cells while the sum of their "
+        "1 - p(likeliest kind) stays within this (at least one cell); 0: one cell a round")
     move_rules: bool = setting(
         True, "condition on the game's movement table: the action convolution chooses by the move's "
         "outcome (a blocked move is its own choice) and the reward head reads the entered cell's kind "
@@ -214,12 +220,16 @@ class ModelConfig:
         if self.refiner_layers < 0 or self.refiner_width < 1 or self.refiner_heads < 1:
             raise ConfigError(f"model.refiner_layers must be >= 0 and refiner_width, refiner_heads >= 1, got "
                               f"{self.refiner_layers}, {self.refiner_width}, {self.refiner_heads}")
+        if self.refiner_views < 1:
+            raise ConfigError(f"model.refiner_views must be >= 1, got {self.refiner_views}")
         if self.refiner_width % self.refiner_heads:
             raise ConfigError(f"model.refiner_width={self.refiner_width} is not divisible by "
                               f"model.refiner_heads={self.refiner_heads}")
         if not 1 <= self.sample_rounds <= self.view_size**2:
             raise ConfigError(f"model.sample_rounds must be in 1..{self.view_size**2} (view_size**2), "
                               f"got {self.sample_rounds}")
+        if not 0 <= self.sample_doubt < float("inf"):
+            raise ConfigError(f"model.sample_doubt must be a number >= 0, got {self.sample_doubt}")
         if self.train_window < 0:
             raise ConfigError(f"model.train_window must be >= 0, got {self.train_window}")
         if self.memory_steps < 0:

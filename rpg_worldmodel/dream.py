@@ -100,7 +100,9 @@ def imagined_returns(model_zip: Path, world: World, episodes: int, seed: int) ->
 
 def real_and_imagined(model_zip: Path, cfg, world: World) -> dict[str, dict[str, Any]]:
     """``eval.json``: the agent, greedy, random and the shipped DQN expert in the real game on the
-    same seeds (`rpg_env.experts.evaluate`), and the agent in imagination (``"imagined"``)."""
+    same seeds (`rpg_env.experts.evaluate`), beside the co-player it dreamed with (the config's
+    ``env.co_policy``, random by default) and, as ``*_greedy_co_player``, beside a greedy one; and
+    the agent in imagination (``"imagined"``)."""
     from rpg_env.experts import pretrained_path
     from rpg_env.experts.evaluate import compare, run_episodes, summarize
     from rpg_env.policies.sb3 import SB3Policy
@@ -110,6 +112,10 @@ def real_and_imagined(model_zip: Path, cfg, world: World) -> dict[str, dict[str,
     expert = SB3Policy.load(pretrained_path(DREAM_EXPERT))
     expert_env = dict(expert.model.rpg_expert["env"])
     results[DREAM_EXPERT] = summarize(run_episodes(expert, expert_env, episodes, seed))
+    agent_env = dict(SB3Policy.load(model_zip).model.rpg_expert["env"])
+    beside_greedy = compare(model_zip, episodes=episodes, seed=seed,
+                            env_kwargs={**agent_env, "co_policy": "greedy"})
+    results.update({f"{name}_greedy_co_player": summary for name, summary in beside_greedy.items()})
     results["imagined"] = summarize(imagined_returns(model_zip, world, episodes, seed))
     return results
 
@@ -129,7 +135,14 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
     return {"world_model": choice, "world": asdict(world), "imagined_turns": imagined_turns,
             "real_turns": turns, "imagined_return": imagined, "real_return": real,
             "gap_per_episode": round(imagined * turns / imagined_turns - real, 4),
-            "real_vs_greedy": round(real / greedy, 4) if greedy else None}
+            "real_vs_greedy": round(real / greedy, 4) if greedy else None,
+            "real_vs_greedy_with_greedy_co_player": _ratio(results, "_greedy_co_player")}
+
+
+def _ratio(results: dict[str, dict[str, Any]], suffix: str) -> float | None:
+    """The agent's real return over greedy's, both beside the co-player that ``suffix`` names."""
+    greedy = results.get(f"greedy{suffix}", {}).get("mean")
+    return round(results[f"model{suffix}"]["mean"] / greedy, 4) if greedy else None
 
 
 def dream(cfg, world: World, out: str | Path | None = None, command: str | None = None) -> Path:

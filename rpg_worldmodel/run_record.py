@@ -37,7 +37,7 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: older maps reached back num_frames steps and trained on num_frames windows) and the cell refiner
 #: (model.refiner_layers and its sizes, model.sample_rounds, train.refiner_loss_weight; older models
 #: drew cells independently).
-CHECKPOINT_VERSION = 7
+CHECKPOINT_VERSION = 8
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
 #: (schema 2's one data file becomes a list of one by `migrate`).
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
@@ -47,6 +47,9 @@ MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     4: {"model": {"memory_map": False, "move_rules": False}},
     5: {"train": {"init_from": ""}},
     6: {"model": {"memory_steps": 0, "map_size": 64, "refiner_layers": 0, "train_window": 0}},
+    # schema 7 drew a fixed, geometric number of cells a round; that schedule is gone, and its
+    # refiners draw with the doubt budget, capped at the rounds they were given
+    7: {"model": {"sample_doubt": 0.2, "refiner_views": 64}},
 }
 #: The keys of meta.json this version reads; any other is kept in `CheckpointRecord.extra`.
 KNOWN_KEYS = ("format", "version", "step", "config", "splits", "data", "seed", "versions", "init_from",

@@ -261,6 +261,7 @@ def _benchmark_cases() -> list[tuple[str, str, list[str], str]]:
          "did you mean"),
         ("bench:imagination_fidelity", "no worlds", ["--worlds", "0", *out], "--worlds must be >= 1"),
         ("bench:imagination_fidelity", "unknown policy", ["--policies", "left", *out], "invalid choice"),
+        ("bench:imagination_fidelity", "negative doubt", ["--doubt", "-1", *out], "--doubt must be >= 0"),
         ("bench:imagination_fidelity", "missing checkpoint", ["--checkpoint", "{tmp}/none", *out], "none"),
         ("bench:recording", "unknown policy", ["--quick", "--policy", "bogus", *out], "not a policy"),
         ("bench:recording", "zero games", ["--quick", "--games", "0", *out], "--games must be >= 1"),

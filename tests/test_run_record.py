@@ -32,6 +32,11 @@ def _as_schema(version: int) -> dict:
     """The shipped record as schema ``version`` wrote it: without what later schemas added."""
     meta = _current()
     model, train = meta["config"]["model"], meta["config"]["train"]
+    if version < 8:
+        del model["sample_doubt"], model["refiner_views"]
+    if version < 7:
+        for key in ("memory_steps", "map_size", "refiner_layers", "train_window"):
+            model.pop(key, None)
     if version < 6:
         del train["init_from"]
     if version < 5:

@@ -327,9 +327,10 @@ def test_the_action_head_reads_a_policys_frame_stack_with_the_predicted_view():
     assert torch.equal(frames[:, 0, 0], torch.zeros_like(views[:, 0]))
     assert torch.equal(frames[:, 0, 1], views[:, 0])
     assert torch.equal(frames[:, 3, 0], views[:, 2]) and torch.equal(frames[:, 3, 1], views[:, 3])
-    # Views older than the stack reach the action only through the global tokens; in a model with
-    # one-step attention and the stack alone they do not reach it at all.
-    stack_only = _model(num_frames=1, action_frames=3)
+    # Views older than the stack reach the action only through the global tokens and the memory
+    # map's prior on the predicted view; in a model with one-step attention, no map and the stack
+    # alone they do not reach it at all.
+    stack_only = _model(num_frames=1, action_frames=3, memory_map=False)
     base = stack_only(views, actions).action
     older = views.clone()
     older[:, 1] = older[:, 1].roll(1, dims=-1)

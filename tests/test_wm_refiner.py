@@ -62,18 +62,50 @@ class _AllOrNothing(torch.nn.Module):
         return torch.where((wall | empty)[:, None, None], known, logits)
 
 
-@pytest.mark.parametrize("rounds", [V * V, 8])
-def test_the_draw_order_does_not_bias_what_is_drawn(rounds):
-    """With exact conditionals, one-cell-first draws are whole views, half of them walls; a
-    slight lean of the marginal towards walls stays slight. (Keeping the cells whose drawn value
-    was likeliest, MaskGIT's rule, would turn a 51:49 lean into all walls.)"""
+@pytest.mark.parametrize(("rounds", "doubt"), [(V * V, 0.0), (8, 0.0), (32, 0.2), (2, 0.2)])
+def test_the_draw_order_does_not_bias_what_is_drawn(rounds, doubt):
+    """With exact conditionals, a draw that takes the doubtful cells one at a time gives whole
+    views, half of them walls; a slight lean of the marginal towards walls stays slight. (Keeping
+    the cells whose drawn value was likeliest, MaskGIT's rule, would turn a 51:49 lean into all
+    walls.)"""
     logits = torch.full((2000, V, V, C), -30.0)
     logits[..., [WALL, EMPTY]] = torch.tensor([0.04, 0.0])  # 51:49
-    kinds = joint_sample(_AllOrNothing(), logits, torch.Generator().manual_seed(0), rounds)
+    kinds = joint_sample(_AllOrNothing(), logits, torch.Generator().manual_seed(0), rounds, doubt=doubt)
     walls = (kinds == WALL).flatten(1).float().mean(1)
-    if rounds == V * V:
-        assert ((walls == 0) | (walls == 1)).all()
+    assert ((walls == 0) | (walls == 1)).all()  # the first cell decides, the rest are then sure
     assert 0.46 < walls.mean() < 0.56
+
+
+class _CountedMarginals(torch.nn.Module):
+    """A refiner that refines nothing (each cell keeps its marginal) and records how many worlds
+    each pass was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.passes: list[int] = []
+
+    def forward(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+        self.passes.append(len(logits))
+        return logits
+
+
+def test_the_doubt_budget_takes_sure_cells_together_and_doubtful_ones_one_at_a_time():
+    """Each round keeps the surest open cells while their summed doubt stays within the budget:
+    a view of sure cells is drawn in one pass, a view of 81 fair coins in one pass per coin, and a
+    world whose view is complete takes no further pass; ``rounds`` caps the passes."""
+    identity = _CountedMarginals()
+    logits = torch.full((2, V, V, C), -30.0)
+    logits[0, ..., EMPTY] = 30.0  # sure: every cell empty
+    logits[1, ..., [WALL, EMPTY]] = 0.0  # every cell a fair coin
+    kinds = joint_sample(identity, logits, torch.Generator().manual_seed(0), V * V, doubt=0.2)
+    assert (kinds[0] == EMPTY).all() and set(kinds[1].unique().tolist()) == {WALL, EMPTY}
+    assert identity.passes == [2] + [1] * (V * V - 1)  # the sure world left after the first pass
+    identity.passes.clear()
+    joint_sample(identity, logits, torch.Generator().manual_seed(0), 3, doubt=0.2)
+    assert identity.passes == [2, 1, 1]  # capped: the third round took every cell still open
+    identity.passes.clear()
+    joint_sample(identity, logits, torch.Generator().manual_seed(0), V * V, doubt=2.0)
+    assert len(identity.passes) == 21  # four coins a round (doubt 0.5 each): 81 / 4, rounded up
 
 
 def test_a_joint_draw_keeps_its_given_cells_and_is_reproducible():
@@ -130,3 +162,8 @@ def test_bad_refiner_settings_are_refused(tiny_world_model):
         ModelConfig(refiner_width=30, refiner_heads=4).validate()
     with pytest.raises(InputError, match="sample_rounds must be an int in 1..81"):
         gym.make_vec(ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_rounds=82)
+    with pytest.raises(ConfigError, match="sample_doubt must be a number >= 0"):
+        ModelConfig(sample_doubt=-0.5).validate()
+    for doubt in (-0.1, True, "0.2", float("nan")):
+        with pytest.raises(InputError, match="sample_doubt must be a number >= 0"):
+            gym.make_vec(ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_doubt=doubt)

@@ -156,9 +156,13 @@ def test_an_agent_trains_in_imagination_and_is_judged_in_the_real_game(tiny_worl
     for name in ("model.zip", "config.yaml", "provenance.json", "eval.json", "dream.json"):
         assert (out / name).is_file(), name
     evaluation = json.loads((out / "eval.json").read_text())
-    assert {"model", "greedy", "random", "dqn", "imagined"} <= set(evaluation)
+    assert {"model", "greedy", "random", "dqn", "imagined", "model_greedy_co_player",
+            "greedy_greedy_co_player", "random_greedy_co_player"} <= set(evaluation)
     record = json.loads((out / "dream.json").read_text())
     assert record["real_return"] == evaluation["model"]["mean"]
+    beside_greedy = (evaluation["model_greedy_co_player"]["mean"]
+                     / evaluation["greedy_greedy_co_player"]["mean"])
+    assert record["real_vs_greedy_with_greedy_co_player"] == round(beside_greedy, 4)
     burn_in = load_checkpoint(run).config.model.num_frames - 1
     assert record["imagined_turns"] == record["real_turns"] - burn_in
     provenance = json.loads((out / "provenance.json").read_text())
@@ -174,7 +178,7 @@ def test_an_agent_trains_in_imagination_and_is_judged_in_the_real_game(tiny_worl
 
 def test_the_shipped_dream_agent_is_an_expert_of_the_real_game():
     """The agent that trained only in imagination ships with its records, loads as any expert does,
-    and plays the real game far better than random (its record says 94% of greedy over 100)."""
+    and plays the real game far better than random (its record says 99% of greedy over 100)."""
     from rpg_env.experts.evaluate import run_episodes
     from rpg_worldmodel.shipped import pretrained_path
 

@@ -216,6 +216,29 @@ def frame_validity(views: np.ndarray, ref: FidelityReference) -> Validity:
                     {c: int((~passed[c]).sum()) for c in CONDITIONS})
 
 
+def wall_breaks(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) -> dict[str, int]:
+    """Where impossible wall layouts begin. A break is a frame whose walls the game could not show
+    after one whose walls it could. ``"carried"`` counts the breaks whose walls differ from the frame
+    before in a cell both frames show (the frame before moved by the action, unless the cell it
+    enters cannot be entered); ``"entered"`` the breaks whose walls went wrong only in the cells
+    the move brought into view."""
+    views, actions = _check(views, actions, ref)
+    vocab, r = vocabulary(), ref.radius
+    side = 2 * r + 1
+    ok = ref.mask_id(views) >= 0
+    counts = {"entered": 0, "carried": 0}
+    for e, t in np.argwhere(ok[:, :-1] & ~ok[:, 1:]):
+        before, after = views[e, t] == vocab.wall, views[e, t + 1] == vocab.wall
+        dr, dc = (int(d) for d in ref.deltas[actions[e, t]])
+        if side == 1 or not vocab.passable[views[e, t, r + dr, r + dc]]:
+            dr = dc = 0
+        # cell (i, j) of the frame after shows what cell (i + dr, j + dc) of the frame before showed
+        rows, cols = slice(max(0, -dr), side - max(0, dr)), slice(max(0, -dc), side - max(0, dc))
+        moved = before[max(0, dr): side + min(0, dr), max(0, dc): side + min(0, dc)]
+        counts["carried" if (after[rows, cols] != moved).any() else "entered"] += 1
+    return counts
+
+
 # ----------------------------------------------------------------------------- positions
 @dataclass(frozen=True, eq=False)
 class Track:

@@ -26,6 +26,7 @@ from rpg_worldmodel.envs.fidelity import (
     fidelity,
     frame_validity,
     geometric_consistency,
+    wall_breaks,
 )
 from rpg_worldmodel.envs.imagination import GivenContext, ImaginedWorlds, Start
 from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weights
@@ -107,25 +108,29 @@ def mean_interval(per_world: np.ndarray, seed: int) -> dict[str, float]:
 
 def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, start_cells: np.ndarray,
              seed: int) -> dict[str, Any]:
-    """`MEASURES` of a batch of episodes with intervals, and the frames failing each validity check."""
+    """`MEASURES` of a batch of episodes with intervals, the frames failing each validity check, and
+    where impossible wall layouts began (`wall_breaks`)."""
     shares = fidelity(codes, actions, ref, start=start_cells)
     shares["consistency_any_start"] = geometric_consistency(codes, actions, ref).share
     return {**{m: share_interval(shares[m], seed) for m in MEASURES},
-            "failed": {k: int(v) for k, v in shares["failed"].items()}}
+            "failed": {k: int(v) for k, v in shares["failed"].items()},
+            "wall_breaks": wall_breaks(codes, actions, ref)}
 
 
 def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Callable[[], BatchPolicy],
                    *, sample: bool, views: str, worlds: int, seed: int,
-                   sample_rounds: int | None = None) -> dict[str, Any]:
+                   sample_rounds: int | None = None, sample_doubt: float | None = None) -> dict[str, Any]:
     """One policy (``policy()`` makes a fresh one per world) in the dream of ``loaded`` and in the
     real game, from the same opening: the measures of both, the return per episode of both and
     their gap (points and share of the real return), the dream's validity by frame, and its
-    imagined steps per second. ``sample_rounds``: rounds of a joint draw (None: the model's)."""
+    imagined steps per second. ``sample_rounds``, ``sample_doubt``: most rounds of a joint draw and
+    the doubt each takes on (None: the model's)."""
     rules, num_frames = dict(loaded.record.data.env_kwargs), loaded.config.model.num_frames
     start, real, obs, first = real_opening(rules, num_frames, worlds, seed)
     context = GivenContext()
     context.give(start)
-    dream = ImaginedWorlds(loaded, worlds, context, sample=sample, views=views, sample_rounds=sample_rounds)
+    dream = ImaginedWorlds(loaded, worlds, context, sample=sample, views=views, sample_rounds=sample_rounds,
+                           sample_doubt=sample_doubt)
     dream.reset(np.arange(worlds), np.random.default_rng(seed))
     began = time.perf_counter()
     im_codes, im_actions, im_return = play_out(_imagined_step(dream), dream.observations(), policy(), seed)
@@ -142,6 +147,7 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
                    "gap_share_of_real": share},
         "validity_by_turn": frame_validity(im_codes, ref).valid.mean(0).round(4).tolist(),
         "sample_rounds": dream.sample_rounds if sample else None,
+        "sample_doubt": dream.sample_doubt if sample else None,
         "imagined_steps_per_s": round(im_actions.size / seconds, 1),  # the policy's time included
     }
 

@@ -82,8 +82,10 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
             ``"cells"``, every cell on its own (a factorised model's plain sample, for diagnosis).
         torch_threads: torch's CPU threads while a step runs (1: best for these small steps, even
             on a busy machine; None: torch's own setting); restored after each step.
-        sample_rounds: rounds of a joint draw of the next view, for a model with a cell refiner
-            (None: the model's ``sample_rounds``; `rpg_worldmodel.models.refiner`).
+        sample_rounds: most rounds of a joint draw of the next view, for a model with a cell
+            refiner (None: the model's ``sample_rounds``; `rpg_worldmodel.models.refiner`).
+        sample_doubt: doubt one round of that draw takes on (None: the model's ``sample_doubt``;
+            0: one cell a round).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
@@ -92,12 +94,13 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
                  temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
                  views: str = "game", torch_threads: int | None = DEFAULT_TORCH_THREADS,
-                 sample_rounds: int | None = None) -> None:
+                 sample_rounds: int | None = None, sample_doubt: float | None = None) -> None:
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, co_policy, sample=sample,
                                       temperature=temperature, device=device, views=views,
-                                      torch_threads=torch_threads, sample_rounds=sample_rounds)
+                                      torch_threads=torch_threads, sample_rounds=sample_rounds,
+                                      sample_doubt=sample_doubt)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.observation_space, self.action_space = _spaces(loaded)
         self.render_mode = render_mode
@@ -148,7 +151,8 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
                  reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
                  temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, views: str = "game",
-                 torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None) -> None:
+                 torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
+                 sample_doubt: float | None = None) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise InputError(f"num_envs must be a positive int, got {num_envs!r}")
         if render_mode not in (None, "rgb_array"):
@@ -156,7 +160,8 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, co_policy,
                                       sample=sample, temperature=temperature, device=device, views=views,
-                                      torch_threads=torch_threads, sample_rounds=sample_rounds)
+                                      torch_threads=torch_threads, sample_rounds=sample_rounds,
+                                      sample_doubt=sample_doubt)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self.metadata["autoreset_mode"] = self.autoreset_mode

@@ -6,19 +6,27 @@ of a row that is either all wall or none comes out wall, and items appear wherev
 them a little probability. `CellRefiner` learns how the cells go together. It is a small
 transformer over the cells of one next view that reads the view head's distribution of every
 cell and the kinds of the cells drawn so far, and gives every cell's distribution given them.
-It is trained as MaskGIT is (Chang et al., 2022): a random share of the true next view is shown, and
-it predicts the rest (`refiner_loss`, on 64 next views a batch). It reads the view head's logits
-detached, so the view head and everything it is scored on train as they would without it (but
-for the gradient-norm clip they share).
+It is trained as MaskGIT is (Chang et al., 2022): a random share of the true next view is shown,
+and it predicts the rest (`refiner_loss`, on ``model.refiner_views`` next views a batch). It reads
+the view head's logits detached, so the view head and everything it is scored on train as they
+would without it (but for the gradient-norm clip they share).
 
-`joint_sample` draws a view in ``rounds`` rounds: each round draws every cell still open from the
-refined distributions and keeps those whose distribution is surest (a geometric schedule sets how
-many), so the uncertain cells are drawn last, a few at a time, knowing the rest. The order depends
-on the distributions only, never on the values drawn, so with ``V * V`` rounds (one cell at a time)
-a draw is an exact sample of the refiner's autoregressive distribution; one round is the independent
-draw of the refined marginals. (MaskGIT keeps the cells whose *drawn value* was likeliest; measured
-on rows that are all wall or all empty at 50:50, that drew 99.5% walls.) Nothing here knows a game:
-the refiner learns from the data which cells agree.
+`joint_sample` draws a view in rounds: each round draws every cell still open from the refined
+distributions and keeps the surest ones while their summed doubt (1 - the likeliest kind's
+probability: the expected number of them not drawn as their likeliest kind) stays within
+``doubt``, at least one cell a round. So the cells the model is sure of go together in the first
+round, and the doubtful ones one or a few at a time, each knowing the others: an incoming row that
+may be wall or may be open is decided by its first cell, not by nine coin tosses at once. The
+number of rounds follows from how doubtful a view is (``rounds`` caps it: the last takes every cell
+still open), and a world whose view is complete takes no further pass. The order depends on the
+distributions only, never on the values drawn, so with ``doubt`` = 0 and ``V * V`` rounds (one cell
+at a time) a draw is an exact sample of the refiner's autoregressive distribution; one round is the
+independent draw of the refined marginals. (MaskGIT keeps the cells whose *drawn value* was
+likeliest; measured on rows that are all wall or all empty at 50:50, that drew 99.5% walls.)
+Measured against the schedule that came before (a fixed, geometric number of cells a round), the
+budget drew about as few impossible views as one cell a round does, at the cost of that schedule's
+8 rounds (docs/imagination.md, "Fidelity"). Nothing here knows a game: the refiner learns from the data which cells
+agree.
 """
 
 from __future__ import annotations
@@ -63,12 +71,12 @@ def refiner(cfg: ModelConfig, init: Callable[[nn.Module], None]) -> CellRefiner 
 
 
 def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.Tensor, first: int,
-                 views: int = 64) -> torch.Tensor:
+                 views: int = 256) -> torch.Tensor:
     """The refiner's cross-entropy (nats) on the cells it was not shown: ``view_logits`` (B, T, C,
     V, V) from the view head (read detached), ``targets`` (B, T, V, V) the true kinds. It is
     scored on ``views`` next views drawn at random among steps ``first`` .. T-1 (pass
     ``num_frames - 1``: those predicted with the attention's whole context, as imagination
-    predicts; all of them cost 4x the training time), each showing a random share of its cells,
+    predicts), each showing a random share of its cells,
     ``1 - cos(pi u / 2)`` for u uniform in [0, 1). In training the draws come from torch's global
     generator; in eval mode from a fixed one, so a validation loss is a function of the weights
     alone."""
@@ -94,35 +102,33 @@ def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.
 @torch.no_grad()
 def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Generator, rounds: int,
                  temperature: float = 1.0, fixed: torch.Tensor | None = None,
-                 banned: int | None = None) -> torch.Tensor:
+                 banned: int | None = None, doubt: float = 0.0) -> torch.Tensor:
     """Kinds (N, V, V) long: one joint draw of the next views whose view-head ``logits`` are
-    (N, V, V, C), in ``rounds`` rounds (see the module's docstring), each distribution softened
-    by ``temperature``. ``fixed`` (N, V, V) long: kinds given before the first round (``C``: open);
-    ``banned``: a kind no open cell may take (the sampler's placed agents)."""
+    (N, V, V, C), each round taking the surest open cells whose summed doubt stays within ``doubt``
+    (at least one; see the module's docstring), in at most ``rounds`` rounds, each distribution
+    softened by ``temperature``. ``fixed`` (N, V, V) long: kinds given before the first round
+    (``C``: open); ``banned``: a kind no open cell may take (the sampler's placed agents)."""
     n, v, _, c = logits.shape
     flat = logits.reshape(n, v * v, c)
     drawn = torch.full((n, v * v), c, dtype=torch.long, device=logits.device) if fixed is None \
         else fixed.reshape(n, v * v).clone()
-    open_at_start = (drawn == c).sum(1, keepdim=True)  # (N, 1)
+    first = torch.arange(v * v, device=logits.device) == 0
     for k in range(rounds):
-        is_open = drawn == c
-        if not bool(is_open.any()):
+        uniform = torch.rand(n, v * v, 1, generator=generator, device=logits.device)
+        active = (drawn == c).any(1).nonzero()[:, 0]
+        if not len(active):
             break
-        refined = module(flat, drawn) / temperature
+        is_open = drawn[active] == c
+        refined = module(flat[active], drawn[active]) / temperature
         if banned is not None:
             refined = refined.index_fill(-1, torch.tensor([banned], device=refined.device), -torch.inf)
         probs = torch.softmax(refined, -1)
-        uniform = torch.rand(n, v * v, 1, generator=generator, device=logits.device)
-        pick = (uniform > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)  # (N, L), inverse CDF
-        # cells still open after this round: a geometric schedule, L ** (1 - (k + 1) / rounds), so
-        # the many sure cells go in the first rounds and the few unsure ones one or two a round at
-        # the end, but at least one cell for each round to come (rounds = L: one cell a round)
-        left = torch.floor(open_at_start.double() ** (1 - (k + 1) / rounds)).long().clamp_min(rounds - k - 1)
-        left = torch.zeros_like(left) if k == rounds - 1 else left
-        # the cells whose distributions are surest go first; ranking by the probability of the
-        # value drawn instead (MaskGIT's confidence) would favour likelier values and bias the draw
-        sure = probs.amax(-1).masked_fill(~is_open, -1.0)
-        rank = torch.argsort(torch.argsort(sure, dim=1, descending=True, stable=True), dim=1, stable=True)
-        take = is_open & (rank < (is_open.sum(1, keepdim=True) - left))
-        drawn = torch.where(take, pick, drawn)
+        pick = (uniform[active] > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)  # (A, L), inverse CDF
+        # surest first; ranking by the probability of the value drawn instead (MaskGIT's
+        # confidence) would favour likelier values and bias the draw
+        doubts = (1 - probs.amax(-1)).masked_fill(~is_open, torch.inf)
+        order = torch.argsort(doubts, dim=1, stable=True)
+        within = (doubts.gather(1, order).cumsum(1) <= doubt) | first | (k == rounds - 1)
+        take = torch.zeros_like(is_open).scatter(1, order, within) & is_open
+        drawn[active] = torch.where(take, pick, drawn[active])
     return drawn.view(n, v, v)

@@ -243,13 +243,13 @@ class WorldModel(nn.Module):
             # argmax over a contiguous last axis: ~7x faster on CPU than over the strided C axis
             predicted_codes = view_logits.movedim(2, -1).contiguous().argmax(-1)
             stats = {
-                "view_ce": cell_ce.mean(),
-                "action_ce": action_ce.detach(),
+                "view_ce": cell_ce.mean(), "action_ce": action_ce.detach(),
                 "action_acc": (action_logits.argmax(-1) == action_targets).float().mean(),
                 "cell_acc": (predicted_codes == target_codes).float().mean(),
             }
         if self.refiner is not None:
-            refiner_ce = refiner_loss(self.refiner, view_logits, target_codes, first=self.cfg.num_frames - 1)
+            refiner_ce = refiner_loss(self.refiner, view_logits, target_codes, self.cfg.num_frames - 1,
+                                      self.cfg.refiner_views)
             loss = loss + weights.refiner * refiner_ce
             stats["refiner_ce"] = refiner_ce.detach()
         if out.reward is not None:
