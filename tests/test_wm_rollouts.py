@@ -35,6 +35,18 @@ def test_starts_hold_the_context_and_the_real_future(setting):
     np.testing.assert_array_equal(starts.views[1], views[offset : offset + 7])
     with pytest.raises(ValueError, match="no episode"):
         rollout_starts(es, num_frames=3, horizon=200)
+    # The longest rollout an episode holds reads nothing past it, the store's last episode included
+    # (it once read one action past the last episode's end and failed).
+    longest = int(store.lengths.max()) - 3
+    whole = rollout_starts(es, num_frames=3, horizon=longest)
+    last = len(store) - 1
+    if store.lengths[last] == store.lengths.max():
+        assert last in whole.rows
+    views, actions = store.episode(int(whole.rows[-1]))
+    np.testing.assert_array_equal(whole.views[-1], views[: 3 + longest])
+    np.testing.assert_array_equal(whole.actions[-1], actions[: 3 + longest - 1])
+    with pytest.raises(ValueError, match="no episode"):
+        rollout_starts(es, num_frames=3, horizon=longest + 1)
 
 
 def test_every_predictor_is_scored_at_every_horizon(setting):

@@ -53,16 +53,19 @@ class Starts:
 
 def rollout_starts(es: EvalSet, num_frames: int, horizon: int) -> Starts:
     """Non-overlapping starts in every episode: context steps ``s .. s+T-1``, then H steps whose
-    real views and rewards are known (``s + T - 1 + H <= L``), spaced H apart."""
+    real views and rewards are known, spaced H apart. A window is read as ``T + H`` steps of the
+    store (`Store.gather`, whose last action is not used), so it ends inside the episode:
+    ``s + T + H <= L``, and H is at most ``L - T``."""
     store = es.store()
     span = num_frames + horizon  # views per start
     rows, starts = [], []
     for row, length in enumerate(store.lengths):
-        for s in range(0, int(length) - span + 2, horizon):
+        for s in range(0, int(length) - span + 1, horizon):
             rows.append(row)
             starts.append(s)
     if not rows:
-        raise ValueError(f"no episode of {es.path} has {span - 1} steps for a rollout of {horizon}")
+        raise ValueError(f"no episode of {es.path} has the {span} steps a rollout of {horizon} after "
+                         f"{num_frames} views reads (at most {int(max(store.lengths)) - num_frames})")
     rows_a, starts_a = np.asarray(rows, dtype=np.int64), np.asarray(starts, dtype=np.int64)
     views, actions, rewards = store.gather(rows_a, starts_a, span)
     return Starts(views, actions[:, :-1], rewards[:, :-1], rows_a)
