@@ -14,7 +14,10 @@ the same way in both worlds:
   bumps included, from the real start (the dream must keep to the real map) and, as
   ``consistency_any_start``, from every start the first frame allows (it must keep to some map);
 - ``item_persistence``: of items seen and not collected, the share still there when their cell
-  comes back into view; ``spawn_rate``: new items per empty cell in view per turn;
+  comes back into view; ``spawn_rate``: new items per empty cell in view per turn (both follow
+  the cells by the frames' own moves, so a dream's items are judged in its own geometry);
+- ``wall_breaks``: where impossible wall layouts began (the cells a move brought in, or cells
+  carried over from the frame before);
 - ``return``: points per episode after the opening, imagined and real, their gap and the gap as a
   share of the real return.
 

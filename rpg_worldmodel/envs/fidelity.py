@@ -314,6 +314,25 @@ def _agent_ahead(views: np.ndarray, actions: np.ndarray, ref: FidelityReference)
     return ahead == vocabulary().agent
 
 
+def frame_positions(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) -> np.ndarray:
+    """``(N, T, 2)`` int64 (row, column) of the learner by dead reckoning in the frames themselves:
+    each action moves it by the game's delta unless the frame before the move shows, in the cell
+    it enters, a kind that cannot be entered (a wall, an agent). The first frame is at
+    ``(T, T)``, so no position is negative. In a real game these are its true moves; an imagined
+    game is followed by its own geometry, so its items are compared with the cells it showed,
+    whatever map it keeps (by the real map's moves, a dream that walked where the real map has a
+    wall would be compared with the wrong cells)."""
+    views, actions = _check(views, actions, ref)
+    n, t_len = views.shape[:2]
+    r, acts = ref.radius, actions[:, : t_len - 1]
+    delta = ref.deltas[acts]  # (N, T - 1, 2)
+    if r:
+        ahead = views[np.arange(n)[:, None], np.arange(t_len - 1)[None], delta[..., 0] + r, delta[..., 1] + r]
+        delta = delta * vocabulary().passable[ahead][..., None]
+    moves = np.concatenate([np.zeros((n, 1, 2), dtype=np.int64), delta.astype(np.int64)], 1)
+    return t_len + moves.cumsum(1)
+
+
 # ----------------------------------------------------------------------------- items
 @dataclass(frozen=True, eq=False)
 class Persistence:
@@ -326,30 +345,33 @@ class Persistence:
     persisted: np.ndarray
 
 
-def _world_cells(positions: np.ndarray, ref: FidelityReference) -> np.ndarray:
-    """``(N, T, V * V)`` int64 cell of each view cell on the map padded by ``r`` cells (row-major
-    index into ``(H + 2r, W + 2r)``); -1 for frames without a known position."""
+def _world_cells(positions: np.ndarray, ref: FidelityReference) -> tuple[np.ndarray, int, int]:
+    """``(N, T, V * V)`` int64 cell of each view cell on a canvas that holds every view (row-major:
+    the map padded by ``r`` cells, or larger where the positions go further), -1 for frames without
+    a known position; the canvas's size and width."""
     r, side = ref.radius, ref.params.view_size
-    width = ref.params.width + 2 * r
+    known = positions[..., 0] >= 0
+    height = max(ref.params.height, int(positions[..., 0][known].max(initial=0)) + 1) + 2 * r
+    width = max(ref.params.width, int(positions[..., 1][known].max(initial=0)) + 1) + 2 * r
     dr, dc = np.divmod(np.arange(side * side), side)  # offsets from the view's corner
     rows = positions[..., :1] + dr  # padded row = map row - r + dr + r
     cols = positions[..., 1:] + dc
-    return np.where(positions[..., :1] >= 0, rows * width + cols, -1)
+    return np.where(positions[..., :1] >= 0, rows * width + cols, -1), height * width, width
 
 
 def item_persistence(views: np.ndarray, positions: np.ndarray, ref: FidelityReference) -> Persistence:
     """Of the items seen that come back into view after their cell left it, the share still there.
 
-    ``positions`` ``(N, T, 2)``: the learner's (row, column) in each view (`Track.positions`, the
-    moves' implied ones, or the real ones; -1 rows are frames skipped). A return is a view where a
+    ``positions`` ``(N, T, 2)``: the learner's (row, column) in each view (`frame_positions`, the
+    frames' own moves; `Track.positions`, the real map's; or the real ones; -1 rows are frames
+    skipped). A return is a view where a
     cell is seen that was not seen in the view before but was seen earlier holding a pick-up kind;
     it persisted when the cell holds the same kind again. The learner cannot take what it does not
     see, so a real game loses an item only to a co-player (or never, played alone).
     """
     views, _ = _check(views, None, ref)
     n, t_len = views.shape[:2]
-    cells = _world_cells(np.asarray(positions, dtype=np.int64), ref)
-    size = (ref.params.height + 2 * ref.radius) * (ref.params.width + 2 * ref.radius)
+    cells, size, width = _world_cells(np.asarray(positions, dtype=np.int64), ref)
     last_kind = np.full((n, size), -1, dtype=np.int64)
     last_seen = np.full((n, size), -1, dtype=np.int64)
     codes = views.reshape(n, t_len, -1).astype(np.int64)
@@ -365,7 +387,7 @@ def item_persistence(views: np.ndarray, positions: np.ndarray, ref: FidelityRefe
         last_seen[rows[:, None], idx], last_kind[rows[:, None], idx] = t, kind
     found = np.concatenate(found) if found else np.zeros((0, 6), dtype=np.int64)
     persisted = found[:, 5] == found[:, 4]
-    row, col = np.divmod(found[:, 3], ref.params.width + 2 * ref.radius)
+    row, col = np.divmod(found[:, 3], width)
     returns = np.stack([found[:, 0], found[:, 1], found[:, 2], row - ref.radius, col - ref.radius,
                         found[:, 4]], 1)
     share = Share(np.bincount(found[persisted, 0], minlength=n), np.bincount(found[:, 0], minlength=n))
@@ -401,11 +423,10 @@ def fidelity(views: np.ndarray, actions: np.ndarray, ref: FidelityReference,
              start: np.ndarray | None = None, positions: np.ndarray | None = None) -> dict[str, Any]:
     """All four measurements of a batch of episodes: ``{name: Share}`` (per-episode hits and totals)
     and ``"failed"``: frames failing each validity condition. The item measurements use the
-    ``positions`` given (N, T, 2), else the ones the moves imply from ``start``
-    (`geometric_consistency`)."""
+    ``positions`` given (N, T, 2), else the frames' own moves (`frame_positions`)."""
     validity = frame_validity(views, ref)
     track = geometric_consistency(views, actions, ref, start)
-    where = track.positions if positions is None else np.asarray(positions)
+    where = frame_positions(views, actions, ref) if positions is None else np.asarray(positions)
     return {"frame_validity": validity.share, "geometric_consistency": track.share,
             "item_persistence": item_persistence(views, where, ref).share,
             "spawn_rate": spawn_rate(views, where, ref), "failed": validity.failed}
