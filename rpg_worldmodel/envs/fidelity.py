@@ -223,20 +223,15 @@ def wall_breaks(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) 
     enters cannot be entered); ``"entered"`` the breaks whose walls went wrong only in the cells
     the move brought into view."""
     views, actions = _check(views, actions, ref)
-    vocab, r = vocabulary(), ref.radius
-    side = 2 * r + 1
+    wall = vocabulary().wall
     ok = ref.mask_id(views) >= 0
-    counts = {"entered": 0, "carried": 0}
-    for e, t in np.argwhere(ok[:, :-1] & ~ok[:, 1:]):
-        before, after = views[e, t] == vocab.wall, views[e, t + 1] == vocab.wall
-        dr, dc = (int(d) for d in ref.deltas[actions[e, t]])
-        if side == 1 or not vocab.passable[views[e, t, r + dr, r + dc]]:
-            dr = dc = 0
-        # cell (i, j) of the frame after shows what cell (i + dr, j + dc) of the frame before showed
-        rows, cols = slice(max(0, -dr), side - max(0, dr)), slice(max(0, -dc), side - max(0, dc))
-        moved = before[max(0, dr): side + min(0, dr), max(0, dc): side + min(0, dc)]
-        counts["carried" if (after[rows, cols] != moved).any() else "entered"] += 1
-    return counts
+    breaks = ok[:, :-1] & ~ok[:, 1:]
+    # the frames' own moves; a one-cell view cannot see what would block one, and its only cell
+    # is compared with the frame before's, as if the learner stayed
+    shift = np.diff(frame_positions(views, actions, ref), axis=1) * (ref.radius > 0)
+    before, after, both = _carried_cells(views, shift)
+    changed = (both & ((before == wall) != (after == wall))).any(-1)
+    return {"entered": int((breaks & ~changed).sum()), "carried": int((breaks & changed).sum())}
 
 
 # ----------------------------------------------------------------------------- positions
@@ -303,14 +298,22 @@ def _start_cells(start: np.ndarray, n: int, ref: FidelityReference) -> np.ndarra
     return start[:, 0].astype(np.int64) * width + start[:, 1]
 
 
+def _kind_ahead(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) -> np.ndarray | None:
+    """``(N, T - 1)``: the kind view t shows in the cell action t moves into; None for a one-cell
+    view, which shows no neighbour (nothing seen can block)."""
+    r, n, t_len = ref.radius, *views.shape[:2]
+    if r == 0:
+        return None
+    acts = actions[:, : t_len - 1]
+    dr, dc = ref.deltas[acts, 0] + r, ref.deltas[acts, 1] + r
+    return views[np.arange(n)[:, None], np.arange(t_len - 1)[None], dr, dc]
+
+
 def _agent_ahead(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) -> np.ndarray:
     """``(N, T - 1)`` bool: view t shows an agent in the cell action t moves into."""
-    r, n, t_len = ref.radius, *views.shape[:2]
-    acts = actions[:, : t_len - 1]
-    if r == 0:  # a one-cell view shows no neighbour: nothing seen can block
-        return np.zeros(acts.shape, dtype=bool)
-    dr, dc = ref.deltas[acts, 0] + r, ref.deltas[acts, 1] + r
-    ahead = views[np.arange(n)[:, None], np.arange(t_len - 1)[None], dr, dc]
+    ahead = _kind_ahead(views, actions, ref)
+    if ahead is None:
+        return np.zeros((len(views), views.shape[1] - 1), dtype=bool)
     return ahead == vocabulary().agent
 
 
@@ -324,10 +327,9 @@ def frame_positions(views: np.ndarray, actions: np.ndarray, ref: FidelityReferen
     wall would be compared with the wrong cells)."""
     views, actions = _check(views, actions, ref)
     n, t_len = views.shape[:2]
-    r, acts = ref.radius, actions[:, : t_len - 1]
-    delta = ref.deltas[acts]  # (N, T - 1, 2)
-    if r:
-        ahead = views[np.arange(n)[:, None], np.arange(t_len - 1)[None], delta[..., 0] + r, delta[..., 1] + r]
+    delta = ref.deltas[actions[:, : t_len - 1]]  # (N, T - 1, 2)
+    ahead = _kind_ahead(views, actions, ref)
+    if ahead is not None:
         delta = delta * vocabulary().passable[ahead][..., None]
     moves = np.concatenate([np.zeros((n, 1, 2), dtype=np.int64), delta.astype(np.int64)], 1)
     return t_len + moves.cumsum(1)
@@ -404,18 +406,27 @@ def spawn_rate(views: np.ndarray, positions: np.ndarray, ref: FidelityReference)
     """
     views, _ = _check(views, None, ref)
     positions = np.asarray(positions, dtype=np.int64)
-    vocab, side, n = vocabulary(), ref.params.view_size, len(views)
-    shift = positions[:, 1:] - positions[:, :-1]  # (N, T - 1, 2): view t's cell (i, j) is (i + d) before
+    vocab = vocabulary()
     known = (positions[:, 1:, 0] >= 0) & (positions[:, :-1, 0] >= 0)
-    i, j = np.divmod(np.arange(side * side), side)
-    pi, pj = i + shift[..., :1], j + shift[..., 1:]  # (N, T - 1, V * V)
-    both = known[..., None] & (pi >= 0) & (pi < side) & (pj >= 0) & (pj < side)
-    before = views[:, :-1].reshape(n, -1, side * side)
-    before = np.take_along_axis(before, np.clip(pi, 0, side - 1) * side + np.clip(pj, 0, side - 1), -1)
-    after = views[:, 1:].reshape(n, -1, side * side)
+    before, after, both = _carried_cells(views, positions[:, 1:] - positions[:, :-1])
+    both &= known[..., None]
     trials = both & (before == vocab.empty) & (after != vocab.agent)
     hits = trials & np.isin(after, ref.items)
     return Share(hits.sum((1, 2)), trials.sum((1, 2)))
+
+
+def _carried_cells(views: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each view t + 1 beside what view t showed of the same cells, the learner having moved by
+    ``shift`` (N, T - 1, 2) between them: ``before``, ``after`` (N, T - 1, V * V) codes (cell (i, j)
+    of view t + 1 and cell (i, j) + shift of view t) and ``both`` (N, T - 1, V * V) bool, where
+    view t showed that cell too."""
+    n, side = len(views), views.shape[-1]
+    i, j = np.divmod(np.arange(side * side), side)
+    pi, pj = i + shift[..., :1], j + shift[..., 1:]  # (N, T - 1, V * V)
+    both = (pi >= 0) & (pi < side) & (pj >= 0) & (pj < side)
+    before = views[:, :-1].reshape(n, -1, side * side)
+    before = np.take_along_axis(before, np.clip(pi, 0, side - 1) * side + np.clip(pj, 0, side - 1), -1)
+    return before, views[:, 1:].reshape(n, -1, side * side), both
 
 
 # ----------------------------------------------------------------------------- all four

@@ -25,8 +25,8 @@ independent draw of the refined marginals. (MaskGIT keeps the cells whose *drawn
 likeliest; measured on rows that are all wall or all empty at 50:50, that drew 99.5% walls.)
 Measured against the schedule that came before (a fixed, geometric number of cells a round), the
 budget drew about as few impossible views as one cell a round does, at the cost of that schedule's
-8 rounds (docs/imagination.md, "Fidelity"). Nothing here knows a game: the refiner learns from the data which cells
-agree.
+8 rounds (docs/imagination.md, "Fidelity"). Nothing here knows a game: the refiner learns from
+the data which cells agree.
 """
 
 from __future__ import annotations
@@ -118,8 +118,9 @@ def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Gen
         active = (drawn == c).any(1).nonzero()[:, 0]
         if not len(active):
             break
-        is_open = drawn[active] == c
-        refined = module(flat[active], drawn[active]) / temperature
+        part = drawn[active]
+        is_open = part == c
+        refined = module(flat[active], part) / temperature
         if banned is not None:
             refined = refined.index_fill(-1, torch.tensor([banned], device=refined.device), -torch.inf)
         probs = torch.softmax(refined, -1)
@@ -130,5 +131,5 @@ def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Gen
         order = torch.argsort(doubts, dim=1, stable=True)
         within = (doubts.gather(1, order).cumsum(1) <= doubt) | first | (k == rounds - 1)
         take = torch.zeros_like(is_open).scatter(1, order, within) & is_open
-        drawn[active] = torch.where(take, pick, drawn[active])
+        drawn[active] = torch.where(take, pick, part)
     return drawn.view(n, v, v)
