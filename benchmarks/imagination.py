@@ -54,8 +54,9 @@ import rpg_worldmodel
 from rpg_base.cli import ArgumentParser, device_name, float_in, non_negative_int, positive_int, run_command
 from rpg_base.provenance import provenance
 from rpg_env.record import record
-from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
+from rpg_worldmodel.checkpoint import choose_checkpoint
 from rpg_worldmodel.config import load_config
+from rpg_worldmodel.run_record import read_record
 from rpg_worldmodel.train import train
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -163,8 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     load_config(None, args.baseline.split())  # bad overrides fail before any training
-    loaded = load_checkpoint(args.checkpoint)  # a missing checkpoint fails before any training too
-    cfg = loaded.config
+    choice = choose_checkpoint(args.checkpoint)  # a missing checkpoint fails before any training too
+    cfg = read_record(choice.folder / "meta.json").config  # its settings; each env loads the weights
     cells = cfg.model.view_size ** 2
     if args.rounds is not None and args.rounds > cells:
         parser.error(f"--rounds must be in 1..{cells} (one cell a round), got {args.rounds}")
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     shape = {k: getattr(cfg.model, k) for k in keys}
     record_ = provenance(seed=0, device=args.device, device_name=hardware,
                          torch_threads=args.threads, model=shape,
-                         checkpoint=choose_checkpoint(args.checkpoint).describe(portable=True),
+                         checkpoint=choice.describe(portable=True),
                          sample_rounds=args.rounds or cfg.model.sample_rounds,
                          sample_doubt=cfg.model.sample_doubt if args.doubt is None else args.doubt,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)

@@ -246,6 +246,8 @@ def _benchmark_cases() -> list[tuple[str, str, list[str], str]]:
         ("bench:imagination", "unknown baseline key", ["--quick", "--baseline", "model.widht=8"],
          "did you mean"),
         ("bench:imagination", "more rounds than cells", ["--quick", "--rounds", "82"], "--rounds must be in 1..81"),
+        ("bench:imagination", "missing checkpoint", ["--quick", "--checkpoint", "{tmp}/none"], "does not exist"),
+        ("bench:imagination", "negative doubt", ["--quick", "--doubt", "-0.1"], "--doubt must be >= 0"),
         ("bench:generalisation", "unseen levels among the training ones",
          ["--quick", "--test-start", "10", *out], "--test-start 10 lies inside the training levels"),
         ("bench:generalisation", "one game", ["--episodes", "1", *out], "--episodes must be in 2.."),
