@@ -278,7 +278,8 @@ class TrainConfig:
         True, "show progress: a bar on a terminal, a plain line every few seconds in a log")
     init_from: str = setting(
         "", "checkpoint (or run folder: its best) whose weights start this run, to fine-tune it: same "
-        "model config and data; its split is kept; fresh optimizer and schedule; empty = random init")
+        "model config, its data files (and maybe more); its split is kept (new files' games are split "
+        "as the settings draw); fresh optimizer and schedule; empty = random init")
 
     def validate(self) -> None:
         """Ranges of the optimiser, loss weights, mask and device."""

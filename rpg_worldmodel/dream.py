@@ -49,6 +49,9 @@ class World:
     sample: bool = True  # sample next views and rewards (True) or take the arg-max
     temperature: float = 1.0
     burn_in_policy: str = "greedy"
+    reset_from: str | None = None  # a trajectory file to start worlds from instead of a burn-in
+    reset_split: str = "auto"  # its games to start from: "auto" (held-out ones) or "all"
+    horizon: int | None = None  # most imagined turns of an episode (None: to the game's last turn)
     device: str = "cpu"
     # torch threads of an imagined step (restored after each): one is fastest for these small steps;
     # the learner's own threads are the config's torch_threads.
@@ -58,7 +61,8 @@ class World:
         """``num_envs`` worlds of this imagined game in one batched env (``kwargs``: its other
         arguments, e.g. ``co_policy`` or ``autoreset_mode``)."""
         return gym.make_vec(IMAGINED_ENV_ID, num_envs=num_envs, checkpoint=self.checkpoint,
-                            burn_in_policy=self.burn_in_policy, sample=self.sample,
+                            burn_in_policy=self.burn_in_policy, reset_from=self.reset_from,
+                            reset_split=self.reset_split, horizon=self.horizon, sample=self.sample,
                             temperature=self.temperature, device=self.device,
                             torch_threads=self.torch_threads, **kwargs)
 

@@ -107,10 +107,11 @@ class Resume:
         return self.record.init_from
 
 
-def _checked(folder: Path, cfg: WorldModelConfig, data: DataRecord, doing: str) -> CheckpointRecord:
+def _checked(folder: Path, cfg: WorldModelConfig, data: DataRecord, doing: str,
+             more_data: bool = False) -> CheckpointRecord:
     """The record of checkpoint ``folder``; refused (`CheckpointError`, both sides named) when its
     model config differs from ``cfg.model`` or it was trained on other data than ``data`` (the same
-    files' contents, in any order)."""
+    files' contents, in any order; with ``more_data``, ``data`` may hold further files too)."""
     record = read_record(folder / META_FILE)
     diffs = config_differences(record.config.model, cfg.model)
     if diffs:
@@ -121,7 +122,7 @@ def _checked(folder: Path, cfg: WorldModelConfig, data: DataRecord, doing: str) 
         )
     trained = {f.fingerprint: f.path for f in record.data.files}
     given = {f.fingerprint: f.path for f in data.files}
-    if trained.keys() != given.keys():
+    if not trained.keys() <= given.keys() or (trained.keys() != given.keys() and not more_data):
         new = [f"{p} has fingerprint {fp[:12]}" for fp, p in given.items() if fp not in trained]
         gone = [f"{p} (fingerprint {fp[:12]})" for fp, p in trained.items() if fp not in given]
         raise CheckpointError(
@@ -155,11 +156,46 @@ def starting_checkpoint(cfg: WorldModelConfig) -> Path:
     return folder
 
 
-def start_from(folder: Path, cfg: WorldModelConfig, data: DataRecord) -> dict[str, np.ndarray]:
-    """The recorded split of `starting_checkpoint` ``folder``, which the fine-tuned run keeps so
-    that the games its start held out stay unseen; refused as `_checked` says (other data would
-    need another split)."""
-    return _splits(_checked(folder, cfg, data, "fine-tune (train.init_from)"))
+def start_from(folder: Path, cfg: WorldModelConfig, data: DataRecord, fresh: dict[str, np.ndarray]
+               ) -> dict[str, np.ndarray]:
+    """The split of a run fine-tuned from `starting_checkpoint` ``folder``: the start's recorded
+    split, so that the games its start held out stay unseen. ``data`` may add files to the start's
+    (a learner's growing experience, `rpg_worldmodel.learn`): their games take the split ``fresh``
+    (the config's split of all of ``data``) gives them. Refused as `_checked` says: data without
+    one of the start's files would need another split."""
+    record = _checked(folder, cfg, data, "fine-tune (train.init_from)", more_data=True)
+    if len(record.data.files) == len(data.files):
+        return _splits(record)
+    return _grown_split(record, data, fresh)
+
+
+def _episode_offsets(files) -> dict[str, int]:
+    """File fingerprint -> the id of its first episode, where ``files`` number them."""
+    offsets, first = {}, 0
+    for f in files:
+        offsets[f.fingerprint] = first
+        first += int(f.num_episodes)
+    return offsets
+
+
+def _grown_split(record: CheckpointRecord, data: DataRecord, fresh: dict[str, np.ndarray]
+                 ) -> dict[str, np.ndarray]:
+    """The start's recorded split carried over to ``data``'s numbering (files are numbered in
+    fingerprint order, so a new file can move old episodes' ids), plus the new files' games as
+    ``fresh`` splits them."""
+    before, after = _episode_offsets(record.data.files), _episode_offsets(data.files)
+    shift = np.zeros(record.data.num_episodes, dtype=np.int64)
+    for f in record.data.files:
+        first = before[f.fingerprint]
+        shift[first:first + int(f.num_episodes)] = after[f.fingerprint] - first
+    old = np.zeros(data.num_episodes, dtype=bool)
+    for f in record.data.files:
+        old[after[f.fingerprint]:after[f.fingerprint] + int(f.num_episodes)] = True
+    grown = {}
+    for name, ids in _splits(record).items():
+        new_ids = fresh.get(name, np.zeros(0, np.int64))
+        grown[name] = np.sort(np.concatenate([ids + shift[ids], new_ids[~old[new_ids]]]))
+    return grown
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor]:

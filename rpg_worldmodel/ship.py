@@ -2,6 +2,7 @@
 
     python -m rpg_worldmodel.ship worldmodel [--pipeline OUT]   # from a pipeline run (default: run one)
     python -m rpg_worldmodel.ship dream RUN_DIR                 # a `rpg_worldmodel.dream` run folder
+    python -m rpg_worldmodel.ship scratch RUN_DIR               # a `rpg_worldmodel.learn` run folder
 
 The world model is the best checkpoint of a default ``python -m rpg_worldmodel.pipeline`` run (the
 shipped DQN expert's games, the default config with its reward head), stored with fp16 weights
@@ -11,7 +12,9 @@ baselines fitted on its training split, so it is evaluated beside them without t
 ``eval.json`` (its held-out figures beside the motion oracle and the reward rule, from the
 pipeline's metrics.json). The dream agent is a
 dream run's ``model.zip`` with its ``config.yaml``, ``provenance.json``, ``eval.json`` and
-``dream.json``.
+``dream.json``. The learned-from-scratch pair is a learn run's last agent (its ``model.zip`` and
+records) and last world model (best checkpoint, fp16 weights), beside the run's ``curve.json``,
+``curve.png`` and ``config.yaml`` (as ``learn.yaml``).
 """
 
 from __future__ import annotations
@@ -130,6 +133,45 @@ def ship_dream(run_dir: Path, dest: Path = PRETRAINED_DIR / SHIPPED["dream"][0])
     return dest / "model.zip"
 
 
+def ship_scratch(run_dir: Path, dest: Path = PRETRAINED_DIR / SHIPPED["scratch"][0]) -> Path:
+    """Copy a finished learn run's last agent and world model, and its curve, into ``dest``."""
+    curve_path = run_dir / "curve.json"
+    if not curve_path.is_file():
+        raise InputError(f"{run_dir} is not a learn run with a finished iteration (no curve.json)")
+    final = json.loads(curve_path.read_text())["final"]
+    agent = run_dir / final["agent"]
+    names = ("model.zip", "config.yaml", "provenance.json", "eval.json")
+    missing = [n for n in names if not (agent.parent / n).is_file()]
+    if missing:
+        raise InputError(f"{agent.parent} is not a finished agent (missing {', '.join(missing)})")
+    choice = choose_checkpoint(run_dir / final["world_model"], "best")
+    if dest.exists():
+        shutil.rmtree(dest)
+    folder = dest / SHIPPED["scratch_worldmodel"][1]
+    folder.mkdir(parents=True)
+    for name in names:
+        shutil.copy2(agent.parent / name, dest / name)
+    run_files = (("curve.json", "curve.json"), ("curve.png", "curve.png"), ("config.yaml", "learn.yaml"))
+    for name, as_name in run_files:
+        shutil.copy2(run_dir / name, dest / as_name)
+    state = torch.load(choice.folder / MODEL_FILE, weights_only=True)
+    torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, folder / MODEL_FILE)
+    where = Path(run_dir.resolve().name) / choice.folder.relative_to(run_dir)
+    shipped = read_record(choice.folder / META_FILE).shipped_as(
+        dataclasses.replace(choice, folder=where).describe(), "float16")
+    base = run_dir.resolve().parent  # where it started from, named from the run folder on
+    if shipped.init_from:
+        shipped = dataclasses.replace(shipped, init_from=portable_path(shipped.init_from, base))
+    if shipped.config.train.init_from:
+        shipped.config.train.init_from = portable_path(shipped.config.train.init_from, base)
+    write_record(shipped, folder / META_FILE)
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    if size > MAX_BYTES:
+        raise InputError(f"the learned-from-scratch pair takes {size / 2**20:.1f} MB, over the "
+                         f"{MAX_BYTES // 2**20} MB budget; ship a smaller model")
+    return dest / "model.zip"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m rpg_worldmodel.ship", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -137,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     wm.add_argument("--pipeline", default=None, help="a finished pipeline run folder (default: run one now)")
     dream = sub.add_parser("dream", help="ship a dream run's agent")
     dream.add_argument("run", help="the run folder of python -m rpg_worldmodel.dream")
+    scratch = sub.add_parser("scratch", help="ship a learn run's last agent and world model")
+    scratch.add_argument("run", help="the run folder of python -m rpg_worldmodel.learn")
     return parser
 
 
@@ -144,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.what == "dream":
         print(ship_dream(Path(args.run)))
+        return 0
+    if args.what == "scratch":
+        print(ship_scratch(Path(args.run)))
         return 0
     out = Path(args.pipeline) if args.pipeline else None
     if out is None:

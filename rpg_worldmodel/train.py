@@ -228,7 +228,7 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         resumed = resume_from(resume, cfg, record)
         splits, run_dir = resumed.splits, resumed.run_dir
     elif start is not None:
-        splits = start_from(start, cfg, record)
+        splits = start_from(start, cfg, record, splits)
     train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window)
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)

@@ -26,6 +26,7 @@ COMMANDS = {
     "evaluate": "rpg_worldmodel.evaluate", "report": "rpg_worldmodel.report.__main__",
     "pipeline": "rpg_worldmodel.pipeline", "wm_play": "rpg_worldmodel.play", "dream": "rpg_worldmodel.dream",
     "imitate": "rpg_worldmodel.imitate", "ship": "rpg_worldmodel.ship",
+    "learn": "rpg_worldmodel.learn",
 }
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TINY_MODEL = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
@@ -209,6 +210,16 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
         ("dream", "zero-height map", ["--out", "{tmp}/d", "env.height=0"], "env: height"),
         ("imitate", "one episode", ["--episodes", "1"], "--episodes must be >= 2"),
         ("ship", "missing dream run", ["dream", "{tmp}/nowhere"], "not a finished dream run"),
+        ("learn", "zero steps", ["--out", "{tmp}/l", "--steps", "0"], "--steps must be >= 1"),
+        ("learn", "unknown key", ["--out", "{tmp}/l", "colect_steps=10"], "collect_steps"),
+        ("learn", "one evaluation game", ["--out", "{tmp}/l", "eval_episodes=1"],
+         "eval_episodes must be >= 2"),
+        ("learn", "bad world-model override", ["--out", "{tmp}/l", "world_model=[model.widht=8]"],
+         "did you mean"),
+        ("learn", "bad agent override", ["--out", "{tmp}/l", "agent=[hyperparams.gama=0.5]"], "gamma"),
+        ("learn", "resume with settings", ["--resume", "{tmp}/l", "--steps", "5"],
+         "takes no other arguments"),
+        ("learn", "resume nothing", ["--resume", "{tmp}/nowhere"], "no learn run there"),
     ]
 
 
@@ -230,6 +241,8 @@ def _output_cases() -> list[tuple[str, str, list[str], str]]:
          "did not write"),
         ("pipeline", "output is a file", ["--out", "{text}", "--quick"], "is a file"),
         ("imitate", "JSON into a folder", ["--json", "{folder}", "--episodes", "2"], "is a folder"),
+        ("learn", "folder holding other files", ["--out", "{folder}"], "does not write"),
+        ("learn", "output is a file", ["--out", "{text}"], "is a file"),
     ]
 
 
@@ -261,6 +274,12 @@ def _benchmark_cases() -> list[tuple[str, str, list[str], str]]:
          ["--quick", "--test-start", "10", *out], "lies inside the training levels"),
         ("bench:worldmodel_generalisation", "unknown key", ["--quick", "--set", "model.widht=8", *out],
          "did you mean"),
+        ("bench:sample_efficiency", "DreamerV3 without its virtualenv", ["--methods", "dreamer", *out],
+         "needs --dreamer-python"),
+        ("bench:sample_efficiency", "one game", ["--episodes", "1", *out], "--episodes must be >= 2"),
+        ("bench:sample_efficiency", "a budget twice", ["--budgets", "5000", "5000", *out], "repeats a value"),
+        ("bench:sample_efficiency", "missing sheeprl python", ["--dreamer-python", "{tmp}/python", *out],
+         "does not exist"),
         ("bench:imagination_fidelity", "no worlds", ["--worlds", "0", *out], "--worlds must be >= 1"),
         ("bench:imagination_fidelity", "unknown policy", ["--policies", "left", *out], "invalid choice"),
         ("bench:imagination_fidelity", "negative doubt", ["--doubt", "-1", *out], "--doubt must be >= 0"),

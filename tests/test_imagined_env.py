@@ -147,6 +147,36 @@ def test_context_from_a_file_uses_its_held_out_games(tiny_world_model):
         assert 2 <= info["turn"] < 100
 
 
+def test_context_from_every_game_of_a_file(tiny_world_model):
+    """``reset_split="all"``: a learner imagining from its own experience starts from every game,
+    trained on or not (the default keeps to the held-out ones)."""
+    run, data = tiny_world_model
+    env = gym.make(ID, checkpoint=run, reset_from=data, reset_split="all").unwrapped
+    record = load_checkpoint(run).record
+    every = set().union(*(set(ids) for ids in record.splits.values()))
+    assert set(env.worlds.context.store.episodes.tolist()) == every
+    with pytest.raises(InputError, match="reset_split must be 'auto' or 'all'"):
+        gym.make(ID, checkpoint=run, reset_from=data, reset_split="train")
+
+
+def test_a_horizon_truncates_dreams_that_many_turns_after_their_start(tiny_world_model):
+    run, _ = tiny_world_model
+    venv = gym.make_vec(ID, num_envs=3, checkpoint=run, horizon=4, autoreset_mode="same_step")
+    _, info = venv.reset(seed=2)
+    started = info["turn"].copy()
+    for _ in range(3):
+        _, _, terminated, truncated, _ = venv.step(np.zeros(3, dtype=np.int64))
+        assert not truncated.any() and not terminated.any()
+    _, _, _, truncated, info = venv.step(np.zeros(3, dtype=np.int64))
+    assert truncated.all() and (info["final_info"]["turn"] == started + 4).all()
+    for _ in range(4):  # the restarted worlds count their own horizon again
+        _, _, _, truncated, _ = venv.step(np.zeros(3, dtype=np.int64))
+    assert truncated.all()
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError, match="horizon must be a positive int"):
+            gym.make(ID, checkpoint=run, horizon=bad)
+
+
 def test_bad_input_is_refused_clearly(tiny_world_model, tmp_path):
     run, _ = tiny_world_model
     with pytest.raises(InputError, match="does not exist"):

@@ -190,3 +190,29 @@ def test_the_shipped_dream_agent_is_an_expert_of_the_real_game():
     returns = run_episodes(make_policy(str(agent)), rules, 8, seed=10_000)
     random_returns = run_episodes(make_policy("random"), rules, 8, seed=10_000)
     assert np.mean(returns) > 150 > np.mean(random_returns)
+
+
+def test_the_shipped_scratch_pair_learned_the_game_from_its_own_games():
+    """The agent learned from nothing (`rpg_worldmodel.learn`, 10,000 real steps) ships with its
+    curve, plays the real game on games its run never saw far above random, and its world model
+    imagines the game for it (trained only on the learner's own stream)."""
+    from rpg_env.experts.evaluate import run_episodes
+    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.shipped import pretrained_path
+
+    agent = pretrained_path("scratch")
+    curve = json.loads((agent.parent / "curve.json").read_text())
+    assert curve["final"]["real_steps"] == 10_000 and curve["config"]["rules"] is True
+    provenance = json.loads((agent.parent / "provenance.json").read_text())
+    assert provenance["trained_in"] == "TreasurehuntImagined-v0"
+    returns = run_episodes(make_policy(str(agent)), {"co_policy": "random"}, 8, seed=5_000_000)
+    random_returns = run_episodes(make_policy("random"), {"co_policy": "random"}, 8, seed=5_000_000)
+    assert np.mean(returns) > 200 > 100 > np.mean(random_returns)
+    loaded = load_checkpoint(pretrained_path("scratch_worldmodel"))
+    assert loaded.record.shipped["weights"] == "float16" and loaded.config.data.agent_id == 0
+    assert {f.policy_ids for f in loaded.record.data.files} == {(f"learner-{k}",) for k in range(5)}
+    venv = gym.make_vec("TreasurehuntImagined-v0", num_envs=2, checkpoint=pretrained_path("scratch_worldmodel"))
+    obs, _ = venv.reset(seed=0)
+    for _ in range(5):
+        obs, *_ = venv.step(np.zeros(2, dtype=np.int64))
+    assert obs.shape == (2, 6, 9, 9) and (obs.sum(1) == 1).all()

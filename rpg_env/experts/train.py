@@ -30,7 +30,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
 
 import rpg_env
-from rpg_base.provenance import pinned_torch_threads, provenance
+from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.experts.config import ExpertConfig, algo_class, env_defaults
 from rpg_env.policies.sb3 import expert_spec, policy_kwargs_from_net
@@ -75,6 +75,18 @@ def build_model(cfg: ExpertConfig, venv: VecEnv, tensorboard_log: str | None):
     return model
 
 
+def start_from_params(model, path: str | Path) -> None:
+    """Load ``path``'s (a ``model.zip``) policy weights and optimizer state into ``model``; refused
+    with a `ConfigError` naming the file when they do not fit (another algorithm or network)."""
+    try:
+        model.set_parameters(str(path), exact_match=True, device="cpu")
+    except (ValueError, RuntimeError, KeyError, FileNotFoundError) as err:
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"cannot start from {path}: its weights do not fit this "
+                          f"{type(model).__name__} ({first}); give a model.zip of the same algorithm and net "
+                          "settings") from err
+
+
 def resolve_run_dir(out: str | Path | None, cfg: ExpertConfig) -> Path:
     """The run folder to write; refuses a non-empty one (runs are never overwritten)."""
     run_dir = Path(out) if out is not None else default_run_dir(cfg)
@@ -108,21 +120,23 @@ EnvFactory = Callable[[ExpertConfig, int, int], VecEnv]
 def train(cfg: ExpertConfig, out: str | Path | None = None, command: str | None = None,
           make_env: EnvFactory = make_training_env,
           final_eval: Callable[[Path], dict[str, dict[str, Any]]] | None = None,
-          extra_provenance: dict[str, Any] | None = None) -> Path:
+          extra_provenance: dict[str, Any] | None = None, init_params: str | Path | None = None) -> Path:
     """Train per ``cfg``; return the run folder (see module docstring for its contents).
 
     ``make_env`` builds the training and EvalCallback envs (default: the real game; the world
     model's ``dream`` passes imagined ones); ``final_eval(model.zip)`` gives ``eval.json``
-    (default: `compare` in the real game); ``extra_provenance`` joins provenance.json.
+    (default: `compare` in the real game); ``extra_provenance`` joins provenance.json;
+    ``init_params``: a ``model.zip`` of the same algorithm and network whose weights (and optimizer
+    state) the run starts from instead of fresh ones (a learner trained on, round after round).
     Runs with torch on ``cfg.torch_threads`` threads and restores the caller's setting after."""
     run_dir = resolve_run_dir(out, cfg)
     with pinned_torch_threads(cfg.torch_threads):
-        return _train_run(cfg, run_dir, command, make_env, final_eval, extra_provenance or {})
+        return _train_run(cfg, run_dir, command, make_env, final_eval, extra_provenance or {}, init_params)
 
 
 def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None, make_env: EnvFactory,
                final_eval: Callable[[Path], dict[str, dict[str, Any]]] | None,
-               extra_provenance: dict[str, Any]) -> Path:
+               extra_provenance: dict[str, Any], init_params: str | Path | None = None) -> Path:
     from rpg_env.experts.evaluate import compare, print_table
 
     venv = make_env(cfg, cfg.n_envs, cfg.seed)
@@ -131,6 +145,8 @@ def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None, make_env: 
     try:
         # SB3 checks the hyperparameters here, before the run folder exists.
         model = build_model(cfg, venv, tensorboard_log=str(run_dir / "tb"))
+        if init_params is not None:
+            start_from_params(model, init_params)
     except Exception:
         venv.close()
         eval_env.close()
@@ -163,6 +179,8 @@ def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None, make_env: 
                "eval_callback_env": eval_seed, "final_eval_first_seed": cfg.eval.seed},
         torch_threads=cfg.torch_threads, **extra_provenance,
     )
+    if init_params is not None:
+        record["init_params"] = portable_path(init_params)
     if command is not None:
         record["command"] = command
     (run_dir / "provenance.json").write_text(json.dumps(record, indent=2) + "\n")

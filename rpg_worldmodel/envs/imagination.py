@@ -14,6 +14,7 @@ imagined episode truncates at the same turn as the real game would.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -91,17 +92,25 @@ class RealGameContext:
 class FileContext:
     """Context cut from a trajectory file: ``num_frames`` consecutive recorded steps of a stream.
 
-    On the checkpoint's own training file only its test split is used (the model never trained
-    on those games); on any other file, every stream of the checkpoint's ``data.agent_id``.
+    ``split="auto"``: on the checkpoint's own training file only its test split is used (the model
+    never trained on those games); on any other file, every stream of the checkpoint's
+    ``data.agent_id``. ``split="all"``: every game of the file, trained on or not (a learner
+    imagining from its own experience).
     """
 
-    def __init__(self, path: str | Path, loaded: LoadedCheckpoint) -> None:
+    def __init__(self, path: str | Path, loaded: LoadedCheckpoint, split: str = "auto") -> None:
         path = Path(path)
+        if split not in ("auto", "all"):
+            raise InputError(f"reset_split must be 'auto' or 'all', got {split!r}")
         cfg, record = loaded.config, loaded.record
         check_data_matches(cfg.model, DataSource.open(path).meta, data_path=path,
                            model_source=f"checkpoint {loaded.path}", trained_on=record.data.to_dict())
-        # The checkpoint's held-out games of its own training file; every stream of its agent elsewhere.
-        episodes = np.asarray(select_episodes(record, path, "auto", agent_id=cfg.data.agent_id).episodes)
+        with warnings.catch_warnings():  # "all" asks for trained-on games: nothing is being scored
+            warnings.simplefilter("ignore")
+            chosen = select_episodes(record, path, split, allow_training_episodes=True,
+                                     agent_id=cfg.data.agent_id)
+        keep = chosen.agent_ids == cfg.data.agent_id if cfg.data.agent_id >= 0 else slice(None)
+        episodes = np.asarray(chosen.episodes)[keep]
         self.num_frames = cfg.model.num_frames
         self.store = EpisodeStore.load(path, episodes)
         long_enough = self.store.lengths >= self.num_frames
@@ -155,6 +164,11 @@ class ImaginedWorlds:
     is reseeded by each full reset, so the same seed and actions give the same imagined worlds, bit
     for bit on CPU.
 
+    ``horizon``: most imagined turns of an episode before it is truncated (None: until the game's
+    last turn). IRIS imagines 20 steps from each real start: the shorter a dream, the less room a
+    learner has to exploit the model's mistakes; the truncation is a time limit (an agent's value
+    bootstraps past it), so the return it learns is still the game's.
+
     ``torch_threads``: torch's intra-op threads while a reset or step runs (the caller's setting is
     restored after each); None leaves torch's setting alone. The thread count can change the last
     bits of a prediction (the order of a reduction), not what the model computes.
@@ -163,7 +177,7 @@ class ImaginedWorlds:
     def __init__(self, loaded: LoadedCheckpoint, num_worlds: int, context: Context, *, sample: bool = True,
                  temperature: float = 1.0, device: str | torch.device = "cpu", views: str = "game",
                  torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
-                 sample_doubt: float | None = None) -> None:
+                 sample_doubt: float | None = None, horizon: int | None = None) -> None:
         cfg = loaded.config.model
         if not cfg.reward_head or not cfg.reward_values:
             raise InputError(f"checkpoint {loaded.path} has no reward head (schema 1 or reward_head=false): "
@@ -177,6 +191,10 @@ class ImaginedWorlds:
             raise InputError(f"torch_threads must be a positive int or None (torch's setting), "
                              f"got {torch_threads!r}")
         self.torch_threads = torch_threads
+        if horizon is not None and (type(horizon) is not int or horizon < 1):
+            raise InputError(f"horizon must be a positive int or None (until the game's last turn), "
+                             f"got {horizon!r}")
+        self.horizon = horizon
         rounds = cfg.sample_rounds if sample_rounds is None else sample_rounds
         if type(rounds) is not int or not 1 <= rounds <= cfg.view_size**2:
             raise InputError(f"sample_rounds must be an int in 1..{cfg.view_size**2} (one cell a round), "
@@ -200,6 +218,7 @@ class ImaginedWorlds:
         self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,
                                  device=self.device)  # the view each world is in, one-hot float
         self.turns = np.zeros(self.num_worlds, dtype=np.int64)
+        self.imagined = np.zeros(self.num_worlds, dtype=np.int64)  # turns since each world's start
         self.returns = np.zeros(self.num_worlds, dtype=np.float64)
         self.entropy = np.zeros(self.num_worlds, dtype=np.float64)
         self.state: Imagination | None = None
@@ -223,6 +242,7 @@ class ImaginedWorlds:
         self.state = self.state.with_rows(index, fresh) if joining else fresh
         self.views[index] = views[:, -1]
         self.turns[rows], self.returns[rows], self.entropy[rows] = start.turns, 0.0, 0.0
+        self.imagined[rows] = 0
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Advance every world by its action ``(N,)``; returns rewards ``(N,)`` float32 (points) and
@@ -245,8 +265,12 @@ class ImaginedWorlds:
         self.views = torch.nn.functional.one_hot(cells, logits.shape[-1]).movedim(-1, 1).float()
         rewards = self.reward_values[reward_class].cpu().numpy()
         self.turns += 1
+        self.imagined += 1
         self.returns += rewards
-        return rewards, self.turns >= self.max_turns
+        truncated = self.turns >= self.max_turns
+        if self.horizon is not None:
+            truncated |= self.imagined >= self.horizon
+        return rewards, truncated
 
     def observations(self) -> np.ndarray:
         """``(N, C, V, V)`` int8 one-hot views (exactly one class per cell)."""

@@ -40,12 +40,12 @@ ENV_ID = "TreasurehuntImagined-v0"
 
 
 def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_from: str | Path | None,
-            co_policy: Any, **imagination: Any) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
+            reset_split: str, co_policy: Any, **imagination: Any) -> tuple[ImaginedWorlds, LoadedCheckpoint]:
     """The imagined worlds and their checkpoint; ``imagination``: `ImaginedWorlds`'s keywords."""
     loaded = load_checkpoint(checkpoint, map_location=imagination["device"])
     context: Context
     if reset_from is not None:
-        context = FileContext(reset_from, loaded)
+        context = FileContext(reset_from, loaded, reset_split)
     else:
         context = RealGameContext(loaded.config.model.num_frames, loaded.record.data.env_kwargs,
                                   burn_in_policy, co_policy)
@@ -74,6 +74,9 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
         burn_in_policy: who plays the real turns before imagination starts (``"greedy"``,
             ``"random"``, an SB3 ``.zip``); ignored with ``reset_from``.
         reset_from: a trajectory file to cut the starting context from instead.
+        reset_split: which of its games: ``"auto"`` (on the checkpoint's own training file its
+            held-out test games, every game elsewhere) or ``"all"`` (every game, e.g. a learner's
+            own experience, as IRIS starts imagination from its replay buffer).
         co_policy: the real game's co-player during the burn-in.
         sample: sample the next view per cell and the reward (True) or take the arg-max.
         temperature: softens (> 1) or sharpens (< 1) the sampled distributions.
@@ -86,21 +89,25 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
             refiner (None: the model's ``sample_rounds``; `rpg_worldmodel.models.refiner`).
         sample_doubt: doubt one round of that draw takes on (None: the model's ``sample_doubt``;
             0: one cell a round).
+        horizon: most imagined turns of an episode before it truncates (None: the game's last turn
+            ends it; `ImaginedWorlds`).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
 
     def __init__(self, checkpoint: str | Path, *, burn_in_policy: Any = "greedy",
-                 reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
-                 temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
-                 views: str = "game", torch_threads: int | None = DEFAULT_TORCH_THREADS,
-                 sample_rounds: int | None = None, sample_doubt: float | None = None) -> None:
+                 reset_from: str | Path | None = None, reset_split: str = "auto", co_policy: Any = "random",
+                 sample: bool = True, temperature: float = 1.0, device: str = "cpu",
+                 render_mode: str | None = None, views: str = "game",
+                 torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
+                 sample_doubt: float | None = None, horizon: int | None = None) -> None:
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
-        self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, co_policy, sample=sample,
+        self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, reset_split, co_policy,
+                                      sample=sample,
                                       temperature=temperature, device=device, views=views,
                                       torch_threads=torch_threads, sample_rounds=sample_rounds,
-                                      sample_doubt=sample_doubt)
+                                      sample_doubt=sample_doubt, horizon=horizon)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.observation_space, self.action_space = _spaces(loaded)
         self.render_mode = render_mode
@@ -148,20 +155,22 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, num_envs: int = 1, *, checkpoint: str | Path, burn_in_policy: Any = "greedy",
-                 reset_from: str | Path | None = None, co_policy: Any = "random", sample: bool = True,
-                 temperature: float = 1.0, device: str = "cpu", render_mode: str | None = None,
+                 reset_from: str | Path | None = None, reset_split: str = "auto", co_policy: Any = "random",
+                 sample: bool = True, temperature: float = 1.0, device: str = "cpu",
+                 render_mode: str | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, views: str = "game",
                  torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
-                 sample_doubt: float | None = None) -> None:
+                 sample_doubt: float | None = None, horizon: int | None = None) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise InputError(f"num_envs must be a positive int, got {num_envs!r}")
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.num_envs = int(num_envs)
-        self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, co_policy,
+        self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, reset_split,
+                                      co_policy,
                                       sample=sample, temperature=temperature, device=device, views=views,
                                       torch_threads=torch_threads, sample_rounds=sample_rounds,
-                                      sample_doubt=sample_doubt)
+                                      sample_doubt=sample_doubt, horizon=horizon)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self.metadata["autoreset_mode"] = self.autoreset_mode

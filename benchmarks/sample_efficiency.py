@@ -1,0 +1,327 @@
+"""Sample efficiency: real return after 5k, 10k and 25k real learner steps, the IRIS loop beside
+SB3's DQN and PPO, greedy, random and (optionally) DreamerV3 through sheeprl.
+
+    python benchmarks/sample_efficiency.py --seeds 0 1 2                     # the issue's table
+    python benchmarks/sample_efficiency.py --methods dqn ppo --seeds 0 1 2   # the model-free anchors only
+    python benchmarks/sample_efficiency.py --methods learn learn-no-rules --budgets 10000 --seeds 0
+    python benchmarks/sample_efficiency.py --dreamer-python /path/to/sheeprl-venv/bin/python --methods dreamer
+    python benchmarks/sample_efficiency.py --quick                           # seconds: a smoke check
+
+Methods, each trained from nothing per seed:
+
+- ``learn``: `rpg_worldmodel.learn` on its defaults (movement table and reward prior on), one run
+  per seed to the largest budget; its curve's point at each budget (budgets must be multiples of
+  its ``collect_steps``).
+- ``learn-no-rules``: the same with ``rules=false``, everything learned.
+- ``dqn``, ``ppo``: ``python -m rpg_env.experts train`` with the shipped configs, one run per
+  budget and seed (``total_timesteps`` = the budget, so each schedule fits its budget, as the
+  ANCHORS table was measured).
+- ``dreamer``: DreamerV3 (sheeprl 0.8.4) in its own virtualenv (``--dreamer-python``), started by
+  ``benchmarks/sheeprl_dreamer.py``; kept out of the project's install and tests.
+
+Every agent of the project is evaluated in the real game on the same ``--episodes`` games (seeds
+from ``EVAL_SEED``, which no training or collection uses), beside greedy and random on those
+games. sheeprl evaluates DreamerV3 on its own: its figure is the mean return of the training
+episodes that ended in the budget's last fifth (the policy as it acted then), plus its final test
+episode; that is marked in the table. Figures are means over seeds with 95% t-intervals; each
+method's CPU minutes (this process's, or the sheeprl process's, all threads) are reported too.
+
+Writes ``benchmarks/results/sample_efficiency.json`` and ``.png`` (``--out``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rpg_base.cli import (
+    ArgumentParser,
+    existing_file,
+    non_negative_int,
+    output_file,
+    positive_int,
+    run_command,
+)
+from rpg_base.provenance import provenance
+from rpg_env.experts.evaluate import t_quantile_975
+
+RESULTS = Path(__file__).resolve().parent / "results" / "sample_efficiency.json"
+REPO = Path(__file__).resolve().parents[1]
+METHODS = ("learn", "learn-no-rules", "dqn", "ppo", "dreamer")
+#: First seed of the evaluation games: far from training envs (seed + i), the experts' in-training
+#: evaluation (seed + 1,000,003) and collection (hashed wave seeds).
+EVAL_SEED = 900_000
+
+
+def mean_interval(values: list[float]) -> dict[str, Any]:
+    """Mean over seeds with a 95% t-interval (None with one seed)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"mean": mean, "ci95": None, "n": len(values)}
+    half = t_quantile_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return {"mean": mean, "ci95": [mean - half, mean + half], "n": len(values)}
+
+
+# ------------------------------------------------------------------------------------- methods
+def run_learn(seed: int, budgets: list[int], episodes: int, rules: bool, root: Path,
+              overrides: list[str]) -> list[dict[str, Any]]:
+    """One `rpg_worldmodel.learn` run to the largest budget; a row per budget."""
+    from rpg_worldmodel.learn import learn, load_learn_config
+
+    cfg = load_learn_config(None, [f"seed={seed}", f"real_steps={max(budgets)}", f"eval_episodes={episodes}",
+                                   f"eval_seed={EVAL_SEED}", f"rules={str(rules).lower()}", *overrides])
+    off = [b for b in budgets if b % cfg.collect_steps]
+    if off:
+        raise ValueError(f"budgets {off} are not multiples of the loop's collect_steps={cfg.collect_steps}")
+    out = learn(cfg, root / f"learn-{'rules' if rules else 'no-rules'}-s{seed}")
+    return learn_rows(out, budgets)
+
+
+def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
+    """A finished learn run's curve at ``budgets``: return, greedy and random on the same games, and
+    the minutes spent up to each budget (wall; CPU where the run recorded it)."""
+    points = json.loads((run / "curve.json").read_text())["points"]
+    rows, wall, cpu = [], 0.0, 0.0
+    for point in points:
+        seconds = point["seconds"]
+        wall += sum(v for k, v in seconds.items() if k != "cpu")
+        cpu = cpu + seconds["cpu"] if cpu is not None and "cpu" in seconds else None
+        if point["real_steps"] in budgets:
+            rows.append({"steps": point["real_steps"], "return": point["return"], "greedy": point["greedy"],
+                         "random": point["random"], "cpu_minutes": None if cpu is None else cpu / 60,
+                         "wall_minutes": wall / 60, "run": run.name})
+    return rows
+
+
+def learn_method(run: Path) -> tuple[str, int]:
+    """Which method (``learn`` or ``learn-no-rules``) and seed a finished learn run measured."""
+    config = json.loads((run / "curve.json").read_text())["config"]
+    return ("learn" if config["rules"] else "learn-no-rules"), int(config["seed"])
+
+
+def run_expert(algo: str, seed: int, budget: int, episodes: int, root: Path) -> dict[str, Any]:
+    """SB3 ``algo`` with the project's config for ``budget`` real steps, evaluated on the games."""
+    from rpg_env.experts.config import load_config
+    from rpg_env.experts.train import train
+
+    cfg = load_config(algo, overrides=[f"seed={seed}", f"total_timesteps={budget}",
+                                       f"eval.final_episodes={episodes}", f"eval.seed={EVAL_SEED}",
+                                       "progress_bar=false"])
+    cpu = time.process_time()
+    run_dir = train(cfg, out=root / f"{algo}-{budget}-s{seed}")
+    cpu = time.process_time() - cpu
+    results = json.loads((run_dir / "eval.json").read_text())
+    return {"steps": budget, "return": results["model"]["mean"], "greedy": results["greedy"]["mean"],
+            "random": results["random"]["mean"], "cpu_minutes": cpu / 60}
+
+
+def run_dreamer(python: Path, seed: int, budgets: list[int], root: Path,
+                settings: list[str]) -> list[dict[str, Any]]:
+    """DreamerV3 in sheeprl's own virtualenv to the largest budget; a row per budget from its logs."""
+    log_dir = root / f"dreamer-s{seed}"
+    command = [str(python), str(REPO / "benchmarks" / "sheeprl_dreamer.py"), "--steps", str(max(budgets)),
+               "--seed", str(seed), "--out", str(log_dir), *settings]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"sheeprl's DreamerV3 failed ({' '.join(command)}):\n{done.stderr[-3000:]}")
+    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / 60
+    episodes = json.loads((log_dir / "episodes.json").read_text())
+    rows = []
+    for budget in budgets:
+        last_fifth = [e["return"] for e in episodes["train"] if 0.8 * budget < e["step"] <= budget]
+        rows.append({"steps": budget, "return": statistics.fmean(last_fifth) if last_fifth else None,
+                     "episodes_averaged": len(last_fifth), "test_return": episodes.get("test"),
+                     "cpu_minutes": cpu * min(1.0, budget / max(budgets)), "evaluation": "sheeprl's own"})
+    return rows
+
+
+# ------------------------------------------------------------------------------------- summary
+def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per method and budget: return and CPU minutes over seeds; greedy and random on the same games."""
+    summary: dict[str, dict[str, Any]] = {}
+    for method in dict.fromkeys(r["method"] for r in runs):
+        mine = [r for r in runs if r["method"] == method]
+        summary[method] = {}
+        for budget in sorted({r["steps"] for r in mine}):
+            at = [r for r in mine if r["steps"] == budget and r["return"] is not None]
+            if not at:
+                continue
+            cpu = [r["cpu_minutes"] for r in at]
+            cell = {"return": mean_interval([r["return"] for r in at]),
+                    "cpu_minutes": None if None in cpu else statistics.fmean(cpu)}
+            if all("wall_minutes" in r for r in at):
+                cell["wall_minutes"] = statistics.fmean(r["wall_minutes"] for r in at)
+            greedy = [r["greedy"] for r in at if "greedy" in r]
+            if greedy:
+                cell["vs_greedy"] = cell["return"]["mean"] / statistics.fmean(greedy)
+            summary[method][str(budget)] = cell
+    baselines = [r for r in runs if "greedy" in r]
+    for who in ("greedy", "random"):
+        if baselines:
+            summary[who] = {"any": {"return": mean_interval([r[who] for r in baselines])}}
+    return summary
+
+
+def print_table(summary: dict[str, dict[str, Any]], budgets: list[int]) -> None:
+    print("\nreal return after N real learner steps, mean over seeds [95% t-interval], its share of "
+          "greedy's; CPU minutes (and wall minutes where measured)")
+    print(f"{'method':<16}" + "".join(f"{f'{b:,}':<44}" for b in budgets))
+    for method, cells in summary.items():
+        if method in ("greedy", "random"):
+            cell = cells["any"]["return"]
+            print(f"{method:<16}{_text(cell)} (the same games)")
+            continue
+        line = f"{method:<16}"
+        for budget in budgets:
+            cell = cells.get(str(budget))
+            text = _text(cell["return"]) + _ratio(cell) + _minutes(cell) if cell else "-"
+            line += f"{text:<44}"
+        print(line)
+
+
+def _text(cell: dict[str, Any]) -> str:
+    ci = cell["ci95"]
+    return f"{cell['mean']:.1f}" + (f" [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else "")
+
+
+def _minutes(cell: dict[str, Any]) -> str:
+    cpu = "" if cell["cpu_minutes"] is None else f" {cell['cpu_minutes']:.1f}m"
+    return cpu + (f" ({cell['wall_minutes']:.0f}m wall)" if "wall_minutes" in cell else "")
+
+
+def _ratio(cell: dict[str, Any]) -> str:
+    return f" {cell['vs_greedy']:.2f}x" if "vs_greedy" in cell else ""
+
+
+def plot(summary: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method, cells in summary.items():
+        if method in ("greedy", "random"):
+            ax.axhline(cells["any"]["return"]["mean"], ls="--" if method == "greedy" else ":", color="gray",
+                       label=method)
+            continue
+        steps = sorted(int(b) for b in cells)
+        means = [cells[str(b)]["return"]["mean"] for b in steps]
+        line, = ax.plot(steps, means, "o-", label=method)
+        lows = [(cells[str(b)]["return"]["ci95"] or [m, m])[0] for b, m in zip(steps, means, strict=True)]
+        highs = [(cells[str(b)]["return"]["ci95"] or [m, m])[1] for b, m in zip(steps, means, strict=True)]
+        ax.fill_between(steps, lows, highs, alpha=0.15, color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("real learner steps")
+    ax.set_ylabel("real return per episode")
+    ax.set_title("Sample efficiency on Treasurehunt-v0")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------- command
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/sample_efficiency.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--methods", nargs="+", choices=METHODS,
+                        default=["learn", "learn-no-rules", "dqn", "ppo"],
+                        help="what to train (dreamer needs --dreamer-python)")
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--budgets", type=positive_int, nargs="+", default=[5_000, 10_000, 25_000],
+                        help="real learner steps")
+    parser.add_argument("--episodes", type=positive_int, default=100,
+                        help="real games of each evaluation (>= 2)")
+    parser.add_argument("--learn", nargs="*", default=[], metavar="key=value",
+                        help="overrides of the loop's config (rpg_worldmodel.learn's keys)")
+    parser.add_argument("--dreamer-python", type=existing_file, default=None,
+                        help="python of a virtualenv with sheeprl==0.8.4 (ANCHORS.md)")
+    parser.add_argument("--dreamer", nargs="*", default=[], metavar="key=value",
+                        help="more sheeprl overrides (sizes, replay ratio), passed to sheeprl_dreamer.py")
+    parser.add_argument("--learn-from", type=Path, nargs="*", default=[], metavar="RUN",
+                        help="finished rpg_worldmodel.learn run folders to read instead of training the "
+                             "loop (their config names the method and seed)")
+    parser.add_argument("--merge", type=existing_file, nargs="*", default=[], metavar="JSON",
+                        help="earlier results of this script whose runs join this table (e.g. DreamerV3's)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep every run folder here (default: a temp folder)")
+    parser.add_argument("--quick", action="store_true", help="1 seed, tiny budgets and models: a smoke check "
+                                                             "(writes nothing)")
+    parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
+    return parser
+
+
+QUICK_LEARN = ["collect_steps=1000", "collect_envs=5", "world_model_steps=6", "world_model_steps_later=4",
+               "agent_steps=256", "world_model=[model.width=24,model.num_heads=2,model.num_layers=1]",
+               "agent=[n_envs=4,hyperparams.n_steps=32,hyperparams.batch_size=64,eval.episodes=2]"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.episodes < 2:
+        parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
+    for name in ("seeds", "budgets", "methods"):
+        values = getattr(args, name)
+        if len(set(values)) < len(values):
+            parser.error(f"--{name} repeats a value ({' '.join(map(str, values))}); give each once")
+    if "dreamer" in args.methods and args.dreamer_python is None:
+        parser.error("--methods dreamer needs --dreamer-python (a virtualenv with sheeprl==0.8.4, "
+                     "ANCHORS.md)")
+    if args.quick:
+        args.seeds, args.budgets, args.episodes = args.seeds[:1], [1000, 2000], 4
+        args.learn = [*QUICK_LEARN, *args.learn]
+    budgets = sorted(args.budgets)
+    started = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        for run in args.learn_from:
+            method, seed = learn_method(run)
+            runs += [{"method": method, "seed": seed, **row} for row in learn_rows(run, budgets)]
+        for earlier in args.merge:
+            runs += json.loads(earlier.read_text())["runs"]
+        for method in args.methods:
+            for seed in args.seeds:
+                if method.startswith("learn") and args.learn_from:
+                    continue  # read from the given runs
+                if method.startswith("learn"):
+                    rows = run_learn(seed, budgets, args.episodes, method == "learn", root, args.learn)
+                elif method == "dreamer":
+                    rows = run_dreamer(args.dreamer_python, seed, budgets, root.resolve(), args.dreamer)
+                else:
+                    rows = [run_expert(method, seed, b, args.episodes, root) for b in budgets]
+                for row in rows:
+                    runs.append({"method": method, "seed": seed, **row})
+                    shown = "n/a" if row["return"] is None else f"{row['return']:.1f}"
+                    print(f"{method} seed {seed} at {row['steps']:,} steps: {shown}{_minutes(row)}",
+                          flush=True)
+    summary = summarize(runs)
+    print_table(summary, budgets)
+    if args.quick:
+        return
+    record = provenance(seed=args.seeds, methods=args.methods, budgets=budgets, episodes=args.episodes,
+                        learn_from=[str(r) for r in args.learn_from], merged=[str(m) for m in args.merge],
+                        eval_seed=EVAL_SEED, learn_overrides=args.learn, dreamer_overrides=args.dreamer,
+                        wall_seconds=round(time.perf_counter() - started, 1), machine_cores=os.cpu_count(),
+                        summary=summary, runs=runs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    plot(summary, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    run_command(main)

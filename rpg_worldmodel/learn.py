@@ -1,0 +1,454 @@
+"""Learn the game from nothing: the IRIS loop of collecting, fitting the world model and dreaming.
+
+    python -m rpg_worldmodel.learn [--steps 10000] [--no-rules] [--seed S] [--out DIR] [key=value ...]
+    python -m rpg_worldmodel.learn --resume DIR
+
+It starts with no expert, no recorded file and no pretrained weights, and only orchestrates what
+exists. Iteration k:
+
+1. collect   ``collect_steps`` real learner steps (whole games) with the current policy (random
+             at first, then the last agent sampling its actions), through the HDF5 recorder; only
+             the learner's own stream is kept (the co-player's views and actions are privileged).
+2. world     the world model (`rpg_worldmodel.train`) on every file collected so far, from the
+             last iteration's weights (``train.init_from``): games held out stay held out.
+3. agent     PPO (`rpg_worldmodel.dream`'s config) trained only in imagination, its worlds started
+             from the learner's own games, from the last iteration's agent.
+4. evaluate  the agent in the real game on fixed seeds no collection uses, beside greedy and
+             random: one point of the curve (real return against real steps used).
+
+It stops when ``real_steps`` are spent. ``rules=false`` (``--no-rules``) learns without the
+movement table and the reward prior (``model.move_rules=false``): everything learned.
+
+Run folder: ``config.yaml``, ``provenance.json``, ``iter_000/`` ... (``games.h5``, ``world_model/``,
+``agent/``, ``iteration.json``), ``curve.json`` (every point, and ``final``: the last agent's
+``model.zip`` and world model), ``curve.png``, ``tb/``. The agent is an expert like any other
+(``rpg_env.experts watch``), the world model a checkpoint like any other (``rpg_worldmodel.play``).
+
+Resume: each stage is a pure function of the folder's earlier stages and the seed, and is marked
+done only by its last file (``collect.json``, the world model's ``summary.json``, the agent's
+``eval.json``, ``iteration.json``; a marker cut short by the kill counts as missing). ``--resume``
+deletes an unfinished stage and runs it again, so a run killed at any point and resumed ends with
+exactly what an uninterrupted run writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rpg_base.cli import ArgumentParser, output_folder, positive_int, run_command
+from rpg_base.errors import InputError
+from rpg_base.provenance import pinned_torch_threads, portable_command, portable_path, provenance
+from rpg_base.typed_config import config as tc
+from rpg_base.typed_config.config import setting
+from rpg_base.typed_config.values import ConfigError
+
+DEFAULT_OUT_ROOT = "runs/learn"
+CONFIG_FILE = "config.yaml"
+CURVE_FILE = "curve.json"
+#: What a learn run writes into its folder; a new run refuses a folder holding anything else.
+LEARN_OUTPUTS = (CONFIG_FILE, "provenance.json", "iter_*", CURVE_FILE, "curve.png", "tb", "*.part")
+#: The world model's settings that hold the game's rules (`rpg_worldmodel.models.moves`): off with
+#: ``rules=false``, where the movement table and the reward prior are learned too.
+RULES_OFF = ("model.move_rules=false",)
+
+
+@dataclass
+class LearnConfig:
+    """Every setting of a learn run (``key=value`` overrides; ``config.yaml`` records them)."""
+
+    seed: int = setting(0, "seed of everything: collection waves, world model, agent")
+    real_steps: int = setting(10_000, "budget of real learner steps (the learner's env steps in the real "
+                                      "game, summed over games)")
+    collect_steps: int = setting(2_000, "real learner steps collected per iteration (whole games of "
+                                        "max_turns steps)")
+    collect_envs: int = setting(10, "real games played together while collecting")
+    rules: bool = setting(True, "the world model conditions on the game's movement table and reward prior "
+                                "(model.move_rules); false: both learned")
+    world_model_steps: int = setting(400, "world-model optimisation steps of the first iteration")
+    world_model_steps_later: int = setting(200, "world-model optimisation steps of each later iteration "
+                                                "(from the last iteration's weights)")
+    world_model: list[str] = setting([], "world-model config overrides (key=value, rpg_worldmodel.train's "
+                                         "keys)")
+    agent_steps: int = setting(40_000, "imagined steps the agent trains in each iteration")
+    horizon: int = setting(0, "most imagined turns of an episode the agent trains in, from its real start "
+                              "(IRIS: 20); 0: to the game's last turn")
+    agent: list[str] = setting([], "agent config overrides (key=value, rpg_env.experts train's keys, "
+                                   "on configs/dream_ppo.yaml)")
+    eval_episodes: int = setting(32, "real games of each evaluation (the agent, greedy and random on the "
+                                     "same seeds)")
+    eval_seed: int = setting(900_000, "first seed of the evaluation games (collection seeds are hashed "
+                                      "and never fall on them)")
+    torch_threads: int = setting(2, "torch's CPU threads in every stage (part of what makes a run "
+                                    "reproducible)")
+
+    def validate(self) -> LearnConfig:
+        for name in ("real_steps", "collect_steps", "collect_envs", "world_model_steps",
+                     "world_model_steps_later", "agent_steps", "torch_threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.horizon < 0:
+            raise ConfigError(f"horizon must be >= 0 (0: to the game's last turn), got {self.horizon}")
+        if self.eval_episodes < 2:
+            raise ConfigError(f"eval_episodes must be >= 2 (for the 95% interval), got {self.eval_episodes}")
+        for key, overrides in (("world_model", self.world_model), ("agent", self.agent)):
+            bad = [o for o in overrides if "=" not in o]
+            if bad:
+                raise ConfigError(f"{key} takes key=value overrides, got {bad}")
+        self.world_model_config(0, [], Path("."))  # a bad world-model override fails before any work
+        self.agent_config(0)
+        return self
+
+    # -------------------------------------------------------------------- what each stage runs
+    def games_per_iteration(self, max_turns: int) -> int:
+        return max(1, round(self.collect_steps / max_turns))
+
+    def world_model_config(self, k: int, files: list[Path], out: Path, start: Path | None = None):
+        """Iteration ``k``'s world-model config: ``files`` so far, into ``out``, from ``start``."""
+        from rpg_worldmodel.config import load_config
+
+        steps = self.world_model_steps if k == 0 else self.world_model_steps_later
+        overrides = [f"train.seed={self.seed}", f"train.max_steps={steps}",
+                     f"train.warmup_steps={max(1, min(100, steps // 4))}",
+                     f"train.eval_every={steps}", f"train.checkpoint_every={steps}",
+                     f"train.num_threads={self.torch_threads}", "data.agent_id=0",
+                     *(() if self.rules else RULES_OFF), *self.world_model]
+        cfg = load_config(None, overrides)
+        cfg.data.path = [str(f) for f in files] or "unset"
+        cfg.out_dir = str(out)
+        cfg.train.init_from = str(start) if start is not None else ""
+        return cfg.validate()
+
+    def agent_config(self, k: int):
+        """Iteration ``k``'s agent config: the dream PPO config, ``agent_steps`` long."""
+        from rpg_env.experts.config import load_config
+        from rpg_worldmodel.dream import default_config_path
+
+        overrides = [f"seed={self.seed * 1000 + k}", f"total_timesteps={self.agent_steps}",
+                     f"eval.freq={self.agent_steps}", f"checkpoint_freq={self.agent_steps}",
+                     f"eval.final_episodes={self.eval_episodes}", f"eval.seed={self.eval_seed}",
+                     f"torch_threads={self.torch_threads}", *self.agent]
+        return load_config("ppo", default_config_path("ppo"), overrides)
+
+
+def load_learn_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> LearnConfig:
+    return tc.load(LearnConfig, path, overrides).validate()
+
+
+# ------------------------------------------------------------------------------------- stages
+@dataclass
+class Iteration:
+    """Where iteration ``k`` of the run in ``root`` keeps its stages."""
+
+    root: Path
+    k: int
+
+    @property
+    def folder(self) -> Path:
+        return self.root / f"iter_{self.k:03d}"
+
+    @property
+    def games(self) -> Path:
+        return self.folder / "games.h5"
+
+    @property
+    def world_model(self) -> Path:
+        return self.folder / "world_model"
+
+    @property
+    def agent(self) -> Path:
+        return self.folder / "agent"
+
+    @property
+    def record(self) -> Path:
+        return self.folder / "iteration.json"
+
+    def point(self) -> dict[str, Any] | None:
+        """The curve point of a finished iteration (None: not finished)."""
+        return _finished(self.record)
+
+
+def _finished(done: Path) -> dict[str, Any] | None:
+    """The JSON a stage writes last, or None when the stage did not finish: the file is missing, or
+    cut short by a kill while it was written."""
+    try:
+        return json.loads(done.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` whole or not at all (a temporary file renamed over ``path``)."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(record, indent=2) + "\n")
+    part.replace(path)
+
+
+def _fresh(*paths: Path) -> None:
+    """Remove what an unfinished stage left (a killed run's partial file or folder)."""
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def stage_collect(cfg: LearnConfig, it: Iteration, policy: Any, max_turns: int) -> dict[str, Any]:
+    """Record the learner's games of ``policy`` into ``it.games``; its summary (``collect.json``)."""
+    from rpg_env.record import record
+
+    done = it.folder / "collect.json"
+    finished = _finished(done)
+    if finished is not None:
+        return finished
+    _fresh(it.games)
+    it.folder.mkdir(parents=True, exist_ok=True)
+    summary = record(policy, it.games, cfg.games_per_iteration(max_turns), seed=cfg.seed * 1000 + it.k,
+                     num_envs=cfg.collect_envs, mode="w", policy_id=f"learner-{it.k}",
+                     record_co_players=False, progress=False, torch_threads=cfg.torch_threads)
+    summary = {key: summary[key] for key in ("games", "agent_steps", "seconds", "mean_return")}
+    _write_json(done, summary)
+    return summary
+
+
+def stage_world_model(cfg: LearnConfig, it: Iteration, files: list[Path], start: Path | None) -> Path:
+    """Train iteration ``it``'s world model on ``files`` from ``start`` (a run folder: its best
+    checkpoint); its run folder."""
+    from rpg_worldmodel.train import train
+
+    if _finished(it.world_model / "summary.json") is None:
+        _fresh(it.world_model)
+        wm = cfg.world_model_config(it.k, files, it.world_model, start)
+        wm.train.progress = False
+        train(wm)
+    return it.world_model
+
+
+def stage_agent(cfg: LearnConfig, it: Iteration, world_model: Path, previous: Path | None) -> dict[str, Any]:
+    """PPO trained in the dream of ``world_model`` from ``previous``'s weights, started from this
+    iteration's games; evaluated in the real game. Its ``eval.json``."""
+    from rpg_env.experts.evaluate import compare
+    from rpg_env.experts.train import train
+    from rpg_worldmodel.dream import World, imagined_envs
+
+    done = it.agent / "eval.json"
+    if _finished(done) is None:
+        _fresh(it.agent)
+        agent_cfg = cfg.agent_config(it.k)
+        agent_cfg.progress_bar = False
+        world = World(str(world_model), reset_from=str(it.games), reset_split="all",
+                      horizon=cfg.horizon or None)
+
+        def real_game(model_zip: Path) -> dict[str, dict[str, Any]]:
+            return compare(model_zip, episodes=agent_cfg.eval.final_episodes, seed=agent_cfg.eval.seed)
+
+        train(agent_cfg, it.agent, make_env=imagined_envs(world), final_eval=real_game,
+              extra_provenance={"trained_in": "TreasurehuntImagined-v0",
+                                "world_model": portable_path(world_model, it.root),
+                                "contexts": portable_path(it.games, it.root),
+                                "started_from": portable_path(previous, it.root) if previous else None},
+              init_params=previous)
+    return json.loads(done.read_text())
+
+
+# ------------------------------------------------------------------------------------- the loop
+@dataclass
+class Curve:
+    """Real return against real learner steps, one point per iteration (``curve.json``)."""
+
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, point: dict[str, Any]) -> None:
+        self.points.append(point)
+
+    def to_dict(self, cfg: LearnConfig) -> dict[str, Any]:
+        return {"config": tc.to_dict(cfg), "points": self.points,
+                "final": self.points[-1] if self.points else None}
+
+
+def _iteration_point(it: Iteration, steps: int, collected: dict[str, Any], results: dict[str, Any],
+                     seconds: dict[str, float]) -> dict[str, Any]:
+    agent, greedy, random_ = results["model"], results["greedy"], results["random"]
+    return {"iteration": it.k, "real_steps": steps, "agent": f"{it.folder.name}/agent/model.zip",
+            "world_model": f"{it.folder.name}/world_model",
+            "return": agent["mean"], "ci95": agent["ci95"],
+            "greedy": greedy["mean"], "random": random_["mean"],
+            "vs_greedy": round(agent["mean"] / greedy["mean"], 4) if greedy["mean"] else None,
+            "collected_return": collected["mean_return"], "seconds": seconds}
+
+
+def learn(cfg: LearnConfig, out: Path, command: str | None = None, resume: bool = False) -> Path:
+    """Run (or ``resume``) the loop into ``out``; returns ``out``."""
+    from rpg_env.game.world import WorldParams
+
+    out = Path(out)
+    if not resume:
+        _prepare(out)
+        tc.write_yaml(cfg, out / CONFIG_FILE)
+        record = provenance(seed=cfg.seed, kind="learn", config=tc.to_dict(cfg))
+        if command is not None:
+            record["command"] = command
+        _write_json(out / "provenance.json", record)
+    max_turns = WorldParams().max_turns
+    iterations = -(-cfg.real_steps // (cfg.games_per_iteration(max_turns) * max_turns))
+    curve = Curve()
+    bar = _progress(cfg.real_steps)
+    try:
+        with pinned_torch_threads(cfg.torch_threads):
+            for k in range(iterations):
+                it = Iteration(out, k)
+                point = it.point()
+                new = point is None
+                if new:
+                    point = run_iteration(cfg, it, curve, max_turns)
+                    _write_json(it.record, point)
+                curve.add(point)
+                bar.update(point["real_steps"] - bar.n)
+                bar.set_postfix(ret=f"{point['return']:.0f}", greedy=f"{point['greedy']:.0f}")
+                _write_curve(out, cfg, curve, new)
+    finally:
+        bar.close()
+    return out
+
+
+def run_iteration(cfg: LearnConfig, it: Iteration, curve: Curve, max_turns: int) -> dict[str, Any]:
+    """Collect, fit the world model, train the agent, evaluate: iteration ``it``'s curve point.
+    ``curve`` holds the earlier iterations' points (their files, weights and real steps)."""
+    from rpg_env.policies.sb3 import SB3Policy
+
+    earlier = [Iteration(it.root, k) for k in range(it.k)]
+    agent = earlier[-1].agent / "model.zip" if earlier else None
+    policy = "random" if agent is None else SB3Policy.load(agent, deterministic=False)
+    timings: dict[str, float] = {}
+    tick, cpu = time.perf_counter(), time.process_time()
+    collected = stage_collect(cfg, it, policy, max_turns)
+    steps = (curve.points[-1]["real_steps"] if curve.points else 0) + collected["agent_steps"]
+    timings["collect"], tick = time.perf_counter() - tick, time.perf_counter()
+    world_model = stage_world_model(cfg, it, [e.games for e in earlier] + [it.games],
+                                    earlier[-1].world_model if earlier else None)
+    timings["world_model"], tick = time.perf_counter() - tick, time.perf_counter()
+    results = stage_agent(cfg, it, world_model, agent)
+    timings["agent"] = time.perf_counter() - tick
+    timings["cpu"] = time.process_time() - cpu  # every thread of this process
+    return _iteration_point(it, steps, collected, results, {name: round(s, 1) for name, s in timings.items()})
+
+
+def _prepare(out: Path) -> None:
+    from rpg_base.cli import folder_contents
+
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file: name a new or empty folder")
+    previous, others = folder_contents(out, LEARN_OUTPUTS)
+    if others:
+        raise InputError(f"--out {out} holds files a learn run does not write ({others}); choose a new or "
+                         "empty folder")
+    if previous:
+        raise FileExistsError(f"{out} already holds a learn run; continue it with --resume {out} or choose "
+                              "another --out (nothing was overwritten)")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _progress(total: int):
+    from rpg_base.progress import progress_bar
+
+    return progress_bar(total=total, desc="learn", unit="real step")
+
+
+def _write_curve(out: Path, cfg: LearnConfig, curve: Curve, new: bool) -> None:
+    """``curve.json`` and ``curve.png``, rewritten after every iteration, and the tensorboard
+    scalars of a ``new`` point (a resumed run's earlier points are logged already)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    _write_json(out / CURVE_FILE, curve.to_dict(cfg))
+    plot_curve(curve.points, out / "curve.png", title=f"learn from scratch, seed {cfg.seed}, "
+                                                      f"rules {'on' if cfg.rules else 'off'}")
+    if not new:
+        return
+    point = curve.points[-1]
+    with SummaryWriter(str(out / "tb")) as tb:
+        step = point["real_steps"]
+        tb.add_scalar("real/return", point["return"], step)
+        tb.add_scalar("real/greedy", point["greedy"], step)
+        if point["vs_greedy"] is not None:
+            tb.add_scalar("real/vs_greedy", point["vs_greedy"], step)
+
+
+def plot_curve(points: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Real return (95% interval) against real steps, greedy and random as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.array([p["real_steps"] for p in points])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(steps, [p["return"] for p in points], "o-", label="learner (real game)")
+    ax.fill_between(steps, [p["ci95"][0] for p in points], [p["ci95"][1] for p in points], alpha=0.2)
+    ax.plot(steps, [p["greedy"] for p in points], "--", color="gray", label="greedy")
+    ax.plot(steps, [p["random"] for p in points], ":", color="gray", label="random")
+    ax.set_xlabel("real learner steps")
+    ax.set_ylabel("return per episode")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------- command
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="python -m rpg_worldmodel.learn", description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="config keys:\n\n" + tc.format_keys(LearnConfig))
+    parser.add_argument("--steps", type=positive_int, default=None,
+                        help="real learner steps (config real_steps)")
+    parser.add_argument("--seed", type=int, default=None, help="seed (config seed)")
+    parser.add_argument("--no-rules", action="store_true",
+                        help="learn the movement table and the reward prior too (config rules=false)")
+    parser.add_argument("--config", default=None, help="YAML file of LearnConfig keys")
+    parser.add_argument("--out", type=output_folder, default=None,
+                        help="run folder (default: runs/learn/<time>-s<seed>)")
+    parser.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                        help="finish the run in DIR (its config.yaml; no other arguments)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.resume is not None:
+        given = [name for name in ("steps", "seed", "config", "out") if getattr(args, name) is not None]
+        if given or args.no_rules or args.overrides:
+            parser.error("--resume takes no other arguments: the run keeps its config.yaml")
+        if not (args.resume / CONFIG_FILE).is_file():
+            raise InputError(f"--resume {args.resume}: no learn run there ({CONFIG_FILE} missing); start one "
+                             "with --out DIR")
+        cfg = load_learn_config(args.resume / CONFIG_FILE)
+        print(f"run folder: {learn(cfg, args.resume, resume=True)}")
+        return 0
+    overrides = list(args.overrides)
+    for flag, key in ((args.steps, "real_steps"), (args.seed, "seed")):
+        if flag is not None:
+            overrides.append(f"{key}={flag}")
+    if args.no_rules:
+        overrides.append("rules=false")
+    cfg = load_learn_config(args.config, overrides)
+    out = args.out or Path(DEFAULT_OUT_ROOT) / f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-s{cfg.seed}"
+    words = list(argv) if argv is not None else sys.argv[1:]
+    command = "python -m rpg_worldmodel.learn " + portable_command(words)
+    print(f"run folder: {learn(cfg, out, command)}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_command(main)

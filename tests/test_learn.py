@@ -1,0 +1,159 @@
+"""The IRIS loop from scratch (`rpg_worldmodel.learn`): what each iteration feeds the next, what
+stays out of the learner's data, and that a run killed at any point resumes to the same result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from rpg_base.typed_config.values import ConfigError
+from rpg_worldmodel.checkpoint import read_checkpoint_record
+from rpg_worldmodel.learn import LearnConfig, learn, load_learn_config
+
+#: Two iterations of 10 games each, a tiny world model and a few hundred imagined steps: seconds.
+TINY = ["real_steps=2000", "collect_steps=1000", "collect_envs=5", "world_model_steps=6",
+        "world_model_steps_later=4", "agent_steps=256", "eval_episodes=4", "torch_threads=1",
+        "world_model=[model.width=24,model.num_heads=2,model.num_layers=1,train.batch_size=8,"
+        "data.max_val_windows=32]",
+        "agent=[n_envs=4,hyperparams.n_steps=32,hyperparams.batch_size=64,eval.episodes=2]"]
+
+
+def _tiny(*more: str) -> LearnConfig:
+    return load_learn_config(None, [*TINY, *more])
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("learn") / "run"
+    learn(_tiny(), out)
+    return out
+
+
+def test_each_iteration_learns_from_everything_collected_so_far(tiny_run):
+    curve = json.loads((tiny_run / "curve.json").read_text())
+    assert [p["real_steps"] for p in curve["points"]] == [1000, 2000]
+    assert curve["final"]["agent"] == "iter_001/agent/model.zip"
+    assert (tiny_run / "iter_001/agent/model.zip").is_file() and (tiny_run / "curve.png").stat().st_size > 0
+    assert any((tiny_run / "tb").iterdir())
+    first = read_checkpoint_record(tiny_run / "iter_000/world_model", "best")
+    second = read_checkpoint_record(tiny_run / "iter_001/world_model", "best")
+    assert first.init_from is None and "iter_000/world_model" in second.init_from
+    assert sorted(Path(f.path).parent.name for f in second.data.files) == ["iter_000", "iter_001"]
+    # The first iteration's held-out games stay held out in the second (renumbered with the new file).
+    offsets, first_id = {}, 0
+    for f in second.data.files:
+        offsets[f.fingerprint], first_id = first_id, first_id + f.num_episodes
+    shift = offsets[first.data.files[0].fingerprint]
+    for name in ("val", "test"):
+        assert {i + shift for i in first.splits[name]} <= set(second.splits[name])
+    assert not set(second.splits["train"]) & (set(second.splits["val"]) | set(second.splits["test"]))
+    # The second agent started from the first one's weights, in worlds started from its own games.
+    provenance = json.loads((tiny_run / "iter_001/agent/provenance.json").read_text())
+    assert provenance["started_from"] == "iter_000/agent/model.zip"
+    assert provenance["contexts"] == "iter_001/games.h5"
+    assert provenance["world_model"] == "iter_001/world_model"
+
+
+def test_the_learner_keeps_only_its_own_stream(tiny_run):
+    """The co-player's views and actions are privileged: no file of the loop holds them."""
+    for k in (0, 1):
+        with h5py.File(tiny_run / f"iter_00{k}/games.h5", "r") as f:
+            agents = np.asarray(f["episodes"]["agent_id"])
+            assert len(agents) == 10 and (agents == 0).all()
+    collected = json.loads((tiny_run / "iter_001/collect.json").read_text())
+    assert collected["games"] == 10 and collected["agent_steps"] == 1000
+
+
+def test_rules_off_trains_the_world_model_without_the_movement_table(tmp_path):
+    cfg = _tiny("rules=false")
+    wm = cfg.world_model_config(0, [tmp_path / "a.h5"], tmp_path / "wm")
+    assert wm.model.move_rules is False
+    assert _tiny().world_model_config(0, [tmp_path / "a.h5"], tmp_path / "wm").model.move_rules is True
+
+
+def _parameters(zip_path: Path) -> dict[str, torch.Tensor]:
+    import io
+
+    with zipfile.ZipFile(zip_path) as z:
+        return torch.load(io.BytesIO(z.read("policy.pth")), weights_only=True)
+
+
+def _points(run: Path) -> list[dict]:
+    points = json.loads((run / "curve.json").read_text())["points"]
+    return [{k: v for k, v in p.items() if k != "seconds"} for p in points]
+
+
+def test_a_run_killed_and_resumed_ends_as_an_uninterrupted_one(tiny_run, tmp_path):
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "rpg_worldmodel.learn", "--out", str(out), *TINY],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    # Kill it in the middle of the second iteration's world-model training.
+    deadline = time.monotonic() + 300
+    while not (out / "iter_001/world_model/checkpoints").exists():
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "iter_001/iteration.json").exists()
+    done = subprocess.run([sys.executable, "-m", "rpg_worldmodel.learn", "--resume", str(out)],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert _points(out) == _points(tiny_run)
+    a, b = _parameters(out / "iter_001/agent/model.zip"), _parameters(tiny_run / "iter_001/agent/model.zip")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bad_settings_are_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError, match="collect_steps must be >= 1"):
+        _tiny("collect_steps=0")
+    with pytest.raises(ConfigError, match="world_model takes key=value"):
+        _tiny("world_model=[wide]")
+    with pytest.raises(FileExistsError, match="--resume"):
+        out = tmp_path / "run"
+        out.mkdir()
+        (out / "config.yaml").write_text("seed: 0\n")
+        learn(_tiny(), out)
+
+
+def test_a_learn_run_ships_its_last_agent_and_world_model(tiny_run, tmp_path):
+    from rpg_base.errors import InputError
+    from rpg_env.policies.sb3 import SB3Policy
+    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.ship import ship_scratch
+
+    agent = ship_scratch(tiny_run, tmp_path / "scratch")
+    assert agent == tmp_path / "scratch" / "model.zip"
+    assert SB3Policy.load(agent).num_actions == 4
+    loaded = load_checkpoint(tmp_path / "scratch" / "checkpoint")
+    assert loaded.record.shipped["weights"] == "float16"
+    assert "iter_001/world_model" in loaded.record.shipped["from"] and "/tmp" not in json.dumps(
+        loaded.record.to_json())
+    assert json.loads((tmp_path / "scratch" / "curve.json").read_text())["final"]["real_steps"] == 2000
+    with pytest.raises(InputError, match="not a learn run"):
+        ship_scratch(tmp_path / "nowhere", tmp_path / "elsewhere")
+
+
+def test_an_agent_refuses_to_start_from_weights_that_do_not_fit(tmp_path):
+    """``init_params`` of another algorithm is refused before the run folder exists."""
+    from rpg_env.experts import pretrained_path
+    from rpg_env.experts.config import load_config
+    from rpg_env.experts.train import train
+
+    cfg = load_config("ppo", overrides=["total_timesteps=64", "n_envs=2", "hyperparams.n_steps=32",
+                                        "hyperparams.batch_size=64"])
+    with pytest.raises(ConfigError, match=r"cannot start from .*dqn.*model.zip.*same algorithm"):
+        train(cfg, tmp_path / "agent", init_params=pretrained_path("dqn"))
+    assert not (tmp_path / "agent").exists()
