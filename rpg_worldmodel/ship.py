@@ -43,6 +43,13 @@ EVAL_FIGURES = ("view_ce", "cell_acc", "f1_items", "action_acc", "reward_acc", "
 MAX_BYTES = 8 * 2**20
 
 
+def save_half(weights: Path, dest: Path) -> None:
+    """``weights`` (a checkpoint's model.pt) saved to ``dest`` in fp16; loading stays weights_only
+    and the model computes in fp32."""
+    state = torch.load(weights, weights_only=True)
+    torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, dest)
+
+
 def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["worldmodel"][0]) -> Path:
     """Export the best checkpoint of the pipeline run in ``pipeline_out`` to ``dest``."""
     metrics_path = pipeline_out / "metrics.json"
@@ -55,8 +62,7 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     if dest.exists():
         shutil.rmtree(dest)
     folder.mkdir(parents=True)
-    state = torch.load(choice.folder / MODEL_FILE, weights_only=True)
-    torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, folder / MODEL_FILE)
+    save_half(choice.folder / MODEL_FILE, folder / MODEL_FILE)
     record = read_record(choice.folder / META_FILE)
     shipped = _ship_record(record, choice, pipeline_out, folder)
     _ship_baselines(record, folder)
@@ -154,8 +160,7 @@ def ship_scratch(run_dir: Path, dest: Path = PRETRAINED_DIR / SHIPPED["scratch"]
     run_files = (("curve.json", "curve.json"), ("curve.png", "curve.png"), ("config.yaml", "learn.yaml"))
     for name, as_name in run_files:
         shutil.copy2(run_dir / name, dest / as_name)
-    state = torch.load(choice.folder / MODEL_FILE, weights_only=True)
-    torch.save({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, folder / MODEL_FILE)
+    save_half(choice.folder / MODEL_FILE, folder / MODEL_FILE)
     where = Path(run_dir.resolve().name) / choice.folder.relative_to(run_dir)
     shipped = read_record(choice.folder / META_FILE).shipped_as(
         dataclasses.replace(choice, folder=where).describe(), "float16")
