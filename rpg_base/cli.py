@@ -159,6 +159,21 @@ def folder_contents(folder: Path, own: Sequence[str]) -> tuple[list[Path], str]:
     return ours, ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
 
 
+def output_folder_contents(folder: Path, own: Sequence[str], writer: str, option: str = "--out",
+                           error: type[Exception] | None = None) -> list[Path]:
+    """What an earlier run of ``writer`` left in output ``folder`` (`folder_contents`); refused with
+    ``error`` (`InputError` by default) naming ``option`` when ``folder`` is a file, or holds files
+    ``writer`` does not write."""
+    error = error or InputError
+    if folder.exists() and not folder.is_dir():
+        raise error(f"{option} {folder} is a file: name a new or empty folder")
+    ours, others = folder_contents(folder, own)
+    if others:
+        raise error(f"{option} {folder} holds files {writer} does not write ({others}); choose a new or "
+                    "empty folder")
+    return ours
+
+
 def existing_file(text: str) -> Path:
     """An argparse type: a file that exists (not a folder)."""
     path = Path(text)

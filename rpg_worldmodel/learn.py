@@ -343,15 +343,9 @@ def run_iteration(cfg: LearnConfig, it: Iteration, curve: Curve, max_turns: int)
 
 
 def _prepare(out: Path) -> None:
-    from rpg_base.cli import folder_contents
+    from rpg_base.cli import output_folder_contents
 
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file: name a new or empty folder")
-    previous, others = folder_contents(out, LEARN_OUTPUTS)
-    if others:
-        raise InputError(f"--out {out} holds files a learn run does not write ({others}); choose a new or "
-                         "empty folder")
-    if previous:
+    if output_folder_contents(out, LEARN_OUTPUTS, "a learn run"):
         raise FileExistsError(f"{out} already holds a learn run; continue it with --resume {out} or choose "
                               "another --out (nothing was overwritten)")
     out.mkdir(parents=True, exist_ok=True)

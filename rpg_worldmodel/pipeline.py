@@ -38,9 +38,9 @@ from pathlib import Path
 
 from rpg_base.cli import (
     ArgumentParser,
-    folder_contents,
     non_negative_int,
     output_folder,
+    output_folder_contents,
     positive_int,
     run_command,
 )
@@ -66,12 +66,8 @@ def prepare_out(out: Path, overwrite: bool) -> None:
     removes only what an earlier run wrote there (`PIPELINE_OUTPUTS`)."""
     import shutil
 
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file: name a new or empty folder")
-    previous, others = folder_contents(out, PIPELINE_OUTPUTS)
-    if others:  # e.g. a training run's folder: --overwrite must never delete what the pipeline did not write
-        raise InputError(f"--out {out} holds files the pipeline did not write ({others}); choose a new or "
-                         "empty folder")
+    # e.g. a training run's folder is refused: --overwrite must never delete what the pipeline did not write
+    previous = output_folder_contents(out, PIPELINE_OUTPUTS, "the pipeline")
     if previous and not overwrite:
         names = ", ".join(sorted(p.name for p in previous))
         raise FileExistsError(f"{out} already holds a pipeline run ({names}); choose another --out or "

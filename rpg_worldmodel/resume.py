@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rpg_base.cli import folder_contents
+from rpg_base.cli import output_folder_contents
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import (
     LATEST_FILE,
@@ -45,12 +45,7 @@ def check_new_run_dir(run_dir: Path) -> None:
     if (run_dir / "checkpoints" / LATEST_FILE).exists():
         raise ConfigError(f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose "
                               "another out_dir (nothing was overwritten)")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"out_dir {run_dir} is a file: name a new or empty folder")
-    _, others = folder_contents(run_dir, RUN_OUTPUTS)
-    if others:
-        raise ConfigError(f"out_dir {run_dir} holds files a training run does not write ({others}); choose "
-                          "a new or empty folder")
+    output_folder_contents(run_dir, RUN_OUTPUTS, "a training run", option="out_dir", error=ConfigError)
 
 
 #: Settings a resumed run takes from its checkpoint (its folder, its recorded split, where its
