@@ -50,7 +50,7 @@ from rpg_base.cli import (
     positive_int,
     run_command,
 )
-from rpg_base.provenance import provenance
+from rpg_base.provenance import portable_path, provenance
 from rpg_env.experts.evaluate import t_quantile_975
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sample_efficiency.json"
@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         return
     record = provenance(seed=args.seeds, methods=args.methods, budgets=budgets, episodes=args.episodes,
-                        learn_from=[str(r) for r in args.learn_from], merged=[str(m) for m in args.merge],
+                        learn_from=[portable_path(r) for r in args.learn_from],
+                        merged=[portable_path(m) for m in args.merge],
                         eval_seed=EVAL_SEED, learn_overrides=args.learn, dreamer_overrides=args.dreamer,
                         wall_seconds=round(time.perf_counter() - started, 1), machine_cores=os.cpu_count(),
                         summary=summary, runs=runs)
