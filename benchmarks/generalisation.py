@@ -26,7 +26,6 @@ levels <= 10% of its training-level return.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -36,7 +35,7 @@ from typing import Any
 from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive_int, run_command
 from rpg_base.provenance import provenance
 from rpg_env.experts.config import load_config
-from rpg_env.experts.evaluate import MAX_BATCH, compare, t_quantile_975
+from rpg_env.experts.evaluate import MAX_BATCH, compare, mean_interval
 from rpg_env.experts.train import train
 from rpg_env.game.levels import DISTRIBUTION_MODES, UNSEEN_LEVEL_COUNT, held_out_levels
 
@@ -53,20 +52,6 @@ def gap(train_return: float, unseen_return: float) -> float | None:
     """``(train - unseen) / |train|``: the share of the training-level return lost on unseen levels
     (None where the training-level return is 0: no share of it can be lost)."""
     return (train_return - unseen_return) / abs(train_return) if train_return else None
-
-
-def mean_interval(values: list[float | None]) -> dict[str, Any]:
-    """Mean of per-seed values with a 95% t-interval (None with a single seed); None values (an
-    undefined gap) are left out and counted."""
-    undefined = sum(v is None for v in values)
-    values = [v for v in values if v is not None]
-    if not values:
-        return {"mean": None, "ci95": None, "n": 0, "undefined": undefined}
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return {"mean": mean, "ci95": None, "n": len(values), "undefined": undefined}
-    half = t_quantile_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return {"mean": mean, "ci95": [mean - half, mean + half], "n": len(values), "undefined": undefined}
 
 
 def run_one(algo: str, seed: int, steps: int, sets: dict[str, dict[str, Any]], episodes: int,

@@ -32,7 +32,6 @@ Writes ``benchmarks/results/sample_efficiency.json`` and ``.png`` (``--out``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import resource
 import statistics
@@ -51,7 +50,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.provenance import portable_path, provenance
-from rpg_env.experts.evaluate import t_quantile_975
+from rpg_env.experts.evaluate import mean_interval
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sample_efficiency.json"
 REPO = Path(__file__).resolve().parents[1]
@@ -59,15 +58,6 @@ METHODS = ("learn", "learn-no-rules", "dqn", "ppo", "dreamer")
 #: First seed of the evaluation games: far from training envs (seed + i), the experts' in-training
 #: evaluation (seed + 1,000,003) and collection (hashed wave seeds).
 EVAL_SEED = 900_000
-
-
-def mean_interval(values: list[float]) -> dict[str, Any]:
-    """Mean over seeds with a 95% t-interval (None with one seed)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return {"mean": mean, "ci95": None, "n": len(values)}
-    half = t_quantile_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return {"mean": mean, "ci95": [mean - half, mean + half], "n": len(values)}
 
 
 # ------------------------------------------------------------------------------------- methods

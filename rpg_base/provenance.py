@@ -113,6 +113,15 @@ def pinned_torch_threads(num_threads: int | None, *, import_torch: bool = True) 
         torch.set_num_threads(before)
 
 
+def write_whole(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a hidden temporary file beside it, renamed over
+    it, so a crash or a kill leaves the old file or the new one (records a resume or a reader trusts)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def json_ready(value: Any) -> Any:
     """``value`` as JSON can hold it: dict keys as text, tuples as lists, NumPy arrays and scalars as
     lists and numbers, paths as text (records of runs, checkpoints and trajectory files alike)."""

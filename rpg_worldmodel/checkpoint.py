@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from rpg_base.provenance import portable_path
+from rpg_base.provenance import portable_path, write_whole
 from rpg_worldmodel.config import ModelConfig, WorldModelConfig
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.run_record import (
@@ -109,9 +109,7 @@ def save_checkpoint(
 
 def _write_pointer(file: Path, record: dict[str, Any]) -> None:
     """Write a small JSON pointer atomically (a crash leaves the old one or the new one)."""
-    tmp = file.with_name(f".{file.name}.tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(file)
+    write_whole(file, json.dumps(record))
 
 
 def _read_pointer(file: Path) -> dict[str, Any]:

@@ -47,7 +47,13 @@ import numpy as np
 
 from rpg_base.cli import ArgumentParser, output_folder, positive_int, run_command
 from rpg_base.errors import InputError
-from rpg_base.provenance import pinned_torch_threads, portable_command, portable_path, provenance
+from rpg_base.provenance import (
+    pinned_torch_threads,
+    portable_command,
+    portable_path,
+    provenance,
+    write_whole,
+)
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import setting
 from rpg_base.typed_config.values import ConfigError
@@ -56,7 +62,7 @@ DEFAULT_OUT_ROOT = "runs/learn"
 CONFIG_FILE = "config.yaml"
 CURVE_FILE = "curve.json"
 #: What a learn run writes into its folder; a new run refuses a folder holding anything else.
-LEARN_OUTPUTS = (CONFIG_FILE, "provenance.json", "iter_*", CURVE_FILE, "curve.png", "tb", "*.part")
+LEARN_OUTPUTS = (CONFIG_FILE, "provenance.json", "iter_*", CURVE_FILE, "curve.png", "tb", ".*.tmp")
 #: The world model's settings that hold the game's rules (`rpg_worldmodel.models.moves`): off with
 #: ``rules=false``, where the movement table and the reward prior are learned too.
 RULES_OFF = ("model.move_rules=false",)
@@ -187,10 +193,8 @@ def _finished(done: Path) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, record: dict[str, Any]) -> None:
-    """Write ``record`` whole or not at all (a temporary file renamed over ``path``)."""
-    part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps(record, indent=2) + "\n")
-    part.replace(path)
+    """Write ``record`` whole or not at all (`write_whole`)."""
+    write_whole(path, json.dumps(record, indent=2) + "\n")
 
 
 def _fresh(*paths: Path) -> None:

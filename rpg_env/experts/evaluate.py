@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,20 @@ def summarize(returns: np.ndarray) -> dict[str, Any]:
     mean = float(returns.mean())
     half = t_quantile_975(n - 1) * float(returns.std(ddof=1)) / math.sqrt(n)
     return {"mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)], "episodes": n}
+
+
+def mean_interval(values: Sequence[float | None]) -> dict[str, Any]:
+    """Mean of per-seed values (a seed is the unit: one trained agent) with a 95% t-interval (None
+    with a single value); None values (an undefined figure) are left out and counted."""
+    undefined = sum(v is None for v in values)
+    known = [float(v) for v in values if v is not None]
+    if not known:
+        return {"mean": None, "ci95": None, "n": 0, "undefined": undefined}
+    mean = statistics.fmean(known)
+    if len(known) < 2:
+        return {"mean": mean, "ci95": None, "n": len(known), "undefined": undefined}
+    half = t_quantile_975(len(known) - 1) * statistics.stdev(known) / math.sqrt(len(known))
+    return {"mean": mean, "ci95": [mean - half, mean + half], "n": len(known), "undefined": undefined}
 
 
 def _seeded_batches(episodes: int, seed: int) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from rpg_base.errors import InputError
-from rpg_base.provenance import provenance
+from rpg_base.provenance import provenance, write_whole
 from rpg_worldmodel.checkpoint import load_checkpoint
 from rpg_worldmodel.data.masks import check_mask
 from rpg_worldmodel.data.sources import DataSource, check_data_matches
@@ -300,9 +300,7 @@ def write_outputs(results: dict, self_scores: Scores, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "metrics.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1, default=_json_default))
-    tmp.replace(path)
+    write_whole(path, json.dumps(results, indent=1, default=_json_default))
     if self_scores.examples:
         np.savez_compressed(out / "examples.npz", **self_scores.examples,
                             channel_names=np.asarray(self_scores.channel_names))
