@@ -61,9 +61,10 @@ def ensure_data(path: Path, games: int) -> Path:
 
 
 def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool,
-                    extra: Sequence[str] = (), label: str = "") -> dict:
+                    extra: Sequence[str] = (), label: str = "", transfer: Path | None = None) -> dict:
     """Train the default config with ``frames`` of context (and the ``extra`` overrides); its
-    held-out figures and seconds."""
+    held-out figures and seconds, and with ``transfer`` (another agent's games) its figures there
+    and the self-vs-cross table with intervals."""
     from rpg_worldmodel.config import load_config
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
     from rpg_worldmodel.train import train
@@ -80,7 +81,8 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
     started = time.perf_counter()
     result = train(cfg)
     train_seconds = time.perf_counter() - started
-    ev = Evaluation(result.best, [data], EvalOptions(num_boot=200 if quick else 1000, theory_of_mind=False))
+    files = [data] if transfer is None else [data, transfer]
+    ev = Evaluation(result.best, files, EvalOptions(num_boot=200 if quick else 1000, theory_of_mind=False))
     started = time.perf_counter()
     table = ev.evaluate_file(data, num_examples=0)
     preds = table["predictors"]
@@ -95,6 +97,11 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
         row[name].update({f"excess_{c}": preds[name][f"excess_{c}"] for c in CATEGORIES})
     row["model"]["action_acc"] = preds["model"]["action_acc"]
     row["share"] = {c: preds["model"][f"share_{c}"]["value"] for c in CATEGORIES}
+    if transfer is not None:
+        ev.evaluate_file(transfer, num_examples=0)
+        table = ev.transfer()[str(transfer)]
+        row["transfer"] = {"data": str(transfer), "self": table["model"]["self"],
+                           "cross": table["model"]["cross"], "relative_gap": table["relative_gap"]}
     return row
 
 
@@ -168,6 +175,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--data", type=Path, default=None,
                         help=f"trajectory file, recorded once if missing (default {DEFAULT_DATA}; "
                              "with --quick a temporary one)")
+    parser.add_argument("--transfer-data", type=Path, default=None,
+                        help="another agent's trajectory file: every row is also scored there (self vs "
+                             "cross, the transfer gap with intervals)")
     parser.add_argument("--games", type=positive_int, default=1500)
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--quick", action="store_true", help="tiny models, 20 steps, 60 games (no JSON)")
@@ -188,6 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     from rpg_worldmodel.config import load_config
 
     args = build_parser().parse_args(argv)
+    if args.transfer_data is not None and not args.transfer_data.is_file():
+        raise InputError(f"--transfer-data {args.transfer_data} is not a file: record the other agent's "
+                         "games first (python -m rpg_env.record)")
     runs = [(5, [*args.set, *args.baseline], BASELINE_LABEL)] if args.baseline else []
     runs += [(frames, args.set, "") for frames in args.frames]
     for frames, extra, _ in runs:  # every row's overrides are checked before the first is trained
@@ -206,20 +219,25 @@ def measure(args: argparse.Namespace, runs: list[tuple[int, list[str], str]]) ->
                        60 if args.quick else args.games)
     with tempfile.TemporaryDirectory() as root:
         for frames, extra, label in runs:
-            rows.append(train_and_score(data, frames, steps, Path(root), args.quick, extra, label))
+            rows.append(train_and_score(data, frames, steps, Path(root), args.quick, extra, label,
+                                        args.transfer_data))
             r = rows[-1]
             m, mem, mot = (r[n] for n in PREDICTORS)
             print(f"{r['label']:>20}  train {r['train_seconds']:6.1f}s  view CE {m['view_ce']['value']:.4f}  "
                   f"excess {m['excess_view_ce']['value']:.4f}  "
                   f"seen 6-20: model {m['ce_seen_6_20']['value']:.3f} "
                   f"memory {mem['ce_seen_6_20']['value']:.3f} motion {mot['ce_seen_6_20']['value']:.3f}  "
-                  f"action acc {m['action_acc']['value']:.3f}", flush=True)
+                  f"action acc {m['action_acc']['value']:.3f}"
+                  + (f"  cross {r['transfer']['cross']['action_acc']['value']:.3f}" if "transfer" in r
+                     else ""),
+                  flush=True)
     summary = summarise(rows)
     print(json.dumps(summary, indent=1))
     if not args.quick:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         record = provenance(seed=0, data=portable_path(data), threads=args.threads, rows=rows,
-                            summary=summary)
+                            summary=summary, transfer_data=None if args.transfer_data is None
+                            else portable_path(args.transfer_data))
         args.out.write_text(json.dumps(record, indent=1) + "\n")
         plot(rows, args.out.with_suffix(".png"))
         print(f"wrote {args.out}")

@@ -21,7 +21,7 @@ from typing import Any
 #: relative to it, so a record made on one machine reads the same on another.
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
-TRACKED_PACKAGES = ("rpg-treasurehunt", "numpy", "gymnasium", "stable-baselines3", "torch",
+TRACKED_PACKAGES = ("rpg-treasurehunt", "numpy", "gymnasium", "stable-baselines3", "sb3-contrib", "torch",
                     "h5py", "pygame-ce", "tensorboard", "minari")
 
 

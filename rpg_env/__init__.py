@@ -1,6 +1,7 @@
 """rpg_env: the Treasurehunt gridworld as a Gymnasium environment.
 
-``import rpg_env`` registers ``Treasurehunt-v0`` (single and native vector entry points).
+``import rpg_env`` registers ``Treasurehunt-v0`` (single and native vector entry points) and
+``MemoryCue-v0`` (a proof-of-concept memory task in the same views; single entry point).
 Nothing else is imported here, so ``rpg_env.trajectories`` can be used without the game. Every
 public name is imported from the module that defines it (docs/architecture.md, "Package faces").
 """
@@ -12,6 +13,7 @@ from gymnasium.envs.registration import register, registry
 __version__ = "0.1.0"
 
 ENV_ID = "Treasurehunt-v0"
+MEMORY_ENV_ID = "MemoryCue-v0"
 
 if ENV_ID not in registry:
     register(
@@ -20,4 +22,7 @@ if ENV_ID not in registry:
         vector_entry_point="rpg_env.envs.vector:TreasurehuntVectorEnv",
     )
 
-__all__ = ["ENV_ID", "__version__"]
+if MEMORY_ENV_ID not in registry:
+    register(id=MEMORY_ENV_ID, entry_point="rpg_env.envs.memory_cue:MemoryCueEnv")
+
+__all__ = ["ENV_ID", "MEMORY_ENV_ID", "__version__"]

@@ -16,7 +16,9 @@ cross-entropy any predictor could reach is exact (`rpg_worldmodel.evaluation.cel
 
 Levelled games (``num_levels`` > 0 in the file's ``env_kwargs``) replay the same way: each
 world's level is drawn from the wave's seed at its reset, so the replay plays the recorded level
-and reports its id (`ReplayedStream.level`).
+and reports its id (`ReplayedStream.level`). Games with ``item_visible_turns`` > 0 replay too:
+their views are compared as the agents saw them (old items hidden), while ``spawnable`` and
+``spawned`` are read from the true map.
 
 Every replayed view, action and reward is compared with the file's, bit for bit; a stream that
 differs (edited seeds or actions, another game version) raises `ReplayError` naming the stream,

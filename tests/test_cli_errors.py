@@ -108,7 +108,8 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
                                   "--no-progress"], message),
                 ("play", kind, ["--record", f"{{{kind}}}", "--max-frames", "1"], message),
             ]
-    return cases + _input_cases() + _range_cases() + _output_cases() + _benchmark_cases()
+    return (cases + _input_cases() + _range_cases() + _output_cases() + _benchmark_cases()
+            + _training_benchmark_cases())
 
 
 def _input_cases() -> list[tuple[str, str, list[str], str]]:
@@ -127,6 +128,12 @@ def _input_cases() -> list[tuple[str, str, list[str], str]]:
         ("experts", "malformed config", ["train", "--config", "{bad_yaml}", "--out", "{tmp}/e"],
          "not valid YAML"),
         ("experts", "unknown key", ["train", "--out", "{tmp}/e", "gama=0.9"], "did you mean"),
+        ("experts", "trxl-ppo on a frame stack", ["train", "--algo", "trxl-ppo", "--out", "{tmp}/e",
+                                                  "frame_stack=3"], "frame_stack=1"),
+        ("experts", "unknown memory setting", ["train", "--algo", "trxl-ppo", "--out", "{tmp}/e",
+                                               "memory.layer_norm=middle"], "memory.layer_norm"),
+        ("experts", "unknown env id", ["train", "--out", "{tmp}/e", "env_id=Pong-v5"],
+         "env_id must be one of"),
         ("play", "missing co-policy", ["--co-policy", "{tmp}/nope.zip", "--max-frames", "1"],
          "no such model file"),
         ("train", "malformed config", ["--data", "{good}", "--config", "{bad_yaml}", "--out", "{tmp}/r"],
@@ -246,6 +253,39 @@ def _output_cases() -> list[tuple[str, str, list[str], str]]:
     ]
 
 
+def _training_benchmark_cases() -> list[tuple[str, str, list[str], str]]:
+    """The benchmarks that train agents or world models per seed: their arguments are checked first."""
+    out = ["--out", "{tmp}/o.json"]
+    return [
+        ("bench:generalisation", "unseen levels among the training ones",
+         ["--quick", "--test-start", "10", *out], "--test-start 10 lies inside the training levels"),
+        ("bench:generalisation", "one game", ["--episodes", "1", *out], "--episodes must be in 2.."),
+        ("bench:generalisation", "unknown algorithm", ["--algos", "a2c", *out], "invalid choice"),
+        ("bench:generalisation", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
+        ("bench:generalisation", "a seed twice", ["--seeds", "0", "0", *out], "--seeds repeats a value"),
+        ("bench:generalisation", "a seed past the evaluation's range", ["--seeds", "900", *out],
+         "--seeds must be in 0..799"),
+        ("bench:memory_agents", "one game", ["--episodes", "1", *out], "--episodes must be >= 2"),
+        ("bench:memory_agents", "a seed twice", ["--seeds", "1", "1", *out], "--seeds repeats a value"),
+        ("bench:memory_agents", "unknown algorithm", ["--algos", "a2c", *out], "invalid choice"),
+        ("bench:memory_agents", "unknown task", ["--tasks", "maze", *out], "invalid choice"),
+        ("bench:memory_agents", "runs folder already used", ["--runs", "{tmp}", *out],
+         "already holds run folders"),
+        ("bench:memory_agents", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
+        ("bench:worldmodel_generalisation", "unknown policy", ["--quick", "--policy", "foo", *out], "--policy"),
+        ("bench:worldmodel_generalisation", "unseen levels among the training ones",
+         ["--quick", "--test-start", "10", *out], "lies inside the training levels"),
+        ("bench:worldmodel_generalisation", "unknown key", ["--quick", "--set", "model.widht=8", *out],
+         "did you mean"),
+        ("bench:sample_efficiency", "DreamerV3 without its virtualenv", ["--methods", "dreamer", *out],
+         "needs --dreamer-python"),
+        ("bench:sample_efficiency", "one game", ["--episodes", "1", *out], "--episodes must be >= 2"),
+        ("bench:sample_efficiency", "a budget twice", ["--budgets", "5000", "5000", *out], "repeats a value"),
+        ("bench:sample_efficiency", "missing sheeprl python", ["--dreamer-python", "{tmp}/python", *out],
+         "does not exist"),
+    ]
+
+
 def _benchmark_cases() -> list[tuple[str, str, list[str], str]]:
     """Every benchmark script parses through `run_command` too: bad numbers, devices, files."""
     out = ["--out", "{tmp}/o.json"]
@@ -261,25 +301,6 @@ def _benchmark_cases() -> list[tuple[str, str, list[str], str]]:
         ("bench:imagination", "more rounds than cells", ["--quick", "--rounds", "82"], "--rounds must be in 1..81"),
         ("bench:imagination", "missing checkpoint", ["--quick", "--checkpoint", "{tmp}/none"], "does not exist"),
         ("bench:imagination", "negative doubt", ["--quick", "--doubt", "-0.1"], "--doubt must be >= 0"),
-        ("bench:generalisation", "unseen levels among the training ones",
-         ["--quick", "--test-start", "10", *out], "--test-start 10 lies inside the training levels"),
-        ("bench:generalisation", "one game", ["--episodes", "1", *out], "--episodes must be in 2.."),
-        ("bench:generalisation", "unknown algorithm", ["--algos", "a2c", *out], "invalid choice"),
-        ("bench:generalisation", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
-        ("bench:generalisation", "a seed twice", ["--seeds", "0", "0", *out], "--seeds repeats a value"),
-        ("bench:generalisation", "a seed past the evaluation's range", ["--seeds", "900", *out],
-         "--seeds must be in 0..799"),
-        ("bench:worldmodel_generalisation", "unknown policy", ["--quick", "--policy", "foo", *out], "--policy"),
-        ("bench:worldmodel_generalisation", "unseen levels among the training ones",
-         ["--quick", "--test-start", "10", *out], "lies inside the training levels"),
-        ("bench:worldmodel_generalisation", "unknown key", ["--quick", "--set", "model.widht=8", *out],
-         "did you mean"),
-        ("bench:sample_efficiency", "DreamerV3 without its virtualenv", ["--methods", "dreamer", *out],
-         "needs --dreamer-python"),
-        ("bench:sample_efficiency", "one game", ["--episodes", "1", *out], "--episodes must be >= 2"),
-        ("bench:sample_efficiency", "a budget twice", ["--budgets", "5000", "5000", *out], "repeats a value"),
-        ("bench:sample_efficiency", "missing sheeprl python", ["--dreamer-python", "{tmp}/python", *out],
-         "does not exist"),
         ("bench:imagination_fidelity", "no worlds", ["--worlds", "0", *out], "--worlds must be >= 1"),
         ("bench:imagination_fidelity", "unknown policy", ["--policies", "left", *out], "invalid choice"),
         ("bench:imagination_fidelity", "negative doubt", ["--doubt", "-1", *out], "--doubt must be >= 0"),
@@ -289,6 +310,8 @@ def _benchmark_cases() -> list[tuple[str, str, list[str], str]]:
         ("bench:worldmodel_context", "data not trajectories", ["--quick", "--data", "{text}", *out],
          "not an HDF5 file"),
         ("bench:worldmodel_context", "data is a folder", ["--data", "{folder}", *out], "is a folder"),
+        ("bench:worldmodel_context", "missing transfer data",
+         ["--quick", "--transfer-data", "{tmp}/none.h5", *out], "record the other agent's games"),
         ("bench:worldmodel_context", "unknown key",
          ["--quick", "--data", "{good}", "--set", "model.widht=8", *out], "did you mean"),
         ("bench:worldmodel_streaming", "data not trajectories", ["--quick", "--data", "{text}", *out],

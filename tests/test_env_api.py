@@ -22,7 +22,7 @@ REFERENCE_DEFAULTS = {
     "height": 20, "width": 20, "vision_radius": 4, "num_agents": 2, "spawn_prob": 0.01,
     "max_turns": 100, "gem_value": 10.0, "food_value": 5.0, "bone_value": -10.0,
     "wall_penalty": -1.0, "num_levels": 0, "start_level": 0, "distribution_mode": "easy",
-    "co_policy": "random", "obs_mode": "onehot", "render_mode": None,
+    "item_visible_turns": 0, "co_policy": "random", "obs_mode": "onehot", "render_mode": None,
 }
 
 
@@ -119,6 +119,8 @@ BAD_KEYWORDS = [
     ("start_level", "7", TypeError, "start_level must be an int"),
     ("start_level", 2**31, ValueError, "largest level seed"),
     ("distribution_mode", "medium", ValueError, "distribution_mode must be one of 'easy', 'hard'"),
+    ("item_visible_turns", -1, ValueError, "item_visible_turns must be >= 0"),
+    ("item_visible_turns", 2.5, TypeError, "item_visible_turns must be an int"),
     ("co_policy", "smart", ValueError, "unknown policy"),
     ("co_policy", 42, ValueError, "unknown policy"),
     ("obs_mode", "pixels", ValueError, "obs_mode"),

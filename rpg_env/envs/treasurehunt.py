@@ -101,6 +101,13 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
     ``distribution_mode="easy"``, a maze for ``"hard"``) are generated from the level id alone;
     ``num_levels=0`` (default) is the open room, exactly as before levels existed.
 
+    Memory variant: ``item_visible_turns=k`` > 0 shows an item in the agents' views (one-hot and
+    RGB observations, ``co_obs``) only during the ``k`` turns after it appears (its spawn turn
+    first; items on the map at reset appeared at turn 0); after that its cell reads as empty
+    floor, but the item stays: entering it still collects it and scores its value
+    (`rpg_env.game.visibility`). ``obs_mode="full"`` and ``render()`` stay truthful and show
+    every item. ``item_visible_turns=0`` (default) shows items always, exactly as before.
+
     ``reset(seed=s)`` makes everything that follows (spawns, co-player choices) a function of
     ``s`` and the actions. ``reset(options={"layout": rows})`` starts from a text map
     (``#`` wall, ``.`` empty, ``g`` gem, ``f`` food, ``b`` bone, ``A`` the learner, ``B``..
@@ -124,6 +131,7 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
         num_levels: int = 0,
         start_level: int = 0,
         distribution_mode: str = "easy",
+        item_visible_turns: int = 0,
         co_policy: Any = "random",
         obs_mode: str = "onehot",
         render_mode: str | None = None,
@@ -131,7 +139,7 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
     ) -> None:
         self.params = WorldParams(height, width, vision_radius, num_agents, spawn_prob, max_turns,
                                   gem_value, food_value, bone_value, wall_penalty,
-                                  num_levels, start_level, distribution_mode)
+                                  num_levels, start_level, distribution_mode, item_visible_turns)
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}")
         self.vocab = vocabulary()

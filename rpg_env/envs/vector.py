@@ -59,6 +59,9 @@ class TreasurehuntVectorEnv(VectorEnv):
     ending observations are in ``info["final_obs"]``, an object array, and their infos in
     ``info["final_info"]``, both masked by ``_final_obs``/``_final_info``).
 
+    ``item_visible_turns`` > 0 hides old items from the views, as in `TreasurehuntEnv`; autoreset
+    and ``reset`` restart the ages of the worlds they reset.
+
     Seeding: all worlds draw from one generator; ``reset(seed=s)`` fixes everything after it.
     Changing ``num_envs`` changes which world gets which draws.
     """
@@ -83,6 +86,7 @@ class TreasurehuntVectorEnv(VectorEnv):
         num_levels: int = 0,
         start_level: int = 0,
         distribution_mode: str = "easy",
+        item_visible_turns: int = 0,
         co_policy: Any = "random",
         obs_mode: str = "onehot",
         render_mode: str | None = None,
@@ -91,7 +95,7 @@ class TreasurehuntVectorEnv(VectorEnv):
     ) -> None:
         self.params = WorldParams(height, width, vision_radius, num_agents, spawn_prob, max_turns,
                                   gem_value, food_value, bone_value, wall_penalty,
-                                  num_levels, start_level, distribution_mode)
+                                  num_levels, start_level, distribution_mode, item_visible_turns)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode for the vector env must be one of "
                              f"{self.metadata['render_modes']} or None, got {render_mode!r}"

@@ -23,17 +23,19 @@ from rpg_env.experts.evaluate import DEFAULT_EPISODES, DEFAULT_SEED
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="python -m rpg_env.experts",
-        description="Train, evaluate, profile and watch SB3 experts on Treasurehunt-v0 (docs/experts.md).")
+        description="Train, evaluate, profile and watch experts (SB3 DQN/PPO, RecurrentPPO, TrXL-PPO) on "
+                    "Treasurehunt-v0 or the memory task MemoryCue-v0 (docs/experts.md).")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train an SB3 expert and write a run folder",
+    train = sub.add_parser("train", help="train an expert and write a run folder",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
                            epilog="config keys (env.* and hyperparams.* are TreasurehuntEnv and SB3 "
                                   "arguments, listed here for DQN):\n\n" + format_keys(ExpertConfig))
     train.add_argument("--algo", choices=ALGOS, default=None,
                        help="algorithm (default: the config's, else dqn)")
     train.add_argument("--config", default=None,
-                       help="YAML config (default: rpg_env/experts/configs/<algo>.yaml)")
+                       help="YAML config (default: rpg_env/experts/configs/<algo>.yaml; the memory task: "
+                            "configs/memorycue-<algo>.yaml)")
     train.add_argument("--out", type=output_folder, default=None,
                        help="run folder (default: runs/experts/<algo>-<time>-s<seed>)")
     train.add_argument("overrides", nargs="*", metavar="key=value",

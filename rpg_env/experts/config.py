@@ -2,13 +2,15 @@
 
 A config has four sections besides the top-level run settings::
 
-    algo: dqn                 # dqn | ppo
+    algo: dqn                 # dqn | ppo | recurrent-ppo | trxl-ppo
+    env_id: Treasurehunt-v0   # or MemoryCue-v0, the memory proof task
     seed: 0
     total_timesteps: 150000   # learner env steps, summed over the vectorized envs
     n_envs: 8
     env: {...}                # keyword arguments of TreasurehuntEnv (vision_radius, co_policy, ...)
     net: {...}                # features extractor and heads
-    hyperparams: {...}        # keyword arguments of the SB3 algorithm (learning_rate, gamma, ...)
+    memory: {...}             # the memory core: TransformerXL (trxl-ppo) or LSTM (recurrent-ppo)
+    hyperparams: {...}        # keyword arguments of the algorithm (SB3's, or TrXLHyperparams below)
     eval: {...}               # EvalCallback and the final eval.json
 
 Overrides use dotted keys (``env.vision_radius=3``, ``hyperparams.gamma=0.95``); a bare key
@@ -21,6 +23,7 @@ lists every key with its type, default and help.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,11 +35,15 @@ from rpg_base.typed_config.config import dict_section, read_yaml, section, setti
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.policies import sb3
 
-__all__ = ["ALGOS", "VEC_ENVS", "CONFIG_DIR", "ALIASES", "NetConfig", "EvalConfig",
-           "ExpertConfig", "env_defaults", "algo_class", "hyperparam_defaults", "from_dict", "validate",
+__all__ = ["ALGOS", "VEC_ENVS", "CONFIG_DIR", "ALIASES", "NetConfig", "MemoryConfig", "EvalConfig",
+           "ExpertConfig", "TrXLHyperparams", "env_defaults", "algo_class", "hyperparam_defaults",
+           "from_dict", "validate",
            "default_config_path", "apply_overrides", "load_config"]
 
-ALGOS = ("dqn", "ppo")
+ALGOS = ("dqn", "ppo", "recurrent-ppo", "trxl-ppo")
+#: Algorithms with a memory: they see one frame at a time (``frame_stack`` must be 1).
+MEMORY_ALGOS = ("recurrent-ppo", "trxl-ppo")
+ENV_IDS = ("Treasurehunt-v0", "MemoryCue-v0")
 VEC_ENVS = ("dummy", "subproc")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -61,15 +68,23 @@ _HYPER_RANGES: dict[str, tuple[float | None, float | None]] = {
     "exploration_initial_eps": (0.0, 1.0), "exploration_final_eps": (0.0, 1.0),
     "n_steps": (1, None), "n_epochs": (1, None), "gae_lambda": (0.0, 1.0), "ent_coef": (0.0, None),
     "vf_coef": (0.0, None), "max_grad_norm": (0.0, None),
+    # trxl-ppo's (TrXLHyperparams)
+    "learning_rate_final": (0.0, None), "ent_coef_final": (0.0, None), "clip_range": (0.0, None),
+    "clip_range_final": (0.0, None), "schedule_power": (0.0, None), "n_minibatches": (1, None),
 }
 
 
 # --------------------------------------------------------------------------- valid keys
-def env_defaults() -> dict[str, Any]:
-    """`TreasurehuntEnv` keyword arguments a config may set, with their defaults."""
-    from rpg_env.envs.treasurehunt import TreasurehuntEnv
+def env_defaults(env_id: str = "Treasurehunt-v0") -> dict[str, Any]:
+    """Keyword arguments of ``env_id``'s env class a config may set, with their defaults."""
+    import gymnasium as gym
 
-    params = inspect.signature(TreasurehuntEnv.__init__).parameters
+    import rpg_env  # noqa: F401  (registers the ids)
+
+    if env_id not in ENV_IDS:
+        raise ConfigError(f"env_id must be one of {ENV_IDS}, got {env_id!r}")
+    env_class = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
+    params = inspect.signature(env_class.__init__).parameters
     return {n: p.default for n, p in params.items() if n != "self" and n not in _ENV_FIXED}
 
 
@@ -81,12 +96,38 @@ def algo_class(algo: str) -> type:
 
 
 def hyperparam_defaults(algo: str) -> dict[str, Any]:
-    """SB3 constructor arguments of ``algo`` a config may set, with SB3's defaults."""
+    """Constructor arguments of ``algo`` a config may set, with their defaults: SB3's (or
+    sb3-contrib's), or `TrXLHyperparams` for ``trxl-ppo``."""
+    if algo == "trxl-ppo":
+        return dataclasses.asdict(TrXLHyperparams())
     params = inspect.signature(algo_class(algo).__init__).parameters
     return {n: p.default for n, p in params.items() if n != "self" and n not in _HYPER_FIXED}
 
 
 # --------------------------------------------------------------------------- the config
+@dataclass
+class TrXLHyperparams:
+    """PPO's settings for ``trxl-ppo`` (the config's ``hyperparams`` section; the loop is
+    `rpg_env.experts.trxl_ppo`). The ``_final`` values end polynomial decays (power ``schedule_power``)
+    over ``total_timesteps``; equal to the initial value, the setting stays constant."""
+
+    learning_rate: float = 3e-4
+    learning_rate_final: float = 3e-4
+    ent_coef: float = 0.01
+    ent_coef_final: float = 0.01
+    clip_range: float = 0.2
+    clip_range_final: float = 0.2
+    schedule_power: float = 1.0
+    n_steps: int = 128
+    n_epochs: int = 4
+    n_minibatches: int = 8
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = True
+
+
 @dataclass
 class NetConfig:
     """Network shape: the features extractor, then SB3's heads."""
@@ -95,6 +136,24 @@ class NetConfig:
     channels: list[int] = setting([32, 16], "output channels of each conv layer (cnn extractor)")
     features_dim: int = setting(64, "size of the extractor's output (one linear layer)")
     net_arch: list[int] = setting([], "hidden layers after the extractor, as SB3's net_arch (shared / Q-net)")
+
+
+@dataclass
+class MemoryConfig:
+    """The memory core of the memory algorithms (the others ignore it): a TransformerXL over a
+    sliding episodic window for ``trxl-ppo`` (seed 002; rpg_env/policies/transformer_xl.py), an
+    LSTM for ``recurrent-ppo`` (sb3-contrib)."""
+
+    memory_length: int = setting(16, "trxl-ppo: steps of the sliding episodic memory window")
+    num_blocks: int = setting(2, "trxl-ppo: transformer blocks (width: net.features_dim)")
+    num_heads: int = setting(4, "trxl-ppo: attention heads (divides net.features_dim)")
+    positional_encoding: str = setting("relative", "trxl-ppo: relative (sinusoidal by age), learned or none")
+    layer_norm: str = setting("pre", "trxl-ppo: layer norm before (pre) or after (post) each component")
+    gtrxl: bool = setting(False, "trxl-ppo: GRU gates instead of residual sums (Gated TransformerXL)")
+    gtrxl_bias: float = setting(0.0, "trxl-ppo: initial bias of the GTrXL update gates")
+    hidden_size: int = setting(128, "trxl-ppo: hidden layer before the policy and value heads")
+    previous_action: bool = setting(True, "trxl-ppo: the network also reads its last action (where it went)")
+    lstm_hidden_size: int = setting(128, "recurrent-ppo: LSTM units (sb3-contrib's lstm_hidden_size)")
 
 
 @dataclass
@@ -111,7 +170,8 @@ class EvalConfig:
 class ExpertConfig:
     """Everything needed to reproduce one training run."""
 
-    algo: str = setting("dqn", "learning algorithm: dqn or ppo")
+    algo: str = setting("dqn", "learning algorithm: dqn, ppo, recurrent-ppo (LSTM), trxl-ppo (TransformerXL)")
+    env_id: str = setting("Treasurehunt-v0", "the game: Treasurehunt-v0, or MemoryCue-v0 (memory proof task)")
     seed: int = setting(0, "seed of the model; training env i gets seed + i")
     total_timesteps: int = setting(150_000, "learner env steps, summed over the vectorized envs",
                                    aliases=("timesteps", "steps"))
@@ -123,11 +183,12 @@ class ExpertConfig:
     progress_bar: bool = setting(
         True, "show progress: SB3's bar on a terminal, a plain line every few seconds in a log")
     env: dict[str, Any] = dict_section(
-        "TreasurehuntEnv keyword argument", lambda cfg: env_defaults(), fixed=_ENV_FIXED,
-        label=lambda cfg: "TreasurehuntEnv arguments")
+        "keyword argument of the env", lambda cfg: env_defaults(cfg.env_id), fixed=_ENV_FIXED,
+        label=lambda cfg: f"{cfg.env_id} arguments")
     net: NetConfig = section(NetConfig, "features extractor and heads")
+    memory: MemoryConfig = section(MemoryConfig, "memory core of recurrent-ppo and trxl-ppo")
     hyperparams: dict[str, Any] = dict_section(
-        "keyword argument of the SB3 algorithm", lambda cfg: hyperparam_defaults(cfg.algo),
+        "keyword argument of the algorithm", lambda cfg: hyperparam_defaults(cfg.algo),
         types=_HYPER_TYPES, fixed=_HYPER_FIXED, label=lambda cfg: f"{str(cfg.algo).upper()} arguments")
     eval: EvalConfig = section(EvalConfig, "EvalCallback during training and the final eval.json")
 
@@ -158,6 +219,8 @@ def validate(cfg: ExpertConfig) -> None:
     """Range checks that types alone do not catch."""
     if cfg.algo not in ALGOS:
         raise ConfigError(f"algo must be one of {ALGOS}, got {cfg.algo!r}")
+    if cfg.env_id not in ENV_IDS:
+        raise ConfigError(f"env_id must be one of {ENV_IDS}, got {cfg.env_id!r}")
     positive = {"total_timesteps": cfg.total_timesteps, "n_envs": cfg.n_envs,
                 "frame_stack": cfg.frame_stack, "torch_threads": cfg.torch_threads,
                 "checkpoint_freq": cfg.checkpoint_freq, "net.features_dim": cfg.net.features_dim,
@@ -183,10 +246,41 @@ def validate(cfg: ExpertConfig) -> None:
     for name, seed in (("seed", cfg.seed), ("eval.seed", cfg.eval.seed)):
         if seed < 0:
             raise ConfigError(f"{name} must be >= 0 (Gymnasium seeds are non-negative), got {seed}")
-    _check_game(cfg.env)
+    _check_memory(cfg)
+    _check_game(cfg.env_id, cfg.env)
 
 
-def _check_game(env: dict[str, Any]) -> None:
+def _check_memory(cfg: ExpertConfig) -> None:
+    mem = cfg.memory
+    if cfg.algo == "trxl-ppo" and cfg.frame_stack != 1:
+        raise ConfigError(f"trxl-ppo sees one frame a step (its memory replaces the stack); set "
+                          f"frame_stack=1, got {cfg.frame_stack}")
+    for name in ("memory_length", "num_blocks", "num_heads", "hidden_size", "lstm_hidden_size"):
+        if getattr(mem, name) < 1:
+            raise ConfigError(f"memory.{name} must be >= 1, got {getattr(mem, name)}")
+    if mem.positional_encoding not in ("relative", "learned", "none"):
+        raise ConfigError(f"memory.positional_encoding must be relative, learned or none, got "
+                          f"{mem.positional_encoding!r}")
+    if mem.layer_norm not in ("pre", "post"):
+        raise ConfigError(f"memory.layer_norm must be pre or post, got {mem.layer_norm!r}")
+    if cfg.algo == "trxl-ppo" and cfg.net.features_dim % mem.num_heads:
+        raise ConfigError(f"net.features_dim ({cfg.net.features_dim}) is the transformer's width and must be "
+                          f"a multiple of memory.num_heads ({mem.num_heads})")
+
+
+def _check_game(env_id: str, env: dict[str, Any]) -> None:
+    if env_id != "Treasurehunt-v0":
+        import gymnasium as gym
+
+        try:
+            gym.make(env_id, **env).close()
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"env ({env_id}): {err}") from None
+        return
+    _check_treasurehunt(env)
+
+
+def _check_treasurehunt(env: dict[str, Any]) -> None:
     """The env section's game settings, checked by the game's own rules (`WorldParams`) here,
     so a bad size fails before any env, model or run folder is made."""
     from dataclasses import fields

@@ -24,7 +24,7 @@ import numpy as np
 import rpg_env
 from rpg_env.envs.protocol import EnvDescription, describe
 from rpg_env.policies.base import BatchPolicy
-from rpg_env.policies.sb3 import SB3Policy
+from rpg_env.policies.registry import load_expert_policy
 from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 from rpg_env.rollout import Step, rollout
 
@@ -116,18 +116,26 @@ def run_episodes(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int,
     return _play(policy, env_kwargs, episodes, seed, env_id)[0]
 
 
+def trained_env(policy: BatchPolicy) -> tuple[str, dict[str, Any]]:
+    """``(env id, keyword arguments)`` of the game an expert was trained in (its ``rpg_expert``
+    record; Treasurehunt-v0's defaults for a policy without one)."""
+    spec = getattr(policy, "rpg_expert", None) or {}
+    return spec.get("env_id", rpg_env.ENV_ID), dict(spec.get("env", {}))
+
+
 def compare(model: str | Path | BatchPolicy, episodes: int = DEFAULT_EPISODES, seed: int = DEFAULT_SEED,
             env_kwargs: dict[str, Any] | None = None,
-            env_id: str = rpg_env.ENV_ID) -> dict[str, dict[str, Any]]:
+            env_id: str | None = None) -> dict[str, dict[str, Any]]:
     """``{"model": summary, "greedy": summary, "random": summary}`` on the same seeds.
 
-    ``env_kwargs`` default to the environment the expert was trained in (its ``rpg_expert``
-    record), so the comparison is on the expert's own game.
+    ``env_id`` and ``env_kwargs`` default to the environment the expert was trained in (its
+    ``rpg_expert`` record), so the comparison is on the expert's own game.
     """
-    policy = model if isinstance(model, BatchPolicy) else SB3Policy.load(model)
+    policy = model if isinstance(model, BatchPolicy) else load_expert_policy(model)
+    trained_id, trained_kwargs = trained_env(policy)
+    env_id = env_id or trained_id
     if env_kwargs is None:
-        spec = getattr(getattr(policy, "model", None), "rpg_expert", None) or {}
-        env_kwargs = dict(spec.get("env", {}))
+        env_kwargs = trained_kwargs
     results = {"model": summarize(run_episodes(policy, env_kwargs, episodes, seed, env_id))}
     for name, baseline in (("greedy", GreedyPolicy()), ("random", RandomPolicy())):
         results[name] = summarize(run_episodes(baseline, env_kwargs, episodes, seed, env_id))
@@ -207,14 +215,14 @@ def profile_cli(models: list[str], episodes: int = DEFAULT_EPISODES, seed: int =
     from rich.console import Console
     from rich.table import Table
 
-    experts = {f"{Path(m).parent.name}/{Path(m).name}": SB3Policy.load(m) for m in models}
-    env_kwargs = dict(next(iter(experts.values())).model.rpg_expert.get("env", {}))
+    experts = {f"{Path(m).parent.name}/{Path(m).name}": load_expert_policy(m) for m in models}
+    env_id, env_kwargs = trained_env(next(iter(experts.values())))
     policies: dict[str, BatchPolicy] = dict(experts)
     policies.update(greedy=GreedyPolicy(), random=RandomPolicy())
-    rows = {name: behaviour(p, env_kwargs, episodes, seed) for name, p in policies.items()}
+    rows = {name: behaviour(p, env_kwargs, episodes, seed, env_id) for name, p in policies.items()}
     names = list(policies)
     agreement = {f"{a} | {b}": round(action_agreement(policies[a], policies[b], env_kwargs, episodes,
-                                                      seed), 4)
+                                                      seed, env_id), 4)
                  for i, a in enumerate(names) for b in names[i + 1:] if b != "random"}
     table = Table(title=f"behaviour over {episodes} episodes, seeds {seed}..")
     for column in ("policy", "return", "gems", "food", "bones", "bumps", "up/down/left/right"):

@@ -13,6 +13,7 @@ Run folder layout (``--out DIR``, default ``runs/experts/<algo>-<UTC time>-s<see
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -29,11 +30,10 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList, Check
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
 
-import rpg_env
 from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.experts.config import ExpertConfig, algo_class, env_defaults
-from rpg_env.policies.sb3 import expert_spec, policy_kwargs_from_net
+from rpg_env.policies.sb3 import POLICY_ALIASES, expert_spec, policy_kwargs_from_net
 
 #: Offset of the EvalCallback's env seeds from the training seed (disjoint streams).
 EVAL_CALLBACK_SEED_OFFSET = 1_000_003
@@ -55,7 +55,7 @@ def make_training_env(cfg: ExpertConfig, n_envs: int, seed: int) -> VecEnv:
     """``n_envs`` Monitor-wrapped Treasurehunt envs, frame-stacked channels-first: ``(C * k, V, V)``."""
     vec_cls = SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv
     # "module:id" makes gymnasium import rpg_env (which registers the env) in SubprocVecEnv workers.
-    venv = make_vec_env(f"rpg_env:{rpg_env.ENV_ID}", n_envs=n_envs, seed=seed, vec_env_cls=vec_cls,
+    venv = make_vec_env(f"rpg_env:{cfg.env_id}", n_envs=n_envs, seed=seed, vec_env_cls=vec_cls,
                         env_kwargs=dict(cfg.env), wrapper_class=stackable_views)
     return VecFrameStack(venv, n_stack=cfg.frame_stack, channels_order="first")
 
@@ -63,15 +63,21 @@ def make_training_env(cfg: ExpertConfig, n_envs: int, seed: int) -> VecEnv:
 def build_model(cfg: ExpertConfig, venv: VecEnv, tensorboard_log: str | None):
     """The SB3 model for ``cfg`` with the JSON record `load_expert` needs set on it."""
     cls = algo_class(cfg.algo)
+    recurrent = cfg.algo == "recurrent-ppo"
+    memory = dataclasses.asdict(cfg.memory) if recurrent else None
     try:
-        model = cls("CnnPolicy", venv, seed=cfg.seed, verbose=0, device="cpu",
-                    tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs_from_net(vars(cfg.net)),
+        model = cls(POLICY_ALIASES[cfg.algo], venv, seed=cfg.seed, verbose=0, device="cpu",
+                    tensorboard_log=tensorboard_log,
+                    policy_kwargs=policy_kwargs_from_net(vars(cfg.net), memory),
                     **cfg.hyperparams)
     except (ValueError, TypeError, AssertionError) as err:  # SB3 validates its arguments here
         raise ConfigError(f"Stable-Baselines3 refused the {cfg.algo.upper()} settings: {err}; change the "
                           f"hyperparams in the config or overrides") from err
-    radius = cfg.env.get("vision_radius", env_defaults()["vision_radius"])
-    model.rpg_expert = expert_spec(cfg.algo, cfg.frame_stack, radius, vars(cfg.net), cfg.env, cfg.seed)
+    radius = cfg.env.get("vision_radius", env_defaults(cfg.env_id)["vision_radius"])
+    model.rpg_expert = expert_spec(cfg.algo, cfg.frame_stack, radius, vars(cfg.net), cfg.env, cfg.seed,
+                                   env_id=cfg.env_id)
+    if recurrent:
+        model.rpg_expert["memory"] = memory
     return model
 
 
@@ -131,14 +137,32 @@ def train(cfg: ExpertConfig, out: str | Path | None = None, command: str | None 
     Runs with torch on ``cfg.torch_threads`` threads and restores the caller's setting after."""
     run_dir = resolve_run_dir(out, cfg)
     with pinned_torch_threads(cfg.torch_threads):
+        if cfg.algo == "trxl-ppo":
+            return _train_trxl_run(cfg, run_dir, command, final_eval, extra_provenance or {}, init_params,
+                                   make_env is not make_training_env)
         return _train_run(cfg, run_dir, command, make_env, final_eval, extra_provenance or {}, init_params)
+
+
+def _train_trxl_run(cfg: ExpertConfig, run_dir: Path, command: str | None,
+                    final_eval: Callable[[Path], dict[str, dict[str, Any]]] | None,
+                    extra_provenance: dict[str, Any], init_params: str | Path | None, own_envs: bool) -> Path:
+    """TrXL-PPO (`rpg_env.experts.trxl_ppo`): its own loop, this module's run folder."""
+    from rpg_env.experts.trxl_ppo import train_trxl
+
+    if init_params is not None or own_envs:
+        raise ConfigError("trxl-ppo trains only in the real game from fresh weights (no make_env or "
+                          "init_params); use ppo or dqn for that")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    eval_seed = cfg.seed + EVAL_CALLBACK_SEED_OFFSET
+    train_seconds, steps = train_trxl(cfg, run_dir, eval_seed)
+    return _write_results(cfg, run_dir, command, final_eval, extra_provenance, None, train_seconds, steps,
+                          eval_seed)
 
 
 def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None, make_env: EnvFactory,
                final_eval: Callable[[Path], dict[str, dict[str, Any]]] | None,
                extra_provenance: dict[str, Any], init_params: str | Path | None = None) -> Path:
-    from rpg_env.experts.evaluate import compare, print_table
-
     venv = make_env(cfg, cfg.n_envs, cfg.seed)
     eval_seed = cfg.seed + EVAL_CALLBACK_SEED_OFFSET
     eval_env = make_env(cfg, 1, eval_seed)
@@ -171,10 +195,20 @@ def _train_run(cfg: ExpertConfig, run_dir: Path, command: str | None, make_env: 
         eval_env.close()
     train_seconds = time.perf_counter() - started
     model.save(run_dir / "model.zip")
+    return _write_results(cfg, run_dir, command, final_eval, extra_provenance, init_params, train_seconds,
+                          int(model.num_timesteps), eval_seed)
+
+
+def _write_results(cfg: ExpertConfig, run_dir: Path, command: str | None,
+                   final_eval: Callable[[Path], dict[str, dict[str, Any]]] | None,
+                   extra_provenance: dict[str, Any], init_params: str | Path | None, train_seconds: float,
+                   timesteps: int, eval_seed: int) -> Path:
+    """provenance.json and eval.json of a finished run whose ``model.zip`` is written."""
+    from rpg_env.experts.evaluate import compare, print_table
 
     record = provenance(
         seed=cfg.seed, algo=cfg.algo, train_seconds=round(train_seconds, 2),
-        total_timesteps=int(model.num_timesteps),
+        total_timesteps=timesteps,
         seeds={"model": cfg.seed, "train_envs": [cfg.seed + i for i in range(cfg.n_envs)],
                "eval_callback_env": eval_seed, "final_eval_first_seed": cfg.eval.seed},
         torch_threads=cfg.torch_threads, **extra_provenance,

@@ -8,9 +8,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-import rpg_env
 from rpg_base.errors import InputError
-from rpg_env.policies.sb3 import SB3Policy
+from rpg_env.experts.evaluate import trained_env
+from rpg_env.policies.registry import load_expert_policy
 from rpg_env.render import VIDEO_SUFFIXES, save_animation
 from rpg_env.rollout import rollout
 
@@ -22,13 +22,13 @@ def watch(model: str | Path, out: str | Path | None = None, seed: int = 0, episo
     Without ``out`` the game is shown in a pygame window (``render_mode="human"``); with ``out``
     (``.gif`` or ``.mp4``) the whole-map RGB frames are written there instead.
     """
-    policy = SB3Policy.load(model)
-    kwargs = dict(policy.model.rpg_expert.get("env", {}))
+    policy = load_expert_policy(model)
+    env_id, kwargs = trained_env(policy)
     kwargs.update(env_kwargs or {})
     if out is not None:  # refuse a bad path before playing, not after
         if Path(out).suffix.lower() not in VIDEO_SUFFIXES:
             raise InputError(f"--out must end in {' or '.join(VIDEO_SUFFIXES)}, got {str(out)!r}")
-    env = gym.make(rpg_env.ENV_ID, render_mode="rgb_array" if out is not None else "human", **kwargs)
+    env = gym.make(env_id, render_mode="rgb_array" if out is not None else "human", **kwargs)
     policy.check_view_shape(env.observation_space.shape)
     if out is None:
         env.unwrapped.metadata["render_fps"] = fps  # the env's own copy of its metadata

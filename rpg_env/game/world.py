@@ -14,7 +14,8 @@ Shapes (N worlds, A agents, map H x W, vision radius r, padding p, view V = 2r +
 - ``WorldBatch.cells``: ``(N, (H + 2p) * (W + 2p))`` int8 cell codes (padded, flat)
 - ``WorldBatch.positions``: ``(N, A)`` int64 flat indices into each row of ``cells`` (read-only)
 - ``WorldBatch.grid``: ``(N, H, W)`` int8 view of the map without padding
-- ``WorldBatch.views()``: ``(N, A, V * V)`` int8 cell codes of each agent's window
+- ``WorldBatch.views()``: ``(N, A, V * V)`` int8 cell codes of each agent's window, as it sees
+  it (with ``item_visible_turns`` > 0 old items read as empty: `rpg_env.game.visibility`)
 - ``WorldBatch.agent_rc()``: ``(N, A, 2)`` int64 (row, column) map coordinates
 """
 
@@ -27,6 +28,8 @@ import numpy as np
 
 from rpg_env.game.constants import AGENT_LETTERS, Vocabulary, vocabulary
 from rpg_env.game.levels import check_levels, level_walls
+from rpg_env.game.spawns import SpawnDraws
+from rpg_env.game.visibility import ItemAges, check_item_visible_turns
 
 MIN_SPAWN_PROB = 1e-12
 LEVEL_FIELDS = ("num_levels", "start_level", "distribution_mode")
@@ -41,6 +44,8 @@ class WorldParams:
     ``start_level .. start_level + num_levels - 1`` whose walls are generated from its id
     (`rpg_env.game.levels`; ``distribution_mode`` ``"easy"`` rooms, ``"hard"`` a maze);
     ``num_levels=0`` is the open room, drawn exactly as before levels existed.
+    ``item_visible_turns`` > 0 is the memory variant: an item shows in the agents' views only
+    for that many turns after it appears (`rpg_env.game.visibility`); 0 shows items always.
     """
 
     height: int = 20
@@ -56,11 +61,13 @@ class WorldParams:
     num_levels: int = 0
     start_level: int = 0
     distribution_mode: str = "easy"
+    item_visible_turns: int = 0
 
     def __post_init__(self) -> None:
         self._check_sizes()
         self._check_numbers()
         check_levels(self.num_levels, self.start_level, self.distribution_mode)
+        check_item_visible_turns(self.item_visible_turns)
 
     def _check_sizes(self) -> None:
         for name in ("height", "width", "vision_radius", "num_agents", "max_turns"):
@@ -109,12 +116,14 @@ class WorldParams:
 
     def rules(self) -> dict:
         """The env keyword arguments of this game. The level fields are named only when
-        ``num_levels`` > 0, so the open room's rules (and files recorded with them) read
-        exactly as before levels existed."""
+        ``num_levels`` > 0, and ``item_visible_turns`` only when > 0, so the default game's rules
+        (and files recorded with them) read exactly as before either existed."""
         rules = asdict(self)
         if not self.num_levels:
             for name in LEVEL_FIELDS:
                 del rules[name]
+        if not self.item_visible_turns:
+            del rules["item_visible_turns"]
         return rules
 
     @classmethod
@@ -230,7 +239,10 @@ class WorldBatch:
         rows, cols = np.meshgrid(np.arange(params.height), np.arange(params.width), indexing="ij")
         map_cells = ((rows + pad) * pw + (cols + pad)).reshape(-1)
         self._spawn_cells = (self._row_base[:, None] + map_cells).reshape(-1)
-        self._trials_per_turn = self._spawn_cells.size
+        self._draws = SpawnDraws(self._spawn_cells, self._item_codes, params.spawn_prob)
+        #: When each cell's item appeared (`rpg_env.game.visibility`); None: items always visible.
+        self.ages = (ItemAges(params.item_visible_turns, self.cells.shape, self.vocab)
+                     if params.item_visible_turns else None)
         #: Set True to keep, after every ``step``, the flat indices (into ``cells.reshape(-1)``)
         #: of the cells where an item spawned that turn in ``spawned`` (replay and analysis;
         #: off in play, where nothing needs it).
@@ -288,7 +300,11 @@ class WorldBatch:
         return self._rc_of_index[local - self._row_base[world] if world else local]
 
     def views(self) -> np.ndarray:
-        """``(N, A, V * V)`` int8 cell codes of each agent's egocentric window, row-major."""
+        """``(N, A, V * V)`` int8 cell codes of each agent's egocentric window, row-major, as the
+        agents see them (items hidden by ``item_visible_turns`` read as empty)."""
+        if self.ages is not None:
+            return self.ages.hide(self._flat, self._pos.T[:, :, None] + self._view_offsets,
+                                  self.turn[:, None, None])
         if self.num_worlds <= 4:  # few windows: a per-cell gather has less overhead
             return self._flat[self._pos.T[:, :, None] + self._view_offsets]
         side = self.params.view_size
@@ -304,8 +320,11 @@ class WorldBatch:
         return values.reshape(-1)[self._pos.T[:, :, None] + self._view_offsets]
 
     def world_views(self, world: int) -> np.ndarray:
-        """``(A, V * V)`` int8 cell codes of the agents' windows in one world."""
-        return self._flat[self._pos[:, world, None] + self._view_offsets]
+        """``(A, V * V)`` int8 cell codes of the agents' windows in one world, as they see them."""
+        index = self._pos[:, world, None] + self._view_offsets
+        if self.ages is not None:
+            return self.ages.hide(self._flat, index, self.turn[world])
+        return self._flat[index]
 
     def truncated(self) -> np.ndarray:
         return self.turn >= self.params.max_turns
@@ -338,6 +357,8 @@ class WorldBatch:
         self._pos[:, idx] = starts.T
         self._flat[starts] = self._agent
         self.turn[idx] = 0
+        if self.ages is not None:
+            self.ages.restart(idx)
 
     def _reset_levels(self, rng: np.random.Generator, idx: np.ndarray) -> np.ndarray:
         """Draw a level for each world of ``idx`` and lay out its map; return the ``(k, cells)``
@@ -373,20 +394,12 @@ class WorldBatch:
         self._pos[:, world] = local + self._row_base[world]
         self.turn[world] = 0
         self.level[world] = -1
+        if self.ages is not None:
+            self.ages.restart(world)
 
     def discard_buffered_draws(self) -> None:
         """Forget pre-drawn spawn trials (the next ``step`` draws afresh from its ``rng``)."""
-        # Successes ("hits") along the endless sequence of spawn trials: turn after turn,
-        # each turn every map cell of every world in order (``_trials_per_turn`` trials).
-        # Per hit: its trial index (counted from the buffer's first turn), its flat cell and
-        # the item it places. ``_turn_ends[t]`` is the index of the first hit after turn t.
-        # -1 is a sentinel "last hit" so the first geometric gap g lands on trial g - 1.
-        self._hit_pos = np.array([-1], dtype=np.int64)
-        self._hit_cell = np.zeros(1, dtype=np.int64)
-        self._hit_kind = np.zeros(1, dtype=np.int8)
-        self._hit_next = 1  # index of the first unconsumed hit
-        self._turn_ends: list[int] = []
-        self._buffer_turn = 0  # the next turn to play, counted from the buffer's first turn
+        self._draws.discard()
 
     def step(self, actions: np.ndarray, rng: np.random.Generator,
              active: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -433,13 +446,8 @@ class WorldBatch:
         return rewards.T, codes.T
 
     def _spawn(self, rng: np.random.Generator, active: np.ndarray | None) -> None:
-        """Each empty map cell of each active world becomes a uniform random item with prob. p.
-
-        The Bernoulli trials of all turns form one endless sequence; its successes are drawn
-        in blocks as cumulative geometric gaps (with their items), so a turn costs
-        O(N * cells * p) work and no generator call most turns. Blocks come from ``rng`` in
-        order, so the same generator state gives the same spawns.
-        """
+        """Each empty map cell of each active world becomes a uniform random item with prob. p
+        (the trials drawn ahead by `rpg_env.game.spawns.SpawnDraws`)."""
         p = self.params.spawn_prob
         if self.log_spawns:
             self.spawned = np.zeros(0, dtype=np.int64)
@@ -452,48 +460,23 @@ class WorldBatch:
                 cells = cells.reshape(self.num_worlds, -1)[active].reshape(-1)
             cells = cells[flat[cells] == self._empty]
             flat[cells] = self._item_codes[rng.integers(0, len(self._item_codes), size=cells.size)]
-            if self.log_spawns:
-                self.spawned = cells
+            self._spawned(cells)
             return
-        if self._buffer_turn >= len(self._turn_ends):
-            self._draw_hits(rng)
-        first, last = self._hit_next, self._turn_ends[self._buffer_turn]
-        self._hit_next = last
-        self._buffer_turn += 1
-        if last == first:
+        cells, kinds = self._draws.next_turn(rng, self.max_spawn_block)
+        if not cells.size:
             return
-        cells = self._hit_cell[first:last]  # distinct: one trial per cell per turn
         current = flat[cells]
         hit = current == self._empty
         if active is not None:
             hit &= active.take(cells // self.row_size)
         # Rewriting the non-hits with their own codes is cheaper than compressing twice.
-        flat[cells] = np.where(hit, self._hit_kind[first:last], current)
-        if self.log_spawns:
-            self.spawned = cells[hit]
+        flat[cells] = np.where(hit, kinds, current)
+        if self.log_spawns or self.ages is not None:
+            self._spawned(cells[hit])
 
-    def _draw_hits(self, rng: np.random.Generator) -> None:
-        """Draw hits until at least the next turn is fully known; rebase to that turn."""
-        p, per_turn = self.params.spawn_prob, self._trials_per_turn
-        base = self._buffer_turn * per_turn
-        # Unconsumed hits all lie in the next turn (later turns would have been complete).
-        positions = [self._hit_pos[self._hit_next :] - base]
-        cells = [self._hit_cell[self._hit_next :]]
-        kinds = [self._hit_kind[self._hit_next :]]
-        last = int(self._hit_pos[-1]) - base  # the last drawn hit, maybe already consumed
-        # About 32 turns' worth of hits per draw: few generator calls, bounded memory.
-        block = int(min(max(256.0, 32.0 * per_turn * p), self.max_spawn_block))
-        while last < per_turn:
-            drawn = last + np.cumsum(rng.geometric(p, size=block))
-            positions.append(drawn)
-            cells.append(self._spawn_cells.take(drawn % per_turn))
-            kinds.append(self._item_codes.take(rng.integers(0, len(self._item_codes), size=block)))
-            last = int(drawn[-1])
-        self._hit_pos = np.concatenate(positions)
-        self._hit_cell = np.concatenate(cells)
-        self._hit_kind = np.concatenate(kinds)
-        self._hit_next = 0
-        self._buffer_turn = 0
-        complete_turns = last // per_turn  # turns whose every trial is decided
-        ends = np.arange(1, complete_turns + 1, dtype=np.int64) * per_turn
-        self._turn_ends = self._hit_pos.searchsorted(ends).tolist()
+    def _spawned(self, cells: np.ndarray) -> None:
+        """Items spawned this turn at flat indices ``cells``: log them, and date them."""
+        if self.log_spawns:
+            self.spawned = cells
+        if self.ages is not None:
+            self.ages.spawned(cells, self.turn.take(cells // self.row_size))

@@ -4,6 +4,8 @@ Arrow keys or WASD move the learner (agent ``A``), R restarts the episode, Esc o
 window quits. The game is turn-based: nothing moves until you press a move key; co-players
 (``B``..) move once per turn after you, driven by ``--co-policy``. ``--record FILE.h5`` saves
 your games as trajectories (policy id ``human``) through `rpg_env.trajectories.recorders.HDF5Recorder`.
+``--item-visible-turns k`` plays the memory variant: the views (and recordings) hide each item k turns
+after it appears, but the window, like every rendered frame, shows the whole truthful map.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the first level id; levels are start-level .. start-level + num-levels - 1")
     parser.add_argument("--distribution-mode", choices=DISTRIBUTION_MODES, default="easy",
                         help="level walls: easy (rooms) or hard (a maze)")
+    parser.add_argument("--item-visible-turns", type=non_negative_int, default=0,
+                        help="the memory variant: items show in the agents' views only this many turns "
+                             "after they appear (0: always; the window still shows every item)")
     parser.add_argument("--co-policy", type=_co_policy_arg, default="random",
                         help="random, greedy, or a path to an SB3 .zip (default: random)")
     parser.add_argument("--fps", type=positive_float, default=DEFAULT_FPS,
@@ -77,7 +82,8 @@ def make_env(args: argparse.Namespace) -> gym.Env:
                        vision_radius=args.vision_radius, max_turns=args.max_turns,
                        num_agents=args.num_agents, co_policy=args.co_policy, render_mode="rgb_array",
                        num_levels=args.num_levels, start_level=args.start_level,
-                       distribution_mode=args.distribution_mode)
+                       distribution_mode=args.distribution_mode,
+                       item_visible_turns=args.item_visible_turns)
     except (TypeError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     if args.record is not None:

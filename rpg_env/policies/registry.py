@@ -29,7 +29,7 @@ def make_policy(spec: Any) -> BatchPolicy:
     if isinstance(spec, str) and spec == "greedy":
         return GreedyPolicy()
     if isinstance(spec, (str, Path)) and str(spec).endswith(".zip"):
-        return SB3Policy.load(spec)
+        return load_expert_policy(spec)
     if isinstance(spec, str) and ENTRY_POINT.match(spec):
         return _from_entry_point(spec)
     if _is_sb3_model(spec):
@@ -40,6 +40,20 @@ def make_policy(spec: Any) -> BatchPolicy:
         f"unknown policy {spec!r}: use 'random', 'greedy', a path to a Stable-Baselines3 .zip, "
         f"an entry point 'package.module:factory', an SB3 model, a BatchPolicy, or a callable obs -> action"
     )
+
+
+def load_expert_policy(path: str | Path, deterministic: bool = True) -> BatchPolicy:
+    """The expert in ``path`` (a ``model.zip`` of ``python -m rpg_env.experts train``) as a batched
+    policy: `TrXLPolicy` for ``trxl-ppo``, `SB3Policy` for the SB3 algorithms; read without unpickling."""
+    from rpg_env.policies.sb3 import read_expert_record
+    from rpg_env.policies.transformer_xl import TRXL_ALGO
+
+    record = read_expert_record(Path(path))
+    if record.get("algo") == TRXL_ALGO:
+        from rpg_env.policies.transformer_xl import TrXLPolicy
+
+        return TrXLPolicy.load(path, deterministic=deterministic)
+    return SB3Policy.load(path, deterministic=deterministic)
 
 
 def _is_sb3_model(obj: Any) -> bool:

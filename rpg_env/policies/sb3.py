@@ -37,16 +37,21 @@ class ExpertLoadError(InputError):
 
 
 def expert_spec(algo: str, frame_stack: int, vision_radius: int, net: dict[str, Any],
-                env: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The JSON-only record saved as ``model.rpg_expert`` (enough to rebuild the model safely)."""
+                env: dict[str, Any], seed: int, env_id: str = "Treasurehunt-v0") -> dict[str, Any]:
+    """The JSON-only record saved as ``model.rpg_expert`` (enough to rebuild the model safely).
+    ``env_id`` is recorded only where it is not Treasurehunt-v0 (older records have none)."""
     side = 2 * vision_radius + 1
-    return {"format": EXPERT_FORMAT, "algo": algo, "policy": "CnnPolicy",
+    spec = {"format": EXPERT_FORMAT, "algo": algo, "policy": POLICY_ALIASES.get(algo, "CnnPolicy"),
             "frame_stack": int(frame_stack), "view_shape": [vocabulary().num_kinds, side, side],
             "vision_radius": int(vision_radius), "net": dict(net), "env": dict(env), "seed": seed}
+    if env_id != "Treasurehunt-v0":
+        spec["env_id"] = env_id
+    return spec
 
 
-def policy_kwargs_from_net(net: dict[str, Any]) -> dict[str, Any]:
-    """SB3 ``policy_kwargs`` for a ``net`` config section (see `rpg_env.experts.config.NetConfig`)."""
+def policy_kwargs_from_net(net: dict[str, Any], memory: dict[str, Any] | None = None) -> dict[str, Any]:
+    """SB3 ``policy_kwargs`` for a ``net`` config section (see `rpg_env.experts.config.NetConfig`);
+    with ``memory`` (the config's memory section), RecurrentPPO's LSTM size too."""
     from rpg_env.policies.features import EXTRACTORS  # imports torch and SB3: only when needed
 
     extractor = net.get("extractor", "cnn")
@@ -55,17 +60,26 @@ def policy_kwargs_from_net(net: dict[str, Any]) -> dict[str, Any]:
     fe_kwargs: dict[str, Any] = {"features_dim": int(net.get("features_dim", 64))}
     if extractor == "cnn":
         fe_kwargs["channels"] = tuple(int(c) for c in net.get("channels", (32, 16)))
-    return {"features_extractor_class": EXTRACTORS[extractor], "features_extractor_kwargs": fe_kwargs,
-            "net_arch": [int(h) for h in net.get("net_arch", [])], "normalize_images": False}
+    kwargs = {"features_extractor_class": EXTRACTORS[extractor], "features_extractor_kwargs": fe_kwargs,
+              "net_arch": [int(h) for h in net.get("net_arch", [])], "normalize_images": False}
+    if memory is not None:
+        kwargs["lstm_hidden_size"] = int(memory.get("lstm_hidden_size", 128))
+    return kwargs
 
 
-ALGOS = ("dqn", "ppo")
+ALGOS = ("dqn", "ppo", "recurrent-ppo")
+#: The SB3 policy of each algorithm (a CNN features extractor; recurrent-ppo adds an LSTM).
+POLICY_ALIASES = {"dqn": "CnnPolicy", "ppo": "CnnPolicy", "recurrent-ppo": "CnnLstmPolicy"}
 
 
 def algo_class(algo: str):
-    """The Stable-Baselines3 class of ``algo`` (``dqn`` or ``ppo``)."""
+    """The Stable-Baselines3 class of ``algo``: DQN, PPO, or sb3-contrib's RecurrentPPO."""
     if algo not in ALGOS:
         raise ExpertLoadError(f"algo must be one of {ALGOS}, got {algo!r}")
+    if algo == "recurrent-ppo":
+        from sb3_contrib import RecurrentPPO
+
+        return RecurrentPPO
     from stable_baselines3 import DQN, PPO  # heavy: imported when a model is built or loaded
 
     return {"dqn": DQN, "ppo": PPO}[algo]
@@ -79,6 +93,14 @@ def _read_record(path: Path) -> dict[str, Any]:
         raise ExpertLoadError(f"{path} is not a Stable-Baselines3 model zip ({err}); pass a .zip "
                               f"written by `python -m rpg_env.experts train`") from err
     return data
+
+
+def read_expert_record(path: Path) -> dict[str, Any]:
+    """The ``rpg_expert`` record of an expert zip (empty when it has none), without loading it."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"expert model {path} does not exist")
+    record = _read_record(Path(path)).get("rpg_expert")
+    return record if isinstance(record, dict) else {}
 
 
 def load_expert(path: str | Path, device: str = "cpu"):
@@ -111,13 +133,14 @@ def load_expert(path: str | Path, device: str = "cpu"):
         policy_class=cls.policy_aliases[spec["policy"]],
         observation_space=obs_space,
         action_space=spaces.Discrete(vocabulary().num_actions),
-        policy_kwargs=policy_kwargs_from_net(spec["net"]),
+        policy_kwargs=policy_kwargs_from_net(spec["net"], spec.get("memory")
+                                             if spec["algo"] == "recurrent-ppo" else None),
         lr_schedule=lambda _: 0.0,
     )
     if spec["algo"] == "dqn":
         custom["buffer_size"] = 1  # inference only: do not allocate the replay buffer
         custom["train_freq"] = 1
-    if spec["algo"] == "ppo":
+    if spec["algo"] in ("ppo", "recurrent-ppo"):
         custom.update(clip_range=0.2, clip_range_vf=None)
     try:
         model = cls.load(path, device=device, custom_objects=custom)
@@ -167,7 +190,14 @@ class SB3Policy(BatchPolicy):
         algo = type(model).__name__.lower()
         self.policy_id = policy_id or f"sb3-{algo}"
         self._is_dqn = algo == "dqn"
+        self._is_recurrent = algo == "recurrentppo"
         self._stack = None
+        self._lstm_states: tuple | None = None
+
+    @property
+    def rpg_expert(self) -> dict[str, Any]:
+        """The model's JSON record (algo, env, seed, ...); empty for a model trained elsewhere."""
+        return dict(getattr(self.model, "rpg_expert", None) or {})
 
     @classmethod
     def load(cls, path: str | Path, deterministic: bool = True, **kwargs: Any) -> SB3Policy:
@@ -188,8 +218,15 @@ class SB3Policy(BatchPolicy):
                 f"vision_radius={(self.view_shape[-1] - 1) // 2} or an expert trained for this view")
 
     def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
+        fresh = self._stack is None or len(self._stack.stacked_obs) != len(obs)
         stacked = self.stack(obs, episode_start)
         batch = len(obs)
+        if self._is_recurrent:
+            if fresh:
+                starts = np.ones(batch, bool)
+            else:
+                starts = np.zeros(batch, bool) if episode_start is None else np.asarray(episode_start, bool)
+            return self._recurrent_act(stacked, starts)
         if self.deterministic:
             actions, _ = self.model.predict(stacked, deterministic=True)
             return np.asarray(actions, dtype=np.int64).reshape(batch)
@@ -221,14 +258,38 @@ class SB3Policy(BatchPolicy):
         return stacked.copy()
 
     def reset(self) -> None:
-        """Forget the frame stacks (the next `act` starts every row afresh)."""
+        """Forget the frame stacks and LSTM states (the next `act` starts every row afresh)."""
         self._stack = None
+        self._lstm_states = None
+
+    def _recurrent_act(self, stacked: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """RecurrentPPO: one LSTM step per row from its kept state (cleared where ``starts``)."""
+        import torch
+
+        policy = self.model.policy
+        batch = len(stacked)
+        with torch.no_grad():
+            obs_t, _ = policy.obs_to_tensor(stacked)
+            if self._lstm_states is None or self._lstm_states[0].shape[1] != batch:
+                shape = (policy.lstm_actor.num_layers, batch, policy.lstm_actor.hidden_size)
+                self._lstm_states = (torch.zeros(shape), torch.zeros(shape))
+            dist, self._lstm_states = policy.get_distribution(
+                obs_t, self._lstm_states, torch.as_tensor(starts, dtype=torch.float32))
+            probs = dist.distribution.probs.cpu().numpy().astype(np.float64)
+        if self.deterministic:
+            return probs.argmax(axis=1).astype(np.int64)
+        cdf = np.cumsum(probs, axis=1)
+        draws = self.rng.random((batch, 1)) * cdf[:, -1:]
+        return np.minimum((draws > cdf).sum(axis=1), self.num_actions - 1).astype(np.int64)
 
     def greedy_on_frames(self, frames: np.ndarray) -> np.ndarray:
         """The greedy action ``(B,)`` on explicit frame stacks ``(B, k, C, V, V)``, oldest first,
         frames before an episode's start all zeros: what `act` does with its own stacks (same
         layout, `StackedObservations` channels-first), for callers that build stacks themselves,
         e.g. with a predicted newest frame. Stateless: `act`'s stacks are untouched."""
+        if self._is_recurrent:
+            raise ExpertLoadError(f"expert {self.policy_id!r} is recurrent: its action depends on its whole "
+                                  f"episode, not on a stack of frames")
         frames = np.asarray(frames)
         if frames.ndim != 5 or frames.shape[1] != self.frame_stack:
             raise ValueError(f"frames must be (B, {self.frame_stack}, C, V, V), got {frames.shape}")

@@ -1,0 +1,235 @@
+"""Agents that remember against agents that do not, at equal real steps (seed 002).
+
+Two tasks, each agent trained with the project's configs from ``rpg_env/experts/configs``:
+
+- ``proof``: the memory proof task ``MemoryCue-v0`` (a cue at the first turn says which end of a
+  corridor pays; ``memorycue-<algo>.yaml``). Figure: the share of ``--episodes`` unseen games won
+  (acting greedily). A memoryless agent is at chance (0.5).
+- ``variant``: Treasurehunt-v0's memory variant, ``item_visible_turns=K`` (an item shows for K
+  turns after it appears, then reads as floor while it stays; ``<algo>.yaml`` with that setting
+  and ``--steps`` steps). Figure: return per game on ``--episodes`` games, greedy and random beside.
+
+Agents: ``trxl-ppo`` (TransformerXL memory, this project), ``recurrent-ppo`` (sb3-contrib's LSTM),
+and the memoryless ``ppo`` and ``dqn`` on a stack of 2 frames. Each seed is one trained agent and
+its own evaluation games (env seeds from ``300,000 + 1,000 * seed``, disjoint from training's and
+the in-training evaluation's); figures are means over ``--seeds`` with 95% t-intervals. CPU time
+is the training process's (all its threads), beside wall time and env steps per wall second.
+
+    python benchmarks/memory_agents.py                    # both tasks, 4 agents, 3 seeds (~1 h on 2 cores)
+    python benchmarks/memory_agents.py --tasks proof --algos trxl-ppo ppo
+    python benchmarks/memory_agents.py --quick            # 1 seed, a few thousand steps: a smoke check
+
+Writes ``benchmarks/results/memory_agents.json`` and ``.png`` (``--out``); the run folders stay in
+``--runs`` (default ``runs/memory_agents``). Goals: TrXL-PPO >= 0.95 on the proof task, memoryless
+PPO at chance; on the variant TrXL-PPO >= 1.2x the best memoryless agent; TrXL-PPO >= 1,500 env
+steps/s while training.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import rpg_env
+from rpg_base.cli import (
+    ArgumentParser,
+    non_negative_int,
+    output_file,
+    output_folder,
+    positive_int,
+    run_command,
+)
+from rpg_base.provenance import provenance
+from rpg_env.experts.config import ALGOS, CONFIG_DIR, load_config
+from rpg_env.experts.evaluate import mean_interval, run_episodes
+from rpg_env.experts.train import train
+from rpg_env.policies.registry import load_expert_policy
+
+RESULTS = Path(__file__).resolve().parent / "results" / "memory_agents.json"
+TASKS = ("proof", "variant")
+MEMORYLESS = ("ppo", "dqn")
+EVAL_SEED_BASE, EVAL_SEED_STRIDE = 300_000, 1_000
+
+
+def config_overrides(task: str, seed: int, steps: int | None, visible_turns: int, episodes: int) -> list[str]:
+    overrides = [f"seed={seed}", f"eval.final_episodes={episodes}", "progress_bar=false",
+                 f"eval.seed={EVAL_SEED_BASE + EVAL_SEED_STRIDE * seed}"]
+    if steps is not None:
+        overrides.append(f"total_timesteps={steps}")
+    if task == "variant":
+        overrides.append(f"env.item_visible_turns={visible_turns}")
+    return overrides
+
+
+def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: int, episodes: int,
+            root: Path) -> dict[str, Any]:
+    """Train one agent on ``task`` and score it (and, on the variant, greedy and random beside it)."""
+    path = CONFIG_DIR / (f"memorycue-{algo}.yaml" if task == "proof" else f"{algo}.yaml")
+    cfg = load_config(None, path, config_overrides(task, seed, steps, visible_turns, episodes))
+    started_cpu, started = time.process_time(), time.perf_counter()
+    run_dir = train(cfg, out=root / task / f"{algo}-s{seed}")
+    cpu_seconds, wall_seconds = time.process_time() - started_cpu, time.perf_counter() - started
+    record = json.loads((run_dir / "provenance.json").read_text())
+    row = {"task": task, "algo": algo, "seed": seed, "steps": record["total_timesteps"],
+           "train_seconds": record["train_seconds"], "cpu_seconds_with_eval": round(cpu_seconds, 1),
+           "wall_seconds_with_eval": round(wall_seconds, 1),
+           "steps_per_second": record["total_timesteps"] / record["train_seconds"],
+           "run": str(run_dir)}
+    if task == "proof":
+        returns = run_episodes(load_expert_policy(run_dir / "model.zip"), dict(cfg.env), episodes,
+                               cfg.eval.seed, rpg_env.MEMORY_ENV_ID)
+        row["success"] = float((returns > 0).mean())
+    else:
+        row["eval"] = json.loads((run_dir / "eval.json").read_text())  # model, greedy, random
+    return row
+
+
+def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per task and agent: the figure, speed and CPU time as means over seeds with 95% intervals;
+    on the variant greedy and random too, and each agent's ratio to the best memoryless one."""
+    summary: dict[str, Any] = {}
+    for task in dict.fromkeys(r["task"] for r in runs):
+        mine = [r for r in runs if r["task"] == task]
+        rows: dict[str, Any] = {}
+        for algo in dict.fromkeys(r["algo"] for r in mine):
+            agent = [r for r in mine if r["algo"] == algo]
+            figure = [r["success"] if task == "proof" else r["eval"]["model"]["mean"] for r in agent]
+            rows[algo] = {"figure": mean_interval(figure),
+                          "steps_per_second": mean_interval([r["steps_per_second"] for r in agent]),
+                          "cpu_minutes": mean_interval([r["cpu_seconds_with_eval"] / 60 for r in agent]),
+                          "seeds": [r["seed"] for r in agent]}
+        if task == "variant":
+            first = [r for r in mine if r["algo"] == mine[0]["algo"]]
+            for who in ("greedy", "random"):
+                rows[who] = {"figure": mean_interval([r["eval"][who]["mean"] for r in first])}
+            memoryless = [rows[a]["figure"]["mean"] for a in MEMORYLESS if a in rows]
+            best = max(memoryless) if memoryless else None
+            for algo in rows:
+                mean = rows[algo]["figure"]["mean"]
+                rows[algo]["vs_best_memoryless"] = mean / best if best and mean is not None else None
+        summary[task] = rows
+    return summary
+
+
+def _cell(cell: dict[str, Any] | None, fmt: str) -> str:
+    if not cell or cell.get("mean") is None:
+        return "-"
+    ci = cell["ci95"]
+    return format(cell["mean"], fmt) + (f" [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else "")
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    for task, rows in summary.items():
+        what = "success (share of games won)" if task == "proof" else "return per game"
+        print(f"\n{task}: {what}, mean over seeds [95% t-interval]")
+        print(f"{'agent':<15} {what:<30} {'env steps/s':<26} {'CPU min':<20} vs best memoryless")
+        for name, row in rows.items():
+            ratio = row.get("vs_best_memoryless")
+            fig_fmt = ".3f" if task == "proof" else ".1f"
+            speed, cpu = _cell(row.get("steps_per_second"), ".0f"), _cell(row.get("cpu_minutes"), ".1f")
+            print(f"{name:<15} {_cell(row['figure'], fig_fmt):<30} {speed:<26} {cpu:<20} "
+                  f"{'' if ratio is None else f'{ratio:.2f}x'}")
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    """One panel per task: each agent's figure with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(summary), figsize=(5.5 * len(summary), 4), squeeze=False)
+    for ax, (task, rows) in zip(axes[0], summary.items(), strict=True):
+        names = list(rows)
+        means = [rows[n]["figure"]["mean"] for n in names]
+        errors = [[m - (rows[n]["figure"]["ci95"] or [m, m])[0] for n, m in zip(names, means, strict=True)],
+                  [(rows[n]["figure"]["ci95"] or [m, m])[1] - m for n, m in zip(names, means, strict=True)]]
+        colours = ["tab:green" if n in ("trxl-ppo", "recurrent-ppo") else "tab:grey" for n in names]
+        ax.bar(range(len(names)), means, yerr=errors, color=colours, capsize=4)
+        ax.set_xticks(range(len(names)), names, rotation=20)
+        if task == "proof":
+            ax.axhline(0.5, color="black", linestyle=":", label="chance")
+            ax.set_ylabel("share of games won")
+            ax.set_title("MemoryCue-v0 (memory proof task)")
+            ax.legend()
+        else:
+            ax.set_ylabel("return per game")
+            ax.set_title("Treasurehunt-v0, items visible for a few turns")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python benchmarks/memory_agents.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="which tasks to run")
+    parser.add_argument("--algos", nargs="+", choices=ALGOS,
+                        default=["trxl-ppo", "recurrent-ppo", "ppo", "dqn"],
+                        help="agents to train (dqn has no memory-task config and is skipped there)")
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2],
+                        help="one trained agent per seed, task and algorithm (distinct)")
+    parser.add_argument("--steps", type=positive_int, default=150_000,
+                        help="learner env steps per agent on the variant (the proof task: its configs' own)")
+    parser.add_argument("--visible-turns", type=positive_int, default=2,
+                        help="the variant's item_visible_turns: turns an item shows after it appears")
+    parser.add_argument("--episodes", type=positive_int, default=100,
+                        help="evaluation games per agent (>= 2)")
+    parser.add_argument("--quick", action="store_true",
+                        help="1 seed, 4,096 steps, 10 games: a smoke check (writes no results)")
+    parser.add_argument("--runs", type=output_folder, default=Path("runs") / "memory_agents",
+                        help="where the agents' run folders go (must not hold them already)")
+    parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.episodes < 2:
+        parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
+    for name in ("seeds", "algos", "tasks"):
+        values = getattr(args, name)
+        if len(set(values)) < len(values):
+            parser.error(f"--{name} repeats a value ({' '.join(map(str, values))}); give each once")
+    if args.quick:
+        args.seeds, args.steps, args.episodes = args.seeds[:1], 4_096, 10
+        args.runs = Path(tempfile.mkdtemp(prefix="memory_agents_"))
+    elif args.runs.exists() and any(args.runs.iterdir()):
+        parser.error(f"--runs {args.runs} already holds run folders; choose another (runs are never "
+                     f"overwritten)")
+    started = time.perf_counter()
+    runs = []
+    for task in args.tasks:
+        for algo in args.algos:
+            if task == "proof" and not (CONFIG_DIR / f"memorycue-{algo}.yaml").is_file():
+                continue
+            for seed in args.seeds:
+                steps = args.steps if task == "variant" or args.quick else None
+                runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs))
+                last = runs[-1]
+                figure = last["success"] if task == "proof" else last["eval"]["model"]["mean"]
+                print(f"{task} {algo} seed {seed}: {figure:.3f} ({last['steps_per_second']:.0f} steps/s, "
+                      f"{last['cpu_seconds_with_eval'] / 60:.1f} CPU min)", flush=True)
+    summary = summarize_runs(runs)
+    print_table(summary)
+    if args.quick:
+        return
+    record = provenance(seed=args.seeds, tasks=args.tasks, algos=args.algos, steps=args.steps,
+                        visible_turns=args.visible_turns, episodes=args.episodes,
+                        eval_seeds={s: EVAL_SEED_BASE + EVAL_SEED_STRIDE * s for s in args.seeds},
+                        wall_seconds=round(time.perf_counter() - started, 1),
+                        goals={"proof": "TrXL-PPO >= 0.95, memoryless PPO at chance (0.5)",
+                               "variant": "TrXL-PPO >= 1.2x the best memoryless agent",
+                               "speed": "TrXL-PPO >= 1,500 env steps/s on 2 CPU cores"},
+                        summary=summary, runs=runs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    plot(summary, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    run_command(main)

@@ -1,0 +1,324 @@
+"""PPO with GAE over a TransformerXL episodic memory (seed 002), in one readable loop.
+
+``python -m rpg_env.experts train --algo trxl-ppo`` ends here (through `rpg_env.experts.train`,
+which writes the run folder's config, provenance and eval.json as for every expert). Each update:
+
+1. collect ``n_steps`` steps in each of ``n_envs`` worlds (a Gymnasium vector env that resets a
+   finished world within the step), keeping for every step the view, the memory window the
+   network read, the action, its log-probability, the value and the reward; a truncated episode's
+   reward gets ``gamma * V(final view)`` so a time limit is not mistaken for the game's end;
+2. GAE(``gamma``, ``gae_lambda``) advantages and returns;
+3. ``n_epochs`` passes of PPO's clipped objective over ``n_minibatches`` shuffled minibatches, each
+   sample one forward pass from its stored window (the memory is not recomputed, as in seed
+   002's reference).
+
+The learning rate, the entropy bonus and the clip range decay polynomially from their initial to
+their ``_final`` values over ``total_timesteps`` (``schedule_power`` 1: linearly; equal values:
+constant), as seed 002's schedules do. Everything random is drawn from generators seeded by
+``seed``: the same config on the same torch thread count gives the same weights.
+
+Run-folder extras written here: ``checkpoints/trxl-ppo_<steps>_steps.zip``, ``best/model.zip`` and
+``best/evaluations.npz`` (periodic greedy evaluations, as SB3's EvalCallback writes them) and
+``tb/trxl-ppo_1/`` (tensorboard: rollout/ep_rew_mean, train/* losses, time/fps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from torch import nn
+
+import rpg_env
+from rpg_env.experts.config import ExpertConfig, TrXLHyperparams
+from rpg_env.policies.transformer_xl import (
+    TRXL_ALGO,
+    EpisodicMemory,
+    TrXLActorCritic,
+    TrXLPolicy,
+    TrXLShape,
+    save_trxl,
+)
+
+
+def network_shape(cfg: ExpertConfig, envs: VectorEnv) -> TrXLShape:
+    """The network's shape from the config's ``net`` and ``memory`` sections and the env's spaces."""
+    mem = cfg.memory
+    return TrXLShape(
+        view_shape=tuple(int(s) for s in envs.single_observation_space.shape),
+        num_actions=int(envs.single_action_space.n), channels=tuple(cfg.net.channels),
+        embed_dim=cfg.net.features_dim, num_blocks=mem.num_blocks, num_heads=mem.num_heads,
+        memory_length=mem.memory_length, positional_encoding=mem.positional_encoding,
+        layer_norm=mem.layer_norm, gtrxl=mem.gtrxl, gtrxl_bias=mem.gtrxl_bias, hidden_size=mem.hidden_size,
+        previous_action=mem.previous_action)
+
+
+def make_vector_env(cfg: ExpertConfig, num_envs: int) -> VectorEnv:
+    """``num_envs`` worlds of ``cfg.env_id`` that reset a finished world within the step (its last
+    view in ``info["final_obs"]``): Treasurehunt's native vector env, Gymnasium's sync one otherwise."""
+    if cfg.env_id == rpg_env.ENV_ID:
+        return gym.make_vec(cfg.env_id, num_envs=num_envs, autoreset_mode=AutoresetMode.SAME_STEP, **cfg.env)
+    return gym.make_vec(cfg.env_id, num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **cfg.env)
+
+
+def decayed(initial: float, final: float, power: float, progress: float) -> float:
+    """Polynomial decay from ``initial`` (progress 0) to ``final`` (progress 1)."""
+    return final + (initial - final) * (1.0 - min(max(progress, 0.0), 1.0)) ** power
+
+
+@dataclass
+class Rollout:
+    """One update's worth of steps, ``(T, W, ...)``: what the loss needs, as collected."""
+
+    views: torch.Tensor    # (T, W, C, V, V) uint8
+    memory: torch.Tensor   # (T, W, N, L, D) the windows read
+    valid: torch.Tensor    # (T, W, L) bool
+    previous: torch.Tensor  # (T, W) int64 the action before (num_actions: none)
+    actions: torch.Tensor  # (T, W) int64
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor    # (T, W) the step ended its episode
+
+    @classmethod
+    def empty(cls, steps: int, worlds: int, shape: TrXLShape) -> Rollout:
+        def zeros(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.zeros(steps, worlds, *size, dtype=dtype)
+
+        return cls(zeros(*shape.view_shape, dtype=torch.uint8),
+                   zeros(shape.num_blocks, shape.memory_length, shape.embed_dim),
+                   zeros(shape.memory_length, dtype=torch.bool), zeros(dtype=torch.int64),
+                   zeros(dtype=torch.int64),
+                   zeros(), zeros(), zeros(), zeros(dtype=torch.bool))
+
+
+def advantages(rollout: Rollout, last_value: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """GAE advantages ``(T, W)``; the step after an episode's end does not bootstrap into it."""
+    steps = len(rollout.rewards)
+    result = torch.zeros_like(rollout.rewards)
+    running = torch.zeros_like(last_value)
+    for t in reversed(range(steps)):
+        next_value = last_value if t == steps - 1 else rollout.values[t + 1]
+        alive = (~rollout.dones[t]).float()
+        delta = rollout.rewards[t] + gamma * next_value * alive - rollout.values[t]
+        running = delta + gamma * lam * alive * running
+        result[t] = running
+    return result
+
+
+class TrXLTrainer:
+    """Owns the envs, the network, its optimizer and the episodic memory of a training run."""
+
+    def __init__(self, cfg: ExpertConfig, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.hp = TrXLHyperparams(**cfg.hyperparams)
+        self.run_dir = run_dir
+        torch.manual_seed(cfg.seed)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.envs = make_vector_env(cfg, cfg.n_envs)
+        self.shape = network_shape(cfg, self.envs)
+        self.model = TrXLActorCritic(self.shape)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.hp.learning_rate)
+        self.memory = EpisodicMemory(cfg.n_envs, self.shape)
+        self.steps = 0
+        self.recent_returns: deque[float] = deque(maxlen=100)
+        self.recent_success: deque[float] = deque(maxlen=100)
+        self._episode_returns = np.zeros(cfg.n_envs)
+
+    # ------------------------------------------------------------------ collecting
+    def collect(self, obs: np.ndarray) -> tuple[Rollout, torch.Tensor, np.ndarray]:
+        """``n_steps`` steps in every world from views ``obs``; returns the rollout, the value of
+        the views after it (W,), and those views."""
+        hp, memory = self.hp, self.memory
+        rollout = Rollout.empty(hp.n_steps, self.cfg.n_envs, self.shape)
+        for t in range(hp.n_steps):
+            views = torch.as_tensor(np.asarray(obs, dtype=np.uint8))
+            rollout.views[t], rollout.memory[t], rollout.valid[t] = views, memory.memory, memory.valid
+            rollout.previous[t] = memory.previous
+            with torch.no_grad():
+                logits, value, entries = self.model(views.float(), memory.previous, memory.memory,
+                                                    memory.valid)
+            probs = torch.softmax(logits, dim=1)
+            action = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+            rollout.actions[t], rollout.values[t] = action, value
+            rollout.log_probs[t] = torch.log(probs.gather(1, action[:, None])[:, 0])
+            memory.push(entries, action)
+            obs, reward, terminated, truncated, info = self.envs.step(action.numpy())
+            game_reward = np.asarray(reward, dtype=np.float32)
+            reward = torch.as_tensor(game_reward)
+            truncated_only = np.asarray(truncated) & ~np.asarray(terminated)
+            if truncated_only.any():  # bootstrap through the time limit from the final view
+                reward = reward + self.hp.gamma * self._final_values(info, truncated_only)
+            done = np.asarray(terminated) | np.asarray(truncated)
+            rollout.rewards[t], rollout.dones[t] = reward, torch.as_tensor(done)
+            self._count_episodes(game_reward, done, info)
+            memory.start(done)
+            self.steps += self.cfg.n_envs
+        with torch.no_grad():
+            _, last_value, _ = self.model(torch.as_tensor(np.asarray(obs, dtype=np.uint8)).float(),
+                                          memory.previous, memory.memory, memory.valid)
+        return rollout, last_value, obs
+
+    def _final_values(self, info: dict, rows: np.ndarray) -> torch.Tensor:
+        """V(final view) of the worlds in ``rows`` with their memory as it stands (W,), 0 elsewhere."""
+        index = np.flatnonzero(rows)
+        final = np.stack([np.asarray(info["final_obs"][i], dtype=np.uint8) for i in index])
+        with torch.no_grad():
+            _, value, _ = self.model(torch.as_tensor(final).float(), self.memory.previous[index],
+                                     self.memory.memory[index], self.memory.valid[index])
+        out = torch.zeros(self.cfg.n_envs)
+        out[index] = value
+        return out
+
+    def _count_episodes(self, rewards: np.ndarray, done: np.ndarray, info: dict) -> None:
+        self._episode_returns += rewards
+        for i in np.flatnonzero(done):
+            self.recent_returns.append(float(self._episode_returns[i]))
+            final_info = info.get("final_info", {})
+            if "success" in final_info:
+                self.recent_success.append(float(final_info["success"][i]))
+            self._episode_returns[i] = 0.0
+
+    # ------------------------------------------------------------------ learning
+    def update(self, rollout: Rollout, last_value: torch.Tensor, progress: float) -> dict[str, float]:
+        """PPO's epochs over ``rollout``; returns the update's mean losses and statistics."""
+        hp = self.hp
+        lr = decayed(hp.learning_rate, hp.learning_rate_final, hp.schedule_power, progress)
+        ent_coef = decayed(hp.ent_coef, hp.ent_coef_final, hp.schedule_power, progress)
+        clip = decayed(hp.clip_range, hp.clip_range_final, hp.schedule_power, progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        adv = advantages(rollout, last_value, hp.gamma, hp.gae_lambda)
+        returns = (adv + rollout.values).flatten()
+        adv = adv.flatten()
+        flat = {name: getattr(rollout, name).flatten(0, 1) for name in
+                ("views", "previous", "memory", "valid", "actions", "log_probs", "values")}
+        samples = len(adv)
+        minibatch = max(samples // hp.n_minibatches, 1)
+        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy",
+                                                         "approx_kl", "clip_fraction")}
+        for _ in range(hp.n_epochs):
+            order = torch.randperm(samples, generator=self.generator)
+            for start in range(0, samples, minibatch):
+                idx = order[start:start + minibatch]
+                logits, value, _ = self.model(flat["views"][idx].float(), flat["previous"][idx],
+                                              flat["memory"][idx], flat["valid"][idx])
+                log_probs = torch.log_softmax(logits, dim=1)
+                new_log_prob = log_probs.gather(1, flat["actions"][idx][:, None])[:, 0]
+                ratio = torch.exp(new_log_prob - flat["log_probs"][idx])
+                mb_adv = adv[idx]
+                if hp.normalize_advantage and len(idx) > 1:
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * mb_adv
+                policy_loss = -torch.min(ratio * mb_adv, clipped).mean()
+                value_loss = (returns[idx] - value).pow(2).mean()
+                entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
+                loss = policy_loss + hp.vf_coef * value_loss - ent_coef * entropy
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.model.parameters(), hp.max_grad_norm)
+                self.optimizer.step()
+                with torch.no_grad():
+                    log_ratio = new_log_prob - flat["log_probs"][idx]
+                    stats["approx_kl"].append(float(((ratio - 1) - log_ratio).mean()))
+                    stats["clip_fraction"].append(float(((ratio - 1).abs() > clip).float().mean()))
+                stats["policy_loss"].append(policy_loss.item())
+                stats["value_loss"].append(value_loss.item())
+                stats["entropy"].append(entropy.item())
+        result = {k: float(np.mean(v)) for k, v in stats.items()}
+        result.update(learning_rate=lr, ent_coef=ent_coef, clip_range=clip)
+        return result
+
+    def record(self) -> dict:
+        """The ``rpg_expert`` record saved with the weights (`TrXLPolicy` and `compare` read it)."""
+        from rpg_env.policies.sb3 import expert_spec
+
+        side = self.shape.view_shape[-1]
+        spec = expert_spec(TRXL_ALGO, 1, (side - 1) // 2, vars(self.cfg.net), self.cfg.env, self.cfg.seed,
+                           env_id=self.cfg.env_id)
+        spec["policy"] = "TrXLActorCritic"
+        spec["memory"] = dataclasses.asdict(self.cfg.memory)
+        return spec
+
+    def save(self, path: Path) -> None:
+        save_trxl(path, self.model, self.record())
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def greedy_return(trainer: TrXLTrainer, episodes: int, seed: int) -> np.ndarray:
+    """Per-episode returns of the current network, acting greedily, on fixed seeds."""
+    from rpg_env.experts.evaluate import run_episodes
+
+    policy = TrXLPolicy(trainer.model, trainer.record(), deterministic=True)
+    try:
+        return run_episodes(policy, dict(trainer.cfg.env), episodes, seed, trainer.cfg.env_id)
+    finally:
+        trainer.model.train()
+
+
+def train_trxl(cfg: ExpertConfig, run_dir: Path, eval_seed: int) -> tuple[float, int]:
+    """Train per ``cfg`` into ``run_dir`` (``model.zip`` and the extras of the module docstring);
+    returns (training seconds, learner env steps)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rpg_base.progress import progress_bar
+
+    trainer = TrXLTrainer(cfg, run_dir)
+    writer = SummaryWriter(str(run_dir / "tb" / f"{TRXL_ALGO}_1"))
+    per_update = cfg.n_envs * trainer.hp.n_steps
+    updates = max(-(-cfg.total_timesteps // per_update), 1)
+    bar = progress_bar(total=updates * per_update, unit="step", desc="train TrXL-PPO",
+                       disable=not cfg.progress_bar, file=sys.stderr)
+    evaluations: list[tuple[int, np.ndarray]] = []
+    best = -np.inf
+    next_eval, next_checkpoint = cfg.eval.freq, cfg.checkpoint_freq
+    started = time.perf_counter()
+    try:
+        obs, _ = trainer.envs.reset(seed=cfg.seed)  # world i: seed + i (sync), or one stream (native)
+        trainer.model.train()
+        for update in range(updates):
+            rollout, last_value, obs = trainer.collect(obs)
+            stats = trainer.update(rollout, last_value, progress=update / updates)
+            bar.update(per_update)
+            elapsed = time.perf_counter() - started
+            for key, value in stats.items():
+                writer.add_scalar(f"train/{key}", value, trainer.steps)
+            writer.add_scalar("time/fps", trainer.steps / max(elapsed, 1e-9), trainer.steps)
+            if trainer.recent_returns:
+                mean_return = float(np.mean(trainer.recent_returns))
+                writer.add_scalar("rollout/ep_rew_mean", mean_return, trainer.steps)
+                bar.set_postfix(ep_rew=f"{mean_return:.2f}")
+            if trainer.recent_success:
+                success = float(np.mean(trainer.recent_success))
+                writer.add_scalar("rollout/success_rate", success, trainer.steps)
+            if trainer.steps >= next_checkpoint:
+                trainer.save(run_dir / "checkpoints" / f"{TRXL_ALGO}_{trainer.steps}_steps.zip")
+                next_checkpoint += cfg.checkpoint_freq
+            if trainer.steps >= next_eval or update == updates - 1:
+                returns = greedy_return(trainer, cfg.eval.episodes, eval_seed)
+                evaluations.append((trainer.steps, returns))
+                writer.add_scalar("eval/mean_reward", float(returns.mean()), trainer.steps)
+                if returns.mean() > best:
+                    best = float(returns.mean())
+                    trainer.save(run_dir / "best" / "model.zip")
+                next_eval += cfg.eval.freq
+        train_seconds = time.perf_counter() - started
+        trainer.save(run_dir / "model.zip")
+    finally:
+        bar.close()
+        writer.close()
+        trainer.close()
+    np.savez(run_dir / "best" / "evaluations.npz", timesteps=np.array([s for s, _ in evaluations]),
+             results=np.stack([r for _, r in evaluations]))
+    return train_seconds, trainer.steps
