@@ -269,7 +269,7 @@ def _training_benchmark_cases() -> list[tuple[str, str, list[str], str]]:
         ("bench:memory_agents", "a seed twice", ["--seeds", "1", "1", *out], "--seeds repeats a value"),
         ("bench:memory_agents", "unknown algorithm", ["--algos", "a2c", *out], "invalid choice"),
         ("bench:memory_agents", "unknown task", ["--tasks", "maze", *out], "invalid choice"),
-        ("bench:memory_agents", "runs folder already used", ["--runs", "{tmp}", *out],
+        ("bench:memory_agents", "runs folder already used", ["--runs", "{folder}", *out],
          "already holds run folders"),
         ("bench:memory_agents", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
         ("bench:worldmodel_generalisation", "unknown policy", ["--quick", "--policy", "foo", *out], "--policy"),

@@ -259,7 +259,10 @@ def test_trxl_ppo_solves_the_memory_task_where_memoryless_ppo_stays_at_chance(tm
     wins >= 95% of 200 unseen games; memoryless PPO on a stack of 2 frames, trained as long, learns
     to reach an end but stays within chance's 95% band (nothing it sees tells the side)."""
     quiet = ["progress_bar=false", "eval.freq=100000", "eval.final_episodes=2"]
-    trxl = _train(tmp_path, "trxl", "--config", str(CONFIG_DIR / "memorycue-trxl-ppo.yaml"), *quiet)
+    # One torch thread for the long run: the tests run two at a time on two cores, and more threads
+    # than cores make torch spin (this test took 14 minutes instead of 2).
+    trxl = _train(tmp_path, "trxl", "--config", str(CONFIG_DIR / "memorycue-trxl-ppo.yaml"), *quiet,
+                  "torch_threads=1")
     ppo = _train(tmp_path, "ppo", "--config", str(CONFIG_DIR / "memorycue-ppo.yaml"), *quiet)
     assert _success(load_expert_policy(trxl / "model.zip")) >= 0.95
     assert 0.43 <= _success(load_expert_policy(ppo / "model.zip")) <= 0.57
