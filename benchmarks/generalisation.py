@@ -168,10 +168,7 @@ def checked(parser: ArgumentParser, args) -> dict[str, dict[str, Any]]:
     if max(args.seeds) > MAX_SEED:
         parser.error(f"--seeds must be in 0..{MAX_SEED} (larger ones' evaluation games would meet the "
                      f"in-training evaluation's), got {max(args.seeds)}")
-    for name in ("seeds", "algos"):
-        values = getattr(args, name)
-        if len(set(values)) < len(values):
-            parser.error(f"--{name} repeats a value ({' '.join(map(str, values))}); give each once")
+    parser.refuse_repeats(args, "seeds", "algos")
     return {"train": train, "unseen": unseen}
 
 

@@ -42,6 +42,7 @@ from rpg_base.cli import (
     positive_int,
     run_command,
 )
+from rpg_base.errors import InputError
 from rpg_base.provenance import provenance
 from rpg_env.experts.config import ALGOS, CONFIG_DIR, load_config
 from rpg_env.experts.evaluate import mean_interval, run_episodes
@@ -69,13 +70,23 @@ def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: i
     """Train one agent on ``task`` and score it (and, on the variant, greedy and random beside it)."""
     path = CONFIG_DIR / (f"memorycue-{algo}.yaml" if task == "proof" else f"{algo}.yaml")
     cfg = load_config(None, path, config_overrides(task, seed, steps, visible_turns, episodes))
-    started_cpu, started = time.process_time(), time.perf_counter()
-    run_dir = train(cfg, out=root / task / f"{algo}-s{seed}")
-    cpu_seconds, wall_seconds = time.process_time() - started_cpu, time.perf_counter() - started
+    run_dir = root / task / f"{algo}-s{seed}"
+    times = run_dir / "benchmark_times.json"  # this script's CPU and wall time of the run
+    if not (run_dir / "eval.json").is_file():  # finished runs (--resume) are read, not trained again
+        started_cpu, started = time.process_time(), time.perf_counter()
+        train(cfg, out=run_dir)
+        times.write_text(json.dumps({"cpu_seconds": time.process_time() - started_cpu,
+                                     "wall_seconds": time.perf_counter() - started}) + "\n")
+    measured = json.loads(times.read_text()) if times.is_file() else {}
+    cpu_seconds, wall_seconds = measured.get("cpu_seconds"), measured.get("wall_seconds")
     record = json.loads((run_dir / "provenance.json").read_text())
+    if load_config(path=run_dir / "config.yaml").to_dict() != cfg.to_dict():
+        raise InputError(f"{run_dir} was trained with other settings than this command asks for; "
+                         f"use another --runs folder")
     row = {"task": task, "algo": algo, "seed": seed, "steps": record["total_timesteps"],
-           "train_seconds": record["train_seconds"], "cpu_seconds_with_eval": round(cpu_seconds, 1),
-           "wall_seconds_with_eval": round(wall_seconds, 1),
+           "train_seconds": record["train_seconds"],
+           "cpu_seconds_with_eval": None if cpu_seconds is None else round(cpu_seconds, 1),
+           "wall_seconds_with_eval": None if wall_seconds is None else round(wall_seconds, 1),
            "steps_per_second": record["total_timesteps"] / record["train_seconds"],
            "run": str(run_dir)}
     if task == "proof":
@@ -99,7 +110,8 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
             figure = [r["success"] if task == "proof" else r["eval"]["model"]["mean"] for r in agent]
             rows[algo] = {"figure": mean_interval(figure),
                           "steps_per_second": mean_interval([r["steps_per_second"] for r in agent]),
-                          "cpu_minutes": mean_interval([r["cpu_seconds_with_eval"] / 60 for r in agent]),
+                          "cpu_minutes": mean_interval([None if r["cpu_seconds_with_eval"] is None
+                                                        else r["cpu_seconds_with_eval"] / 60 for r in agent]),
                           "seeds": [r["seed"] for r in agent]}
         if task == "variant":
             first = [r for r in mine if r["algo"] == mine[0]["algo"]]
@@ -181,6 +193,9 @@ def build_parser() -> ArgumentParser:
                         help="1 seed, 4,096 steps, 10 games: a smoke check (writes no results)")
     parser.add_argument("--runs", type=output_folder, default=Path("runs") / "memory_agents",
                         help="where the agents' run folders go (must not hold them already)")
+    parser.add_argument("--resume", action="store_true",
+                        help="read the agents already finished in --runs (same settings) and train the rest; "
+                             "their CPU time is not known again (their training seconds are)")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
     return parser
 
@@ -190,16 +205,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.episodes < 2:
         parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
-    for name in ("seeds", "algos", "tasks"):
-        values = getattr(args, name)
-        if len(set(values)) < len(values):
-            parser.error(f"--{name} repeats a value ({' '.join(map(str, values))}); give each once")
+    parser.refuse_repeats(args, "seeds", "algos", "tasks")
     if args.quick:
         args.seeds, args.steps, args.episodes = args.seeds[:1], 4_096, 10
         args.runs = Path(tempfile.mkdtemp(prefix="memory_agents_"))
-    elif args.runs.exists() and any(args.runs.iterdir()):
-        parser.error(f"--runs {args.runs} already holds run folders; choose another (runs are never "
-                     f"overwritten)")
+    elif args.runs.exists() and any(args.runs.iterdir()) and not args.resume:
+        parser.error(f"--runs {args.runs} already holds run folders; choose another, or --resume to read "
+                     f"the finished ones and train the rest (runs are never overwritten)")
     started = time.perf_counter()
     runs = []
     for task in args.tasks:
@@ -211,8 +223,9 @@ def main(argv: list[str] | None = None) -> None:
                 runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs))
                 last = runs[-1]
                 figure = last["success"] if task == "proof" else last["eval"]["model"]["mean"]
+                cpu = last["cpu_seconds_with_eval"]
                 print(f"{task} {algo} seed {seed}: {figure:.3f} ({last['steps_per_second']:.0f} steps/s, "
-                      f"{last['cpu_seconds_with_eval'] / 60:.1f} CPU min)", flush=True)
+                      f"{'-' if cpu is None else f'{cpu / 60:.1f}'} CPU min)", flush=True)
     summary = summarize_runs(runs)
     print_table(summary)
     if args.quick:

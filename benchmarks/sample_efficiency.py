@@ -262,10 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.episodes < 2:
         parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
-    for name in ("seeds", "budgets", "methods"):
-        values = getattr(args, name)
-        if len(set(values)) < len(values):
-            parser.error(f"--{name} repeats a value ({' '.join(map(str, values))}); give each once")
+    parser.refuse_repeats(args, "seeds", "budgets", "methods")
     if "dreamer" in args.methods and args.dreamer_python is None:
         parser.error("--methods dreamer needs --dreamer-python (a virtualenv with sheeprl==0.8.4, "
                      "ANCHORS.md)")

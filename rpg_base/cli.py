@@ -36,6 +36,14 @@ class ArgumentParser(argparse.ArgumentParser):
         message = re.sub(r"^argument (\S+): must ", r"\1 must ", message)
         raise InputError(f"{message} (see {self.prog} --help)")
 
+    def refuse_repeats(self, args: argparse.Namespace, *names: str) -> None:
+        """A usage error where a list option (``--seeds 0 0``) names a value twice: a repeated seed
+        or method would be run twice and counted twice in every mean."""
+        for name in names:
+            values = getattr(args, name)
+            if len(set(values)) < len(values):
+                self.error(f"--{name} repeats a value ({' '.join(map(str, values))}); give each once")
+
 
 # --------------------------------------------------------------------------- argument types
 # Each command declares its bounds once, in `add_argument(type=...)`; argparse turns the

@@ -3,8 +3,8 @@
 ``python -m rpg_env.experts train|evaluate|profile|watch`` (see docs/experts.md): `config` (the
 typed training config), `train` (SB3's DQN, PPO and sb3-contrib's RecurrentPPO), `trxl_ppo` (PPO
 over a TransformerXL memory, seed 002), `evaluate` (also the profile), `watch`, `sb3_vec` (a
-Gymnasium VectorEnv as an SB3 VecEnv) and ``__main__``; `features` is a path saved files name. The library side
-lives in `rpg_env.policies.sb3` (`SB3Policy`, a trained model as a batched co-player or recording
+Gymnasium VectorEnv as an SB3 VecEnv) and ``__main__``; `features` is a path saved files name. The
+library side lives in `rpg_env.policies.sb3` (`SB3Policy`, a trained model as a batched co-player or recording
 policy; `load_expert`, safe loading); here: `pretrained_path`, the experts that ship with the package.
 """
 

@@ -69,6 +69,15 @@ class CallablePolicy(BatchPolicy):
         return check_policy_actions(np.array(actions, dtype=np.int64), len(obs), self.policy_id)
 
 
+def sample_actions(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per row of ``probs`` ``(B, A)`` (each row a distribution), drawn with ``rng`` by
+    inverting the row's cumulative sum: the one draw every stochastic policy here makes, so a
+    seeded generator gives the same actions -> ``(B,)`` int64."""
+    cdf = np.cumsum(probs, axis=1)
+    draws = rng.random((len(probs), 1)) * cdf[:, -1:]
+    return np.minimum((draws > cdf).sum(axis=1), probs.shape[1] - 1).astype(np.int64)
+
+
 def check_policy_actions(actions: Any, batch: int, policy_id: str) -> np.ndarray:
     """Return a policy's output as ``(batch,)`` int64 in ``0..3``, or raise saying what is wrong."""
     arr = np.asarray(actions)

@@ -26,7 +26,7 @@ from gymnasium import spaces
 
 from rpg_base.errors import InputError
 from rpg_env.game.constants import vocabulary
-from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.base import BatchPolicy, sample_actions
 
 #: Version of the ``rpg_expert`` record stored inside every expert zip.
 EXPERT_FORMAT = 1
@@ -278,9 +278,7 @@ class SB3Policy(BatchPolicy):
             probs = dist.distribution.probs.cpu().numpy().astype(np.float64)
         if self.deterministic:
             return probs.argmax(axis=1).astype(np.int64)
-        cdf = np.cumsum(probs, axis=1)
-        draws = self.rng.random((batch, 1)) * cdf[:, -1:]
-        return np.minimum((draws > cdf).sum(axis=1), self.num_actions - 1).astype(np.int64)
+        return sample_actions(probs, self.rng)
 
     def greedy_on_frames(self, frames: np.ndarray) -> np.ndarray:
         """The greedy action ``(B,)`` on explicit frame stacks ``(B, k, C, V, V)``, oldest first,
@@ -310,6 +308,4 @@ class SB3Policy(BatchPolicy):
         with torch.no_grad():
             obs_t, _ = self.model.policy.obs_to_tensor(stacked)
             probs = self.model.policy.get_distribution(obs_t).distribution.probs.cpu().numpy()
-        cdf = np.cumsum(probs, axis=1)
-        draws = self.rng.random((batch, 1)) * cdf[:, -1:]
-        return np.minimum((draws > cdf).sum(axis=1), self.num_actions - 1).astype(np.int64)
+        return sample_actions(probs, self.rng)

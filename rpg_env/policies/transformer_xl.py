@@ -46,7 +46,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rpg_base.errors import InputError
-from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.base import BatchPolicy, sample_actions
 from rpg_env.policies.features import GridCNN
 
 TRXL_ALGO = "trxl-ppo"
@@ -330,9 +330,6 @@ class TrXLPolicy(BatchPolicy):
         if self.deterministic:
             actions = logits.argmax(dim=1).numpy().astype(np.int64)
         else:
-            probs = torch.softmax(logits, dim=1).numpy().astype(np.float64)
-            cdf = np.cumsum(probs, axis=1)
-            draws = self.rng.random((batch, 1)) * cdf[:, -1:]
-            actions = np.minimum((draws > cdf).sum(axis=1), probs.shape[1] - 1).astype(np.int64)
+            actions = sample_actions(torch.softmax(logits, dim=1).numpy().astype(np.float64), self.rng)
         memory.push(entries, torch.as_tensor(actions))
         return actions
