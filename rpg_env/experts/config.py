@@ -41,8 +41,6 @@ __all__ = ["ALGOS", "VEC_ENVS", "CONFIG_DIR", "ALIASES", "NetConfig", "MemoryCon
            "default_config_path", "apply_overrides", "load_config"]
 
 ALGOS = ("dqn", "ppo", "recurrent-ppo", "trxl-ppo")
-#: Algorithms with a memory: they see one frame at a time (``frame_stack`` must be 1).
-MEMORY_ALGOS = ("recurrent-ppo", "trxl-ppo")
 ENV_IDS = ("Treasurehunt-v0", "MemoryCue-v0")
 VEC_ENVS = ("dummy", "subproc")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"

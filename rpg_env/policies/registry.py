@@ -52,7 +52,7 @@ def load_expert_policy(path: str | Path, deterministic: bool = True) -> BatchPol
     if record.get("algo") == TRXL_ALGO:
         from rpg_env.policies.transformer_xl import TrXLPolicy
 
-        return TrXLPolicy.load(path, deterministic=deterministic)
+        return TrXLPolicy.load(path, deterministic=deterministic, record=record)
     return SB3Policy.load(path, deterministic=deterministic)
 
 

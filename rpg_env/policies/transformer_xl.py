@@ -294,8 +294,10 @@ class TrXLPolicy(BatchPolicy):
         self._memory: EpisodicMemory | None = None
 
     @classmethod
-    def load(cls, path: str | Path, deterministic: bool = True, **kwargs: Any) -> TrXLPolicy:
-        model, record = load_trxl(path)
+    def load(cls, path: str | Path, deterministic: bool = True, record: dict[str, Any] | None = None,
+             **kwargs: Any) -> TrXLPolicy:
+        """The policy in ``path``; ``record``: its ``rpg_expert`` record if the caller read it already."""
+        model, record = load_trxl(path, record)
         path = Path(path)
         name = path.parent.name if path.stem == "model" and path.parent.name else path.stem
         kwargs.setdefault("policy_id", f"trxl-{name}")
