@@ -29,6 +29,7 @@ __all__ = ["CONFIG_DIR", "DataConfig", "ModelConfig", "TrainConfig",
            "WorldModelConfig", "SECTIONS", "apply_override", "load_config", "save_config"]
 
 POSITIONS = ("rope", "learned")
+LAYERS = ("attention", "srwm")
 #: Shipped variants of the default run, each listing only what differs from the defaults.
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -97,6 +98,13 @@ class ModelConfig:
     memory_conv: bool = setting(
         False, "add a 5x5 conv of view t-1, conditioned on actions (t-1, t), to the view-t+1 logits "
         "(before the memory map, which subsumes it)")
+    layer: str = setting(
+        "attention", "the global layer across steps: attention (causal, over the last num_frames steps) or "
+        "srwm (a self-referential weight matrix, seed 003: a fast-weight state of constant size carries "
+        "the whole past; models/fast_weights.py)")
+    srwm_heads: int = setting(
+        1, "with layer=srwm: heads of the self-referential matrix (must divide width); one head of the "
+        "full width has the parameters of the attention it replaces")
     position: str = setting(
         "rope", "how steps know their order: rope (rotary, relative: imagination caches past steps "
         "while its window slides) or learned (an absolute table, as in checkpoints of schema 1)")
@@ -184,6 +192,7 @@ class ModelConfig:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.position not in POSITIONS:
             raise ConfigError(f"model.position must be one of {', '.join(POSITIONS)}, got {self.position!r}")
+        self._validate_layer()
         if self.position == "rope" and (self.width // self.num_heads) % 2:
             raise ConfigError(f"model.position=rope rotates pairs of channels: width / num_heads = "
                               f"{self.width // self.num_heads} must be even")
@@ -214,6 +223,17 @@ class ModelConfig:
         """Steps of a training window: ``train_window``, at least ``num_frames`` (learned positions,
         which number at most ``num_frames`` steps: exactly that)."""
         return self.num_frames if self.position == "learned" else max(self.train_window, self.num_frames)
+
+    def _validate_layer(self) -> None:
+        """The global layer's name and heads; the SRWM orders steps itself (no learned table)."""
+        if self.layer not in LAYERS:
+            raise ConfigError(f"model.layer must be one of {', '.join(LAYERS)}, got {self.layer!r}")
+        if self.srwm_heads < 1 or self.width % self.srwm_heads:
+            raise ConfigError(f"model.srwm_heads must be >= 1 and divide model.width={self.width}, "
+                              f"got {self.srwm_heads}")
+        if self.layer == "srwm" and self.position != "rope":
+            raise ConfigError("model.layer=srwm orders steps by its own recurrence and reads no learned "
+                              f"position table: leave model.position at rope, got {self.position!r}")
 
     def _validate_memory_and_refiner(self) -> None:
         """The memory map's reach and canvas, the training window, the cell refiner's sizes."""

@@ -36,8 +36,9 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: weights); 7 the episode-long memory map (model.memory_steps, model.map_size, model.train_window;
 #: older maps reached back num_frames steps and trained on num_frames windows) and the cell refiner
 #: (model.refiner_layers and its sizes, model.sample_rounds, train.refiner_loss_weight; older models
-#: drew cells independently).
-CHECKPOINT_VERSION = 8
+#: drew cells independently); 8 the refiner's doubt budget; 9 the choice of global layer (model.layer,
+#: model.srwm_heads; older models attend).
+CHECKPOINT_VERSION = 9
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
 #: (schema 2's one data file becomes a list of one by `migrate`).
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
@@ -50,6 +51,7 @@ MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     # schema 7 drew a fixed, geometric number of cells a round; that schedule is gone, and its
     # refiners draw with the doubt budget, capped at the rounds they were given
     7: {"model": {"sample_doubt": 0.2, "refiner_views": 64}},
+    8: {"model": {"layer": "attention", "srwm_heads": 1}},
 }
 #: The keys of meta.json this version reads; any other is kept in `CheckpointRecord.extra`.
 KNOWN_KEYS = ("format", "version", "step", "config", "splits", "data", "seed", "versions", "init_from",

@@ -32,6 +32,8 @@ def _as_schema(version: int) -> dict:
     """The shipped record as schema ``version`` wrote it: without what later schemas added."""
     meta = _current()
     model, train = meta["config"]["model"], meta["config"]["train"]
+    if version < 9:
+        del model["layer"], model["srwm_heads"]
     if version < 8:
         del model["sample_doubt"], model["refiner_views"]
     if version < 7:
@@ -65,6 +67,7 @@ def test_every_schema_reads_as_its_model_was(tmp_path, version):
     model = rec.config.model
     assert model.memory_map == model.move_rules == (version >= 5)
     assert model.action_frames == (5 if version >= 4 else 0)
+    assert (model.layer, model.srwm_heads) == ("attention", 1)
     assert (model.position, model.reward_head) == (("rope", True) if version >= 2 else ("learned", False))
     assert [(f.path, f.fingerprint) for f in rec.data.files] == [("dqn.h5", _current()["data"]["files"][0]
                                                                   ["fingerprint"])]

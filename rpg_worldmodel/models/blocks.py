@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.models.fast_weights import FastWeightBlock
 
 ROPE_BASE = 10_000.0
 
@@ -100,13 +101,17 @@ class Block(nn.Module):
 
 
 class StarBlock(nn.Module):
-    """One layer: a local block within each step, then a causal global block across steps."""
+    """One layer: a local block within each step, then a causal global block across steps: attention
+    (`Block`) or, with ``model.layer="srwm"``, a self-referential weight matrix (`FastWeightBlock`)."""
 
     def __init__(self, cfg: ModelConfig, tokens_per_step: int):
         super().__init__()
         d = cfg.width
         self.local = Block(d, cfg.num_heads, cfg.dropout)
-        self.global_ = Block(d, cfg.num_heads, cfg.dropout)
+        if cfg.layer == "srwm":
+            self.global_ = FastWeightBlock(d, cfg.srwm_heads, cfg.dropout)
+        else:
+            self.global_ = Block(d, cfg.num_heads, cfg.dropout)
         self.summarise = nn.Sequential(
             nn.LayerNorm(d), nn.Flatten(2), nn.Linear(tokens_per_step * d, d), nn.LayerNorm(d)
         )
@@ -114,9 +119,10 @@ class StarBlock(nn.Module):
     def forward(self, local: torch.Tensor, global_: torch.Tensor, temporal: torch.Tensor | None,
                 **attention) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """``local`` (B, T, P+1, D), ``global_`` (B, T, D) -> the same, and the global block's keys
-        and values (B, H, 2T, hd). ``temporal``: a learned step table (1, >= T, D) added to the step
-        summaries (`StepEmbedding.temporal`; None with rotary positions). ``attention``: the global
-        block's mask/rope/past (`SelfAttention`)."""
+        and values (B, H, 2T, hd), or with the SRWM its matrices after the last token. ``temporal``:
+        a learned step table (1, >= T, D) added to the step summaries (`StepEmbedding.temporal`;
+        None with rotary positions). ``attention``: the global block's mask/rope/past
+        (`SelfAttention`; the SRWM's: past)."""
         b, t, n, d = local.shape
         local = self.local(local.reshape(b * t, n, d))[0].view(b, t, n, d)
         summary = self.summarise(local)
@@ -127,6 +133,15 @@ class StarBlock(nn.Module):
         seq = torch.stack([summary, global_], 2).view(b, 2 * t, d)
         out, kv = self.global_(seq, **attention)
         return local, out[:, 1::2], kv
+
+
+def band_attention(num_steps: int, window: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                   device: torch.device) -> dict:
+    """The global attention's keywords (`SelfAttention`) over ``num_steps`` steps of two tokens:
+    causal, a sliding band of ``window`` steps past that many (imagination's reference path), and
+    the rotary tables ``rope`` of the tokens (None: learned positions)."""
+    mask = band_mask(num_steps, window, 2, device) if num_steps > window else None
+    return {"causal": True, "mask": mask, "rope": rope}
 
 
 def band_mask(num_steps: int, window: int, tokens_per_step: int, device: torch.device) -> torch.Tensor:

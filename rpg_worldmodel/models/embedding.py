@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.blocks import rotary_tables
+from rpg_worldmodel.models.blocks import band_attention, rotary_tables
 
 
 class StepEmbedding(nn.Module):
@@ -86,8 +86,13 @@ class RotaryPositions:
     caches_past = True
 
     def __init__(self, cfg: ModelConfig):
-        self.head_dim = cfg.width // cfg.num_heads
+        self.head_dim, self.num_frames = cfg.width // cfg.num_heads, cfg.num_frames
         self.context_steps = max(cfg.num_layers * (cfg.num_frames - 1) + 2, cfg.action_frames - 1)
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         return rotary_tables(positions, self.head_dim)
+
+    def window_attention(self, num_steps: int, device: torch.device) -> dict:
+        """The global blocks' keywords over a window of ``num_steps`` steps (`band_attention`)."""
+        rope = self.rope(torch.arange(2 * num_steps, device=device))
+        return band_attention(num_steps, self.num_frames, rope, device)

@@ -31,7 +31,8 @@ class Imagination:
     """The cached state of N imagined worlds between two `WorldModel.imagine_step` calls.
 
     ``past``: per layer, the global block's keys and values (N, H, 2W, hd) of the last W <
-    num_frames steps; ``step``: the index of the next step (its rotary position); ``prev_*``: what
+    num_frames steps (``model.layer="srwm"``: its matrices ``(weights,)``, (N, H, R, dh));
+    ``step``: the index of the next step (its rotary position); ``prev_*``: what
     the heads need of the step before (view (N, C, V, V), action (N,), final patch tokens (N, P,
     D)); ``recent_views``: the views before the current one that the action head's frame stack reads
     (N, action_frames - 2, C, V, V), oldest first; ``canvas``: the memory map's

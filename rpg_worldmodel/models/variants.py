@@ -20,7 +20,9 @@ import torch
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.models.blocks import band_attention
 from rpg_worldmodel.models.embedding import RotaryPositions
+from rpg_worldmodel.models.fast_weights import RecurrentOrder
 from rpg_worldmodel.models.heads import FrameStackActionHead, conv_for_choice
 from rpg_worldmodel.models.steps import Steps
 
@@ -37,9 +39,16 @@ class LearnedPositions:
     def rope(self, positions: torch.Tensor) -> None:
         return None
 
+    def window_attention(self, num_steps: int, device: torch.device) -> dict:
+        """The global blocks' keywords over a window of ``num_steps`` steps (`band_attention`)."""
+        return band_attention(num_steps, self.context_steps, None, device)
 
-def step_positions(cfg: ModelConfig) -> RotaryPositions | LearnedPositions:
-    """How the model's steps know their order (``model.position``)."""
+
+def step_positions(cfg: ModelConfig) -> RotaryPositions | LearnedPositions | RecurrentOrder:
+    """How the model's steps know their order (``model.position``; the SRWM's own recurrence with
+    ``model.layer="srwm"``)."""
+    if cfg.layer == "srwm":
+        return RecurrentOrder()
     return RotaryPositions(cfg) if cfg.position == "rope" else LearnedPositions(cfg)
 
 

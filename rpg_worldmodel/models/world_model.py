@@ -10,7 +10,7 @@ Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-
   sequence ``[local summary_0, global_0, local summary_1, global_1, ...]``). Steps know their
   order through rotary positions (relative: imagination caches the keys of past steps while its
   window slides). Attention reaches back ``num_frames`` steps: a window of that length in
-  training, a sliding window of it over a longer history;
+  training, a sliding window of it over a longer history (``model.layer="srwm"``: an SRWM instead);
 * heads, at step t, reading the final tokens and the steps (`rpg_worldmodel.models.steps`): the
   next view, per cell, as logits over the C entity kinds plus those of the view priors
   (`rpg_worldmodel.models.heads`): a 3x3 convolution of view t chosen by the move's
@@ -27,9 +27,8 @@ the cells a move can enter, and the kind of the cell the move enters.
 
 The model composes the parts its config names once, at construction; the first version's live
 in `rpg_worldmodel.models.variants`, the cell refiner that draws a next view's cells together in
-`rpg_worldmodel.models.refiner`. The file reads top to bottom: what the model returns and the
-tokens its heads read, then the model: its parts, forward and heads, training loss, optimizer
-groups, and one-step imagination (caching each step's local work and attention keys and values).
+`rpg_worldmodel.models.refiner`. The file reads top to bottom: what the model returns and the tokens
+its heads read, then the model: parts, forward, heads, loss, optimizer groups, one-step imagination.
 """
 
 from __future__ import annotations
@@ -43,8 +42,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.blocks import StarBlock, band_mask
+from rpg_worldmodel.models.blocks import StarBlock
 from rpg_worldmodel.models.embedding import StepEmbedding
+from rpg_worldmodel.models.fast_weights import step_layers
 from rpg_worldmodel.models.heads import move_conv, predict_reward, reward_head, rule_prior, start_rule_prior
 from rpg_worldmodel.models.memory import memory_map
 from rpg_worldmodel.models.moves import move_outcome, move_rules, view_codes
@@ -167,11 +167,9 @@ class WorldModel(nn.Module):
             )
         local, global_ = self.embed(views, actions, agent_ids)
         local, global_ = self.embed_dropout(local), self.embed_dropout(global_)
-        # Longer than the attention window (the reference path of imagination): a sliding band.
-        mask = band_mask(t, cfg.num_frames, 2, views.device) if t > cfg.num_frames else None
-        rope = self.positions.rope(torch.arange(2 * t, device=views.device))
+        attention = self.positions.window_attention(t, views.device)
         for block in self.blocks:
-            local, global_, _ = block(local, global_, self.embed.temporal, causal=True, mask=mask, rope=rope)
+            local, global_, _ = block(local, global_, self.embed.temporal, **attention)
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.cat([torch.zeros_like(patches[:, :1]), patches[:, :-1]], 1)  # causal
         tokens = Tokens(patches, previous, self.norm_global(global_))
@@ -286,7 +284,7 @@ class WorldModel(nn.Module):
         this step's reward) and the state for the next call. The cost is one step's work: each
         step's local computations and the global attention's keys and values are cached, and the
         cache keeps the last ``num_frames - 1`` steps, so predictions equal `forward` over the whole
-        history (tested). Models with learned positions recompute their last steps instead.
+        history (tested; the SRWM carries its matrices). Learned positions recompute their last steps.
         """
         state = Imagination(agent_ids=agent_ids) if state is None else state
         if not self.positions.caches_past:
@@ -306,7 +304,9 @@ class WorldModel(nn.Module):
     def _attend_cached(self, local: torch.Tensor, global_: torch.Tensor, state: Imagination
                        ) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
         """The layers over one step (T = 1) whose global attention also reads the cached keys and
-        values of ``state.past``; returns the tokens and the cache of the last ``num_frames - 1`` steps."""
+        values of ``state.past`` (the SRWM: its matrices); returns the tokens and the new cache."""
+        if self.cfg.layer == "srwm":
+            return step_layers(self.blocks, local, global_, state.past)
         t_window = self.cfg.num_frames
         positions = torch.arange(2 * state.step, 2 * state.step + 2, device=local.device)
         past_len = state.past[0][0].shape[2] if state.past else 0
