@@ -37,7 +37,7 @@ from rpg_base.provenance import provenance
 from rpg_env.experts.config import load_config
 from rpg_env.experts.evaluate import MAX_BATCH, compare, mean_interval
 from rpg_env.experts.train import train
-from rpg_env.game.levels import DISTRIBUTION_MODES, UNSEEN_LEVEL_COUNT, held_out_levels
+from rpg_env.level_split import add_level_split_arguments, level_split
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generalisation.json"
 ALGOS = ("dqn", "ppo")
@@ -144,10 +144,7 @@ def build_parser() -> ArgumentParser:
                         help=f"one trained agent per seed and algorithm (distinct, 0..{MAX_SEED})")
     parser.add_argument("--steps", type=positive_int, default=200_000,
                         help="learner env steps per agent (the DQN expert's default)")
-    parser.add_argument("--train-levels", type=positive_int, default=200, help="levels trained on (ids 0 .. N-1)")
-    parser.add_argument("--test-start", type=positive_int, default=1_000_000,
-                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVEL_COUNT:,} ids from there)")
-    parser.add_argument("--mode", choices=DISTRIBUTION_MODES, default="easy", help="rooms (easy) or maze (hard)")
+    add_level_split_arguments(parser)
     parser.add_argument("--episodes", type=positive_int, default=100,
                         help=f"games per policy and level set (2..{EVAL_SEED_STRIDE * MAX_BATCH:,})")
     parser.add_argument("--quick", action="store_true",
@@ -158,10 +155,7 @@ def build_parser() -> ArgumentParser:
 
 def checked(parser: ArgumentParser, args) -> dict[str, dict[str, Any]]:
     """The level sets (``train``, ``unseen``) of valid arguments; one error line otherwise."""
-    try:
-        train, unseen = held_out_levels(args.train_levels, args.test_start, args.mode)
-    except ValueError as err:
-        parser.error(f"--test-start {err}")
+    train, unseen = level_split(parser, args).values()
     if not 2 <= args.episodes <= EVAL_SEED_STRIDE * MAX_BATCH:
         parser.error(f"--episodes must be in 2..{EVAL_SEED_STRIDE * MAX_BATCH:,} (a 95% interval needs two games; "
                      f"more would reach the next seed's evaluation games)")

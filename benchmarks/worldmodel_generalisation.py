@@ -35,18 +35,11 @@ import numpy as np
 from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, provenance
-from rpg_env.game.levels import DISTRIBUTION_MODES, UNSEEN_LEVEL_COUNT, held_out_levels
+from rpg_env.level_split import LEVEL_SETS, add_level_split_arguments, level_split, record_level_split
 
 RESULTS = Path(__file__).resolve().parent / "results" / "worldmodel_generalisation.json"
 CATEGORIES = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen", "spawned", "other_agent")
 PREDICTORS = ("model", "memory_oracle", "motion_oracle", "copy")
-
-
-def record_levels(policy: str, path: Path, games: int, seed: int, levels: dict[str, Any]) -> dict[str, Any]:
-    from rpg_env.record import record
-
-    return record(policy, path, games, seed=seed, num_envs=64, mode="w", env_kwargs=levels, policy_id=policy,
-                  record_co_players=False, progress=False)
 
 
 def train_model(data: Path, root: Path, quick: bool, extra: list[str]) -> tuple[Path, float]:
@@ -151,10 +144,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/worldmodel_generalisation.py",
                             description=__doc__.split("\n")[0])
     parser.add_argument("--policy", default="greedy", help="the recorded policy (anything record --policy takes)")
-    parser.add_argument("--train-levels", type=positive_int, default=200, help="levels trained on (ids 0 .. N-1)")
-    parser.add_argument("--test-start", type=positive_int, default=1_000_000,
-                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVEL_COUNT:,} ids from there)")
-    parser.add_argument("--mode", choices=DISTRIBUTION_MODES, default="easy", help="rooms (easy) or maze (hard)")
+    add_level_split_arguments(parser)
     parser.add_argument("--games", type=positive_int, default=1500, help="games recorded on the training levels")
     parser.add_argument("--unseen-games", type=positive_int, default=150, help="games recorded on unseen levels")
     parser.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
@@ -170,23 +160,18 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        train, unseen = held_out_levels(args.train_levels, args.test_start, args.mode)
-    except ValueError as err:
-        parser.error(f"--test-start {err}")
+    levels = level_split(parser, args)
     try:  # an unknown policy fails before anything is recorded
         make_policy(args.policy)
     except (TypeError, ValueError) as err:
         raise InputError(f"--policy: {err}") from err
     load_config(None, args.set)  # as do unknown overrides
     games, unseen_games = (40, 10) if args.quick else (args.games, args.unseen_games)
-    levels = {"training levels": train, "unseen levels": unseen}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, pinned_torch_threads(args.threads):
         root = Path(tmp)
-        files = {name: root / f"{i}.h5" for i, name in enumerate(levels)}
-        recorded = {name: record_levels(args.policy, files[name], n, seed, levels[name])
-                    for (name, n, seed) in (("training levels", games, 0), ("unseen levels", unseen_games, 1))}
+        games_per_side = dict(zip(LEVEL_SETS, (games, unseen_games), strict=True))
+        files, recorded = record_level_split(args.policy, root, levels, games_per_side)
         checkpoint, train_seconds = train_model(files["training levels"], root, args.quick, args.set)
         scores, parameters = score(checkpoint, files, args.quick)
     summary = summarise(scores)

@@ -46,11 +46,11 @@ import numpy as np
 from rpg_base.cli import ArgumentParser, float_in, output_file, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, provenance
-from rpg_env.game.levels import DISTRIBUTION_MODES, UNSEEN_LEVEL_COUNT, held_out_levels
+from rpg_env.level_split import LEVEL_SETS as FILES
+from rpg_env.level_split import add_level_split_arguments, level_split, record_level_split
 
 RESULTS = Path(__file__).resolve().parent / "results" / "worldmodel_layers.json"
 CATEGORIES = ("in_view", "seen_1_5", "seen_6_20", "seen_21_plus", "never_seen", "spawned", "other_agent")
-FILES = ("training levels", "unseen levels")
 QUICK = ["model.width=32", "model.num_heads=2", "model.num_layers=1", "model.refiner_layers=0",
          "train.max_steps=20", "train.eval_every=10", "train.checkpoint_every=10", "train.warmup_steps=2",
          "data.max_val_windows=64"]
@@ -64,13 +64,6 @@ def rows_to_run(no_map: bool) -> dict[str, list[str]]:
         rows |= {"attention, no map": ["model.memory_map=false"],
                  "srwm, no map": ["model.layer=srwm", "model.memory_map=false"]}
     return rows
-
-
-def record_levels(policy: str, path: Path, games: int, seed: int, levels: dict[str, Any]) -> dict[str, Any]:
-    from rpg_env.record import record
-
-    return record(policy, path, games, seed=seed, num_envs=64, mode="w", env_kwargs=levels, policy_id=policy,
-                  record_co_players=False, progress=False)
 
 
 def train_row(data: Path, folder: Path, overrides: list[str]) -> tuple[Path, float, list[dict[str, float]]]:
@@ -264,13 +257,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/worldmodel_layers.py", description=__doc__.split("\n")[0])
     parser.add_argument("--policy", default="greedy",
                         help="the recorded policy (anything record --policy takes)")
-    parser.add_argument("--train-levels", type=positive_int, default=200,
-                        help="levels trained on (ids 0 .. N-1)")
-    parser.add_argument("--test-start", type=positive_int, default=1_000_000,
-                        help=f"first unseen level id (>= --train-levels; {UNSEEN_LEVEL_COUNT:,} ids "
-                             f"from there)")
-    parser.add_argument("--mode", choices=DISTRIBUTION_MODES, default="easy",
-                        help="rooms (easy) or maze (hard)")
+    add_level_split_arguments(parser)
     parser.add_argument("--games", type=positive_int, default=1500,
                         help="games recorded on the training levels")
     parser.add_argument("--unseen-games", type=positive_int, default=150,
@@ -293,10 +280,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        train, unseen = held_out_levels(args.train_levels, args.test_start, args.mode)
-    except ValueError as err:
-        parser.error(f"--test-start {err}")
+    levels = level_split(parser, args)
     try:  # an unknown policy or override fails before anything is recorded
         make_policy(args.policy)
     except (TypeError, ValueError) as err:
@@ -307,14 +291,12 @@ def main(argv: list[str] | None = None) -> None:
         load_config(None, overrides)
     games, unseen_games = (40, 10) if args.quick else (args.games, args.unseen_games)
     worlds = min(args.worlds, unseen_games)
-    levels = dict(zip(FILES, (train, unseen), strict=True))
     started = time.perf_counter()
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        files = {name: root / f"{i}.h5" for i, name in enumerate(FILES)}
-        recorded = {name: record_levels(args.policy, files[name], n, seed, levels[name])
-                    for name, n, seed in zip(FILES, (games, unseen_games), (0, 1), strict=True)}
+        games_per_side = dict(zip(FILES, (games, unseen_games), strict=True))
+        files, recorded = record_level_split(args.policy, root, levels, games_per_side)
         for i, (name, overrides) in enumerate(plan.items()):
             print(f"[{i + 1}/{len(plan)}] {name}: training ...", flush=True)
             with pinned_torch_threads(args.threads):
