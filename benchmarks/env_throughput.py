@@ -22,7 +22,6 @@ Writes ``benchmarks/results/env_throughput.json``.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -37,6 +36,7 @@ from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive
 from rpg_base.errors import InputError
 from rpg_base.progress import progress_bar
 from rpg_base.provenance import provenance
+from rpg_base.results import write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_throughput.json"
 VECTOR_SIZES = (1, 4, 16, 64, 256, 1024, 4096)
@@ -207,9 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
         "provenance": provenance(seed=args.seed),
     }
     _print_table(rows, summary)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, report, indent=2)
     return report
 
 

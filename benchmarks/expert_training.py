@@ -21,7 +21,6 @@ Writes ``benchmarks/results/expert_training.json``.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import numpy as np
 import rpg_env
 from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
 from rpg_base.provenance import pinned_torch_threads, provenance
+from rpg_base.results import write_results
 from rpg_env.experts import pretrained_path
 from rpg_env.experts.config import load_config
 from rpg_env.experts.train import build_model, make_training_env
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> None:
                               "ratio": round(treasure / cartpole, 3)},
         "act_rows_per_s": {"dqn_expert": round(expert, 1), "greedy": round(greedy, 1),
                            "ratio": round(expert / greedy, 3)}})
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, record, indent=2)
 
 
 def time_learning(steps: int) -> tuple[float, float]:

@@ -34,6 +34,7 @@ from typing import Any
 
 from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive_int, run_command
 from rpg_base.provenance import provenance
+from rpg_base.results import pyplot, save_figure, write_results
 from rpg_env.experts.config import load_config
 from rpg_env.experts.evaluate import MAX_BATCH, compare, mean_interval
 from rpg_env.experts.train import train
@@ -112,10 +113,7 @@ def print_table(summary: dict[str, Any]) -> None:
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
     """Return on training levels against unseen ones: a bar per policy, a dot per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [*dict.fromkeys(r["algo"] for r in runs), "greedy", "random"]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -133,8 +131,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     ax.set_title("Generalisation to unseen levels")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def build_parser() -> ArgumentParser:
@@ -190,10 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                         wall_seconds=round(time.perf_counter() - started, 1),
                         goal="DQN's gap on 200 levels <= 10% of its training-level return",
                         summary=summary, runs=runs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
-    plot(runs, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, record, lambda png: plot(runs, png))
 
 
 if __name__ == "__main__":

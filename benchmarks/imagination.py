@@ -38,7 +38,6 @@ Goal on a 2-core CPU: >= 5,000 imagined steps/s at N = 256 and >= 3x the uncache
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import time
@@ -53,6 +52,7 @@ import rpg_env
 import rpg_worldmodel
 from rpg_base.cli import ArgumentParser, device_name, float_in, non_negative_int, positive_int, run_command
 from rpg_base.provenance import provenance
+from rpg_base.results import write_results
 from rpg_env.record import record
 from rpg_worldmodel.checkpoint import choose_checkpoint
 from rpg_worldmodel.config import load_config
@@ -208,8 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     name = "imagination_gpu" if args.device.startswith("cuda") else "imagination"
     out = RESULTS / (name + (f"_rounds{args.rounds}" if args.rounds else "") + ".json")
     if not args.quick:
-        out.write_text(json.dumps(record_, indent=1) + "\n")
-        print(f"wrote {out}")
+        write_results(out, record_)
 
 
 if __name__ == "__main__":

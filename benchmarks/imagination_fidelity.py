@@ -37,7 +37,6 @@ Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png`` (validity b
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rpg_base.cli import (
@@ -49,6 +48,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.provenance import pinned_torch_threads, provenance
+from rpg_base.results import pyplot, save_figure, write_results
 from rpg_env.experts import pretrained_path as expert_path
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
@@ -106,10 +106,7 @@ def line(checkpoint: str, views: str, sampler: str, name: str, row: dict) -> str
 def plot(results: list[dict], path: Path) -> None:
     """Validity by frame: one panel per world model and sampler of views, a colour per policy,
     solid sampled, dashed arg-max."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4.2), squeeze=False)
     colours = dict(zip(POLICIES, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True))
@@ -126,8 +123,7 @@ def plot(results: list[dict], path: Path) -> None:
     axes[0][0].set_ylabel("share of imagined frames the game could show")
     fig.suptitle("frame validity over a whole imagined game (real games: 1.0 throughout)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def build_parser() -> ArgumentParser:
@@ -167,10 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
                         rounds=args.rounds, doubt=args.doubt,
                         threads=args.threads, results=results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
-    plot(results, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, record, lambda png: plot(results, png))
 
 
 if __name__ == "__main__":

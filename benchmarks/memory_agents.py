@@ -10,9 +10,9 @@ Two tasks, each agent trained with the project's configs from ``rpg_env/experts/
   and ``--steps`` steps). Figure: return per game on ``--episodes`` games, greedy and random beside.
 
 Agents: ``trxl-ppo`` (TransformerXL memory, this project), ``recurrent-ppo`` (sb3-contrib's LSTM),
-and the memoryless ``ppo`` and ``dqn`` on a stack of 2 frames. Each seed is one trained agent and
-its own evaluation games (env seeds from ``300,000 + 1,000 * seed``, disjoint from training's and
-the in-training evaluation's); figures are means over ``--seeds`` with 95% t-intervals. CPU time
+and the memoryless ``ppo`` and ``dqn`` on their configs' frame stacks (2 and 5 frames). Each seed
+is one trained agent and its own evaluation games (env seeds from ``300,000 + 1,000 * seed``,
+disjoint from training's and the in-training evaluation's); figures are means over ``--seeds`` with 95% t-intervals. CPU time
 is the training process's (all its threads), beside wall time and env steps per wall second.
 
     python benchmarks/memory_agents.py                    # both tasks, 4 agents, 3 seeds (~1 h on 2 cores)
@@ -44,6 +44,7 @@ from rpg_base.cli import (
 )
 from rpg_base.errors import InputError
 from rpg_base.provenance import provenance
+from rpg_base.results import pyplot, save_figure, write_results
 from rpg_env.experts.config import ALGOS, CONFIG_DIR, load_config
 from rpg_env.experts.evaluate import mean_interval, run_episodes
 from rpg_env.experts.train import train
@@ -148,10 +149,7 @@ def print_table(summary: dict[str, Any]) -> None:
 
 def plot(summary: dict[str, Any], path: Path) -> None:
     """One panel per task: each agent's figure with its interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(summary), figsize=(5.5 * len(summary), 4), squeeze=False)
     for ax, (task, rows) in zip(axes[0], summary.items(), strict=True):
@@ -171,8 +169,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
             ax.set_ylabel("return per game")
             ax.set_title("Treasurehunt-v0, items visible for a few turns")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def build_parser() -> ArgumentParser:
@@ -238,10 +235,7 @@ def main(argv: list[str] | None = None) -> None:
                                "variant": "TrXL-PPO >= 1.2x the best memoryless agent",
                                "speed": "TrXL-PPO >= 1,500 env steps/s on 2 CPU cores"},
                         summary=summary, runs=runs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
-    plot(summary, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, record, lambda png: plot(summary, png))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ Writes ``benchmarks/results/recording.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import numpy as np
 
 from rpg_base.cli import ArgumentParser, output_file, output_folder, positive_int, run_command
 from rpg_base.provenance import provenance
+from rpg_base.results import write_results
 from rpg_env.record import record
 from rpg_env.trajectories.format import (
     DEFAULT_COMPRESSION_LEVEL,
@@ -228,9 +228,8 @@ def main(argv: list[str] | None = None) -> dict:
               "targets": {"file_bytes": TARGET_BYTES, "record_s": TARGET_SECONDS},
               "pickle_reference_bytes_quoted": PICKLE_REFERENCE_BYTES,
               "results": rows, "sweep": sweep, "provenance": provenance(seed=0)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    print()
+    write_results(args.out, report, indent=2)
     tmp.cleanup()
     return report
 

@@ -22,13 +22,13 @@ Writes ``benchmarks/results/remembering_agents.json``.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
 from rpg_base.errors import InputError
+from rpg_base.results import write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "remembering_agents.json"
 AGENTS = ("memory", "memoryless")
@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     record = provenance(seed=0, data={k: portable_path(v) for k, v in data.items()}, steps=args.steps,
                         rows=rows)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, record)
 
 
 if __name__ == "__main__":

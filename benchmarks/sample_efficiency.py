@@ -50,6 +50,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.provenance import portable_path, provenance
+from rpg_base.results import pyplot, save_figure, write_results
 from rpg_env.experts.evaluate import mean_interval
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sample_efficiency.json"
@@ -195,10 +196,7 @@ def _ratio(cell: dict[str, Any]) -> str:
 
 
 def plot(summary: dict[str, dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for method, cells in summary.items():
@@ -218,8 +216,7 @@ def plot(summary: dict[str, dict[str, Any]], path: Path) -> None:
     ax.set_title("Sample efficiency on Treasurehunt-v0")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 # ------------------------------------------------------------------------------------- command
@@ -305,10 +302,7 @@ def main(argv: list[str] | None = None) -> None:
                         eval_seed=EVAL_SEED, learn_overrides=args.learn, dreamer_overrides=args.dreamer,
                         wall_seconds=round(time.perf_counter() - started, 1), machine_cores=os.cpu_count(),
                         summary=summary, runs=runs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
-    plot(summary, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, record, lambda png: plot(summary, png))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import numpy as np
 
 from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
 from rpg_base.errors import InputError
+from rpg_base.results import pyplot, save_figure, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA = Path("runs/benchmarks/dqn_1500.h5")
@@ -128,10 +129,7 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     x = np.arange(len(CATEGORIES))
@@ -162,8 +160,7 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[1].set_xlabel("num_frames")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def build_parser() -> ArgumentParser:
@@ -238,9 +235,7 @@ def measure(args: argparse.Namespace, runs: list[tuple[int, list[str], str]]) ->
         record = provenance(seed=0, data=portable_path(data), threads=args.threads, rows=rows,
                             summary=summary, transfer_data=None if args.transfer_data is None
                             else portable_path(args.transfer_data))
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
-        plot(rows, args.out.with_suffix(".png"))
-        print(f"wrote {args.out}")
+        write_results(args.out, record, lambda png: plot(rows, png))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ floor on unseen levels within 20% of the excess on the training levels.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ import numpy as np
 from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, provenance
+from rpg_base.results import pyplot, save_figure, write_results
 from rpg_env.level_split import LEVEL_SETS, add_level_split_arguments, level_split, record_level_split
 
 RESULTS = Path(__file__).resolve().parent / "results" / "worldmodel_generalisation.json"
@@ -120,10 +120,7 @@ def print_table(scores: dict[str, dict[str, Any]], summary: dict[str, Any]) -> N
 
 
 def plot(scores: dict[str, dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 3.6))
     x = np.arange(len(CATEGORIES))
@@ -136,8 +133,7 @@ def plot(scores: dict[str, dict[str, Any]], path: Path) -> None:
     ax.set_title("World model on training levels (held-out games) and unseen levels")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def build_parser() -> ArgumentParser:
@@ -183,10 +179,7 @@ def main(argv: list[str] | None = None) -> None:
                                    for k, v in recorded.items()},
                          train_seconds=round(train_seconds, 1), parameters=parameters,
                          wall_seconds=round(time.perf_counter() - started, 1), summary=summary, scores=scores)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record_, indent=1) + "\n")
-    plot(scores, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, record_, lambda png: plot(scores, png))
 
 
 if __name__ == "__main__":

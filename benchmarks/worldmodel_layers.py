@@ -34,7 +34,6 @@ Writes ``benchmarks/results/worldmodel_layers.json`` and ``.png``.
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 import tempfile
 import time
@@ -46,6 +45,7 @@ import numpy as np
 from rpg_base.cli import ArgumentParser, float_in, output_file, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, provenance
+from rpg_base.results import pyplot, save_figure, write_results
 from rpg_env.level_split import LEVEL_SETS as FILES
 from rpg_env.level_split import add_level_split_arguments, level_split, record_level_split
 
@@ -226,10 +226,7 @@ def print_tables(rows: dict[str, dict[str, Any]], summary: dict[str, Any]) -> No
 
 
 def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     x = np.arange(len(CATEGORIES))
@@ -249,8 +246,7 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> None:
     right.set_title("Time to quality")
     right.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def build_parser() -> ArgumentParser:
@@ -318,10 +314,7 @@ def main(argv: list[str] | None = None) -> None:
                          wall_seconds=round(time.perf_counter() - started, 1), summary=summary,
                          goals={"view_ce_ratio": "<= 1.03", "model_late_over_early": ">= 0.9",
                                 "excess_seen_21_plus": "srwm below attention"})
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record_, indent=1) + "\n")
-    plot(rows, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, record_, lambda png: plot(rows, png))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ Writes ``benchmarks/results/worldmodel_streaming.json`` (``--out`` elsewhere).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -40,6 +39,7 @@ from pathlib import Path
 
 from rpg_base.cli import ArgumentParser, device_name, non_negative_int, output_file, positive_int, run_command
 from rpg_base.errors import InputError
+from rpg_base.results import write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "worldmodel_streaming.json"
 SCALE = 10  # times the pipeline's default number of games
@@ -243,9 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, row in rows.items():
         print(f"{name:34s}{row['median']:10.1f}{row['best']:10.1f}")
     print(f"disk / memory (training, median): {ratio:.2f}x (goal >= {GOAL}x)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_results(args.out, result)
     return 0
 
 

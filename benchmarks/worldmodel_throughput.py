@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
+    from rpg_base.results import write_results
 
     # Both sides run with the same thread count (record() below may change torch's setting).
     threads = args.threads or torch.get_num_threads()
@@ -356,9 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ours / sorrel ({name}): {ratio:.2f}x (target >= {TARGET_RATIO:.0f}x for training)")
     if sorrel_note:
         print(f"sorrel: {sorrel_note}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_results(args.out, result)
     return 0
 
 

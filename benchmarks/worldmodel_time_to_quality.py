@@ -291,10 +291,9 @@ def summarise(rows: dict[str, dict]) -> dict:
 
 
 def plot(rows: dict[str, dict], path: Path) -> None:
-    import matplotlib
+    from rpg_base.results import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, row in rows.items():
@@ -311,8 +310,7 @@ def plot(rows: dict[str, dict], path: Path) -> None:
         ax.legend(fontsize=8)
     fig.suptitle("time to held-out quality (same train games, same test windows)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def ensure_data(path: Path) -> Path:
@@ -385,6 +383,7 @@ def earlier_sorrel_row(path: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
+    from rpg_base.results import write_results
 
     args = build_parser().parse_args(argv)
     eval_every = 20 if args.quick else args.eval_every
@@ -413,9 +412,7 @@ def main(argv: list[str] | None = None) -> None:
                              eval_every=eval_every, eval_windows=args.eval_windows, rows=rows,
                              summary=summary,
                              held_out="test split (150 games), every transition once, full history")
-        args.out.write_text(json.dumps(record_, indent=1) + "\n")
-        plot(rows, args.out.with_suffix(".png"))
-        print(f"wrote {args.out}")
+        write_results(args.out, record_, lambda png: plot(rows, png))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from rpg_base.provenance import (
     provenance,
     write_whole,
 )
+from rpg_base.results import pyplot, save_figure
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import setting
 from rpg_base.typed_config.values import ConfigError
@@ -382,11 +383,7 @@ def _write_curve(out: Path, cfg: LearnConfig, curve: Curve, new: bool) -> None:
 
 def plot_curve(points: list[dict[str, Any]], path: Path, title: str) -> None:
     """Real return (95% interval) against real steps, greedy and random as lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps = np.array([p["real_steps"] for p in points])
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(steps, [p["return"] for p in points], "o-", label="learner (real game)")
@@ -398,8 +395,7 @@ def plot_curve(points: list[dict[str, Any]], path: Path, title: str) -> None:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 # ------------------------------------------------------------------------------------- command

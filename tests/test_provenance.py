@@ -47,3 +47,35 @@ def test_no_committed_json_names_a_machine_folder():
         bad += [f"{name}: {marker}" for marker in ("/work/", "/tmp/", "/home/", "/root/", "/Users/")
                 if marker in text]
     assert not bad, bad
+
+
+# ------------------------------------------------------------------ results (rpg_base.results)
+def test_write_results_is_strict_json_with_its_plot_beside_it(tmp_path, capsys):
+    import numpy as np
+
+    from rpg_base.results import pyplot, save_figure, write_results
+
+    def plot(png):
+        fig, ax = pyplot().subplots()
+        ax.plot([0, 1], [1, 0])
+        save_figure(fig, png)
+
+    record = {"mean": float("nan"), "rows": [1.5, float("inf"), np.float64(2.0)], 3: (np.int64(4),)}
+    written = write_results(tmp_path / "deep" / "bench.json", record, plot)
+    assert written == [tmp_path / "deep" / "bench.json", tmp_path / "deep" / "bench.png"]
+    text = written[0].read_text()
+    assert "NaN" not in text and "Infinity" not in text  # strict JSON: unmeasured is null
+    assert json.loads(text) == {"mean": None, "rows": [1.5, None, 2.0], "3": [4]}
+    assert written[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in capsys.readouterr().out
+    assert not list(tmp_path.glob("deep/.*"))  # no temporary left behind
+
+
+def test_write_results_keeps_the_old_record_when_the_new_one_cannot_be_written(tmp_path):
+    from rpg_base.results import write_results
+
+    out = tmp_path / "bench.json"
+    write_results(out, {"figure": 1})
+    with pytest.raises(TypeError):
+        write_results(out, {"figure": object()})  # not JSON: fails before touching the file
+    assert json.loads(out.read_text()) == {"figure": 1}

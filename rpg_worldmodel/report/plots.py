@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rpg_base.results import pyplot, save_figure
 from rpg_env.game.constants import vocabulary
 from rpg_worldmodel.data.kinds import items_first
 from rpg_worldmodel.report.text import fmt_percent, recorded_kinds
@@ -28,17 +29,6 @@ def cell_colours(channel_names: Sequence[str]) -> list[str]:
 PREDICTOR_COLOURS = {"model": "#4c72b0", "copy": "#999999", "motion_oracle": "#dd8452",
                      "majority_action": "#999999", "previous_action": "#dd8452", "model_sampled": "#8172b3",
                      "teacher_forced": "#55a868", "reward_rule": "#dd8452", "memory_oracle": "#55a868"}
-
-
-def _pyplot():
-    """matplotlib's pyplot on the file-only Agg backend, imported on the first plot (formatting
-    tables, as the command lines do, needs no matplotlib)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # ---------------------------------------------------------------------------- plots
@@ -71,7 +61,7 @@ def read_metrics_csv(path: str | Path) -> dict[str, dict[str, np.ndarray]]:
 def plot_learning_curves(metrics_csv: str | Path, out: str | Path,
                          columns: Sequence[str] = ("loss", "view_ce", "action_ce")) -> Path | None:
     """Loss columns against the step, one line per split (train, val); None if nothing to plot."""
-    plt = _pyplot()
+    plt = pyplot()
     groups = read_metrics_csv(metrics_csv)
     present = [c for c in columns
                if any(c in cols and np.isfinite(cols[c]).any() for cols in groups.values())]
@@ -93,14 +83,13 @@ def plot_learning_curves(metrics_csv: str | Path, out: str | Path,
     axes[0][0].set_ylabel("nats")
     fig.suptitle("learning curves (metrics.csv)")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
 
 def plot_entity_f1(file_result: dict, out: str | Path) -> Path:
     """Grouped bars: per-entity F1 of the model and the view baselines, with 95% intervals."""
-    plt = _pyplot()
+    plt = pyplot()
     preds = [p for p in ("model", "motion_oracle", "copy") if p in file_result["predictors"]]
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / len(preds)
@@ -118,14 +107,13 @@ def plot_entity_f1(file_result: dict, out: str | Path) -> Path:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
 
 def plot_view_strip(examples_npz: str | Path, out: str | Path, max_examples: int = 6) -> Path | None:
     """Rows: last input view, predicted next view (arg-max), true next view."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.colors import ListedColormap
 
     data = np.load(examples_npz)
@@ -148,15 +136,14 @@ def plot_view_strip(examples_npz: str | Path, out: str | Path, max_examples: int
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
     fig.suptitle("held-out windows: input, prediction, truth")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
 
 def plot_transfer(transfer: dict, out: str | Path, figures: Sequence[str] = ("view_ce", "action_ce",
                                                                             "total_ce")) -> Path:
     """Self vs cross bars (model) for the cross-entropies, with 95% intervals."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     x = np.arange(len(figures))
     for i, side in enumerate(("self", "cross")):
@@ -170,14 +157,13 @@ def plot_transfer(transfer: dict, out: str | Path, figures: Sequence[str] = ("vi
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
 
 def plot_masking(masking: dict, out: str | Path, figure: str = "view_ce") -> Path:
     """Heatmap of one figure: rows = train mask, columns = eval mask."""
-    plt = _pyplot()
+    plt = pyplot()
     table = masking["table"]
     rows = list(table)
     cols = list(next(iter(table.values())))
@@ -198,15 +184,14 @@ def plot_masking(masking: dict, out: str | Path, figure: str = "view_ce") -> Pat
     ax.set_title(f"masking probes: {figure}")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
 
 
 def plot_rollout(rollout: dict, out: str | Path) -> Path:
     """Error against horizon: one panel per figure, a line and a 95% band per predictor."""
-    plt = _pyplot()
+    plt = pyplot()
     figures = [f for f in ("view_ce", "f1_items", "reward_acc", "return_error")
                if f in rollout["predictors"]["model"]]
     fig, axes = plt.subplots(1, len(figures), figsize=(4.2 * len(figures), 3.6), squeeze=False)
@@ -225,14 +210,13 @@ def plot_rollout(rollout: dict, out: str | Path) -> Path:
     axes[0][0].legend(fontsize=8)
     fig.suptitle("open-loop rollouts on held-out games (95% bootstrap bands over games)")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
 
 def plot_rollout_strip(strip_npz: str | Path, out: str | Path) -> Path | None:
     """Real views (top row) and the model's imagined ones (bottom row) of one held-out start."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.colors import ListedColormap
 
     data = np.load(strip_npz)
@@ -258,8 +242,7 @@ def plot_rollout_strip(strip_npz: str | Path, out: str | Path) -> Path | None:
     axes[1, 1].set_ylabel("imagined")
     fig.suptitle("one held-out game: the real future (top) and the model's open-loop imagination (bottom)")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
 
@@ -267,7 +250,7 @@ def plot_seeds(seeds: dict, out: str | Path, figures: Sequence[str] = ("view_ce"
                                                                        "reward_acc")) -> Path:
     """Each headline figure of the held-out games across training seeds: one dot per seed, the
     mean with its seeds-and-games bootstrap interval."""
-    plt = _pyplot()
+    plt = pyplot()
     shown = [f for f in figures if f in seeds["self"]]
     fig, axes = plt.subplots(1, len(shown), figsize=(2.6 * len(shown), 2.8), squeeze=False)
     for ax, name in zip(axes[0], shown, strict=True):
@@ -282,8 +265,7 @@ def plot_seeds(seeds: dict, out: str | Path, figures: Sequence[str] = ("view_ce"
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"held-out figures across training seeds {', '.join(map(str, seeds['seeds']))}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
 
@@ -296,7 +278,7 @@ def plot_cells(file_result: dict, out: str | Path,
     preds = file_result["predictors"]
     if "share_in_view" not in preds.get("model", {}):
         return None
-    plt = _pyplot()
+    plt = pyplot()
     shown = [n for n in predictors if n in preds]
     cats = [c for c in CELL_CATEGORIES if preds["model"][f"share_{c}"]["value"]]
     fig, (ax, share_ax) = plt.subplots(1, 2, figsize=(11, 3.4), gridspec_kw={"width_ratios": [3, 1]})
@@ -318,7 +300,6 @@ def plot_cells(file_result: dict, out: str | Path,
     share_ax.tick_params(labelsize=8)
     fig.suptitle("where the error lives (held-out games)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return Path(out)
 
