@@ -5,12 +5,12 @@ floor, the motion oracle and the memory oracle, with its next-action accuracy an
 
 Every row has the memory map and the movement table (`model.memory_map`, `model.move_rules`, the
 default); a baseline row trains the previous default (5 frames, neither, and the two-step memory
-convolution: ``--baseline`` sets its overrides). Every model trains the
-same number of steps on the same train games; the batch shrinks as the
-context grows (``batch_size = 320 // num_frames``, at least 4) so that every step scores about
-the same number of predictions (320) at about the same cost. Evaluation is the pipeline's
-(`rpg_worldmodel.evaluation.run.Evaluation`: every held-out transition once, with full history,
-the floor from a replay of the recorded games).
+convolution: ``--baseline`` sets its overrides). Every model trains the same number of steps on
+the same train games; the batch shrinks as the context grows (``batch_size = 320 // num_frames``, at
+least 4, and ``model.train_window=0``: a window is one sequence of ``num_frames`` steps) so that
+every step scores about the same number of predictions (320) at about the same cost. Evaluation
+is the pipeline's (`rpg_worldmodel.evaluation.run.Evaluation`: every held-out transition once,
+with full history, the floor from a replay of the recorded games).
 
 Goals: on cells seen 6-20 steps ago the 20-frame model closes at least half of the
 gap between the motion oracle and the memory oracle; overall excess over the floor falls by at
@@ -71,7 +71,8 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
     from rpg_worldmodel.train import train
 
     batch = max(4, 320 // frames)
-    overrides = [f"model.num_frames={frames}", f"train.batch_size={batch}", f"train.max_steps={steps}",
+    overrides = [f"model.num_frames={frames}", f"train.batch_size={batch}", "model.train_window=0",
+                 f"train.max_steps={steps}",
                  f"train.eval_every={max(steps // 4, 1)}", f"train.checkpoint_every={max(steps // 4, 1)}",
                  f"train.warmup_steps={min(100, steps // 4)}", "train.progress=false"]
     if quick:
