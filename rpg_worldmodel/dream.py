@@ -108,7 +108,7 @@ def real_and_imagined(model_zip: Path, cfg, world: World) -> dict[str, dict[str,
     ``env.co_policy``, random by default) and, as ``*_greedy_co_player``, beside a greedy one; and
     the agent in imagination (``"imagined"``)."""
     from rpg_env.experts import pretrained_path
-    from rpg_env.experts.evaluate import compare, run_episodes, summarize
+    from rpg_env.experts.evaluate import GREEDY_CO_PLAYER, compare, run_episodes, summarize
     from rpg_env.policies.sb3 import SB3Policy
 
     episodes, seed = cfg.eval.final_episodes, cfg.eval.seed
@@ -119,7 +119,7 @@ def real_and_imagined(model_zip: Path, cfg, world: World) -> dict[str, dict[str,
     agent_env = dict(SB3Policy.load(model_zip).model.rpg_expert["env"])
     beside_greedy = compare(model_zip, episodes=episodes, seed=seed,
                             env_kwargs={**agent_env, "co_policy": "greedy"})
-    results.update({f"{name}_greedy_co_player": summary for name, summary in beside_greedy.items()})
+    results.update({name + GREEDY_CO_PLAYER: summary for name, summary in beside_greedy.items()})
     results["imagined"] = summarize(imagined_returns(model_zip, world, episodes, seed))
     return results
 
@@ -128,6 +128,7 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
     """``dream.json``: the world model, and the imagination-to-reality gap. Imagined episodes are
     ``max_turns - (num_frames - 1)`` turns long (the burn-in is real), real ones ``max_turns``: the
     gap compares points per turn, scaled to a full episode."""
+    from rpg_env.experts.evaluate import GREEDY_CO_PLAYER
     from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 
     loaded = load_checkpoint(world.checkpoint)
@@ -140,7 +141,7 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
             "real_turns": turns, "imagined_return": imagined, "real_return": real,
             "gap_per_episode": round(imagined * turns / imagined_turns - real, 4),
             "real_vs_greedy": round(real / greedy, 4) if greedy else None,
-            "real_vs_greedy_with_greedy_co_player": _ratio(results, "_greedy_co_player")}
+            "real_vs_greedy_with_greedy_co_player": _ratio(results, GREEDY_CO_PLAYER)}
 
 
 def _ratio(results: dict[str, dict[str, Any]], suffix: str) -> float | None:

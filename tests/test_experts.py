@@ -124,6 +124,24 @@ def test_summarize_interval():
         summarize(np.array([1.0]))
 
 
+
+def test_evaluation_table_compares_each_row_with_greedy_beside_the_same_co_player(capsys, monkeypatch):
+    from rpg_env.experts.evaluate import print_table
+
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row
+
+    def row(mean):
+        return {"mean": mean, "ci95": [mean - 1, mean + 1], "episodes": 10}
+
+    print_table({"model": row(300.0), "greedy": row(400.0),
+                 "model_greedy_co_player": row(300.0), "greedy_greedy_co_player": row(250.0)})
+    lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("│") and ("model" in line or "greedy" in line)}
+    assert "75.0%" in lines["model"]                       # 300 / 400 beside the env's co-player
+    assert "120.0%" in lines["model_greedy_co_player"]     # 300 / 250 beside a greedy co-player
+    assert "100.0%" in lines["greedy_greedy_co_player"]
+
+
 # --------------------------------------------------------------------------- shipped experts
 @pytest.fixture(scope="module")
 def dqn_path():

@@ -182,16 +182,27 @@ def action_agreement(first: BatchPolicy, second: BatchPolicy, env_kwargs: dict[s
     return agree / total
 
 
+#: Suffix of a results row played beside a greedy co-player (``model_greedy_co_player``, ...).
+GREEDY_CO_PLAYER = "_greedy_co_player"
+
+
+def beside_suffix(name: str) -> str:
+    """The co-player suffix of a results row's name ('' beside the env's own co-player): a row is
+    compared with greedy beside the same co-player."""
+    return GREEDY_CO_PLAYER if name.endswith(GREEDY_CO_PLAYER) else ""
+
+
 def print_table(results: dict[str, dict[str, Any]], title: str | None = None) -> None:
-    """One rich table: policy, mean return, 95% CI, episodes, ratio to greedy."""
+    """One rich table: policy, mean return, 95% CI, episodes, ratio to greedy beside the same
+    co-player."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
     for column in ("policy", "mean return", "95% CI", "episodes", "vs greedy"):
         table.add_column(column, justify="left" if column == "policy" else "right")
-    greedy = results.get("greedy", {}).get("mean")
     for name, row in results.items():
+        greedy = results.get("greedy" + beside_suffix(name), {}).get("mean")
         ratio = f"{row['mean'] / greedy:.1%}" if greedy else "-"
         low, high = row["ci95"]
         table.add_row(name, f"{row['mean']:.1f}", f"[{low:.1f}, {high:.1f}]", str(row["episodes"]), ratio)
