@@ -12,8 +12,9 @@ Two tasks, each agent trained with the project's configs from ``rpg_env/experts/
 Agents: ``trxl-ppo`` (TransformerXL memory, this project), ``recurrent-ppo`` (sb3-contrib's LSTM),
 and the memoryless ``ppo`` and ``dqn`` on their configs' frame stacks (2 and 5 frames). Each seed
 is one trained agent and its own evaluation games (env seeds from ``300,000 + 1,000 * seed``,
-disjoint from training's and the in-training evaluation's); figures are means over ``--seeds`` with 95% t-intervals. CPU time
-is the training process's (all its threads), beside wall time and env steps per wall second.
+disjoint from training's and the in-training evaluation's); figures are means over ``--seeds``
+with 95% t-intervals. CPU time is the training process's (all its threads), beside wall time and
+env steps per wall second.
 
     python benchmarks/memory_agents.py                    # both tasks, 4 agents, 3 seeds (~1 h on 2 cores)
     python benchmarks/memory_agents.py --tasks proof --algos trxl-ppo ppo

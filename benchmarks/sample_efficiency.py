@@ -49,6 +49,7 @@ from rpg_base.cli import (
     positive_int,
     run_command,
 )
+from rpg_base.errors import InputError
 from rpg_base.provenance import portable_path, provenance
 from rpg_base.results import pyplot, save_figure, write_results
 from rpg_env.experts.evaluate import mean_interval
@@ -127,14 +128,39 @@ def run_dreamer(python: Path, seed: int, budgets: list[int], root: Path,
     if done.returncode != 0:
         raise RuntimeError(f"sheeprl's DreamerV3 failed ({' '.join(command)}):\n{done.stderr[-3000:]}")
     cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / 60
+    return dreamer_rows(log_dir, budgets, cpu)
+
+
+def dreamer_rows(log_dir: Path, budgets: list[int], cpu_minutes: float | None = None) -> list[dict[str, Any]]:
+    """A row per budget the DreamerV3 run in ``log_dir`` reached (its ``episodes.json``): the mean
+    return of the training episodes logged in the budget's last fifth, the wall minutes to the
+    budget from its logs, and ``cpu_minutes`` of the whole run shared out by steps if known."""
     episodes = json.loads((log_dir / "episodes.json").read_text())
+    reached = max((e["step"] for e in episodes["train"]), default=0)
     rows = []
-    for budget in budgets:
-        last_fifth = [e["return"] for e in episodes["train"] if 0.8 * budget < e["step"] <= budget]
-        rows.append({"steps": budget, "return": statistics.fmean(last_fifth) if last_fifth else None,
-                     "episodes_averaged": len(last_fifth), "test_return": episodes.get("test"),
-                     "cpu_minutes": cpu * min(1.0, budget / max(budgets)), "evaluation": "sheeprl's own"})
+    for budget in (b for b in budgets if b <= reached):
+        last_fifth = [e for e in episodes["train"] if 0.8 * budget < e["step"] <= budget]
+        mean = statistics.fmean(e["return"] for e in last_fifth) if last_fifth else None
+        row = {"steps": budget, "return": mean, "episodes_averaged": len(last_fifth),
+               "test_return": episodes.get("test") if budget == max(budgets) else None,
+               "cpu_minutes": None if cpu_minutes is None else cpu_minutes * min(1.0, budget / max(budgets)),
+               "evaluation": "sheeprl's own"}
+        if last_fifth and "seconds" in last_fifth[-1]:
+            row["wall_minutes"] = last_fifth[-1]["seconds"] / 60
+        rows.append(row)
     return rows
+
+
+def dreamer_seed(log_dir: Path) -> int:
+    """The seed of the DreamerV3 run in ``log_dir`` (sheeprl's own ``config.yaml``)."""
+    import yaml
+
+    configs = sorted(log_dir.rglob("config.yaml"))
+    if not configs or not (log_dir / "episodes.json").is_file():
+        raise InputError(f"{log_dir} is not a DreamerV3 log folder of benchmarks/sheeprl_dreamer.py (it "
+                         f"needs sheeprl's config.yaml and episodes.json; write the latter for a stopped run "
+                         f"with `sheeprl_dreamer.py --episodes-only --out {log_dir}`)")
+    return int(yaml.safe_load(configs[0].read_text())["seed"])
 
 
 # ------------------------------------------------------------------------------------- summary
@@ -239,6 +265,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--learn-from", type=Path, nargs="*", default=[], metavar="RUN",
                         help="finished rpg_worldmodel.learn run folders to read instead of training the "
                              "loop (their config names the method and seed)")
+    parser.add_argument("--dreamer-from", type=Path, nargs="*", default=[], metavar="LOGS",
+                        help="DreamerV3 log folders of sheeprl_dreamer.py to read instead of training it (a "
+                             "stopped run counts to the budgets it reached; no CPU minutes)")
     parser.add_argument("--merge", type=existing_file, nargs="*", default=[], metavar="JSON",
                         help="earlier results of this script whose runs join this table (e.g. DreamerV3's)")
     parser.add_argument("--keep", type=Path, default=None,
@@ -260,7 +289,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.episodes < 2:
         parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
     parser.refuse_repeats(args, "seeds", "budgets", "methods")
-    if "dreamer" in args.methods and args.dreamer_python is None:
+    dreamer_seeds = [dreamer_seed(logs) for logs in args.dreamer_from]  # a wrong folder fails before any work
+    if "dreamer" in args.methods and args.dreamer_python is None and not dreamer_seeds:
         parser.error("--methods dreamer needs --dreamer-python (a virtualenv with sheeprl==0.8.4, "
                      "ANCHORS.md)")
     if args.quick:
@@ -275,11 +305,15 @@ def main(argv: list[str] | None = None) -> None:
         for run in args.learn_from:
             method, seed = learn_method(run)
             runs += [{"method": method, "seed": seed, **row} for row in learn_rows(run, budgets)]
+        for logs, seed in zip(args.dreamer_from, dreamer_seeds, strict=True):
+            runs += [{"method": "dreamer", "seed": seed, **row} for row in dreamer_rows(logs, budgets)]
         for earlier in args.merge:
             runs += json.loads(earlier.read_text())["runs"]
+        read_from = {"learn": args.learn_from, "learn-no-rules": args.learn_from,
+                     "dreamer": args.dreamer_from}
         for method in args.methods:
             for seed in args.seeds:
-                if method.startswith("learn") and args.learn_from:
+                if read_from.get(method):
                     continue  # read from the given runs
                 if method.startswith("learn"):
                     rows = run_learn(seed, budgets, args.episodes, method == "learn", root, args.learn)
@@ -298,6 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     record = provenance(seed=args.seeds, methods=args.methods, budgets=budgets, episodes=args.episodes,
                         learn_from=[portable_path(r) for r in args.learn_from],
+                        dreamer_from=[portable_path(r) for r in args.dreamer_from],
                         merged=[portable_path(m) for m in args.merge],
                         eval_seed=EVAL_SEED, learn_overrides=args.learn, dreamer_overrides=args.dreamer,
                         wall_seconds=round(time.perf_counter() - started, 1), machine_cores=os.cpu_count(),

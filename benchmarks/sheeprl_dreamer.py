@@ -11,8 +11,10 @@ sheeprl's encoders take images or vectors, not the one-hot MultiBinary), on one 
 Extra ``key=value`` words are sheeprl's Hydra overrides (e.g. ``algo.replay_ratio=0.1``).
 
 Writes ``OUT/episodes.json``: ``train``, the logged mean return of the training episodes at each
-logging step (``metric.log_every`` = one episode's length, so about one episode each), and
-``test``, the return of sheeprl's test episode after training.
+logging step (``metric.log_every`` = one episode's length, so about one episode each) with the wall
+seconds since the first of them, and ``test``, the return of sheeprl's test episode after training.
+``--episodes-only`` writes it from the logs already in ``OUT`` (a run that was stopped) and trains
+nothing.
 """
 
 from __future__ import annotations
@@ -34,12 +36,19 @@ DEFAULTS = ["exp=dreamer_v3", "algo=dreamer_v3_XS", "env=gym", "env.id=Treasureh
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, required=True, help="real env steps (algo.total_steps)")
+    parser.add_argument("--steps", type=int, help="real env steps (algo.total_steps)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="folder for sheeprl's logs and episodes.json")
+    parser.add_argument("--episodes-only", action="store_true",
+                        help="only write OUT/episodes.json from the logs in OUT (a stopped run)")
     parser.add_argument("overrides", nargs="*", help="more sheeprl (Hydra) overrides")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
+    if args.episodes_only:
+        write_episodes(out)
+        return
+    if args.steps is None:
+        parser.error("--steps is required to train")
     os.makedirs(out, exist_ok=True)
 
     from sheeprl.cli import run
@@ -64,11 +73,16 @@ def write_episodes(out: str) -> None:
         acc.Reload()
         tags = acc.Tags()["scalars"]
         if "Rewards/rew_avg" in tags:
-            train += [{"step": int(e.step), "return": float(e.value)} for e in acc.Scalars("Rewards/rew_avg")]
+            train += [{"step": int(e.step), "return": float(e.value), "wall": float(e.wall_time)}
+                      for e in acc.Scalars("Rewards/rew_avg")]
         if "Test/cumulative_reward" in tags:
             test = float(acc.Scalars("Test/cumulative_reward")[-1].value)
+    train.sort(key=lambda e: e["step"])
+    start = min((e["wall"] for e in train), default=0.0)
+    for entry in train:
+        entry["seconds"] = round(entry.pop("wall") - start, 1)
     with open(os.path.join(out, "episodes.json"), "w") as f:
-        json.dump({"train": sorted(train, key=lambda e: e["step"]), "test": test}, f, indent=1)
+        json.dump({"train": train, "test": test}, f, indent=1)
 
 
 if __name__ == "__main__":

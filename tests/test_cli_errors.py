@@ -297,6 +297,8 @@ def _training_benchmark_cases() -> list[tuple[str, str, list[str], str]]:
         ("bench:sample_efficiency", "a budget twice", ["--budgets", "5000", "5000", *out], "repeats a value"),
         ("bench:sample_efficiency", "missing sheeprl python", ["--dreamer-python", "{tmp}/python", *out],
          "does not exist"),
+        ("bench:sample_efficiency", "not DreamerV3 logs", ["--dreamer-from", "{folder}", *out],
+         "is not a DreamerV3 log folder"),
     ]
 
 

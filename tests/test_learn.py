@@ -157,3 +157,31 @@ def test_an_agent_refuses_to_start_from_weights_that_do_not_fit(tmp_path):
     with pytest.raises(ConfigError, match=r"cannot start from .*dqn.*model.zip.*same algorithm"):
         train(cfg, tmp_path / "agent", init_params=pretrained_path("dqn"))
     assert not (tmp_path / "agent").exists()
+
+
+def test_the_benchmark_reads_a_stopped_dreamer_run_to_the_budgets_it_reached(tmp_path):
+    """`benchmarks/sample_efficiency.py --dreamer-from`: DreamerV3's own episodes in each budget's
+    last fifth, its wall minutes from its logs, and no row for a budget it never reached."""
+    import importlib.util
+
+    logs = tmp_path / "dreamer-s3"
+    (logs / "dreamer" / "version_0").mkdir(parents=True)
+    (logs / "dreamer" / "version_0" / "config.yaml").write_text("seed: 3\nalgo:\n  replay_ratio: 0.05\n")
+    train = [{"step": s, "return": float(s // 100), "seconds": s / 10} for s in range(100, 5300, 100)]
+    (logs / "episodes.json").write_text(json.dumps({"train": train, "test": None}))
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sample_efficiency.py"
+    spec = importlib.util.spec_from_file_location("benchmark_sample_efficiency_read", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "se.json"
+    module.main(["--methods", "dreamer", "--dreamer-from", str(logs), "--budgets", "2000", "5000", "10000",
+                 "--out", str(out)])
+    record = json.loads(out.read_text())
+    rows = {r["steps"]: r for r in record["runs"]}
+    assert sorted(rows) == [2000, 5000] and {r["seed"] for r in rows.values()} == {3}
+    assert rows[5000]["return"] == pytest.approx(np.mean(range(41, 51)))  # steps 4,100-5,000
+    assert rows[5000]["episodes_averaged"] == 10 and rows[5000]["wall_minutes"] == pytest.approx(500 / 60)
+    assert rows[2000]["return"] == pytest.approx(np.mean(range(17, 21)))
+    assert record["summary"]["dreamer"]["5000"]["return"]["mean"] == pytest.approx(45.5)
+    assert out.with_suffix(".png").is_file()
