@@ -76,7 +76,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'measurement':<44} {'per second':>12} {'vs reference':>13}")
     for name, rate, ratio in rows:
         print(f"{name:<44} {rate:>12,.0f} {ratio:>12.2f}x")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     record = provenance(seed=0, steps=steps, results={
         "learn_steps_per_s": {"treasurehunt_dqn": round(treasure, 1), "cartpole_dqn": round(cartpole, 1),
                               "ratio": round(treasure / cartpole, 3)},

@@ -102,7 +102,6 @@ def main(argv: list[str] | None = None) -> None:
             s, c = row["self"]["action_acc"], row["cross"]["action_acc"]
             print(f"{agent:<11} T{frames:<3} self {s['value']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}]  "
                   f"cross {c['value']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     record = provenance(seed=0, data={k: portable_path(v) for k, v in data.items()}, steps=args.steps,
                         rows=rows)
     write_results(args.out, record)

@@ -232,7 +232,6 @@ def measure(args: argparse.Namespace, runs: list[tuple[int, list[str], str]]) ->
     summary = summarise(rows)
     print(json.dumps(summary, indent=1))
     if not args.quick:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         record = provenance(seed=0, data=portable_path(data), threads=args.threads, rows=rows,
                             summary=summary, transfer_data=None if args.transfer_data is None
                             else portable_path(args.transfer_data))

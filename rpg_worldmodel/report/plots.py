@@ -83,8 +83,7 @@ def plot_learning_curves(metrics_csv: str | Path, out: str | Path,
     axes[0][0].set_ylabel("nats")
     fig.suptitle("learning curves (metrics.csv)")
     fig.tight_layout()
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 def plot_entity_f1(file_result: dict, out: str | Path) -> Path:
@@ -107,8 +106,7 @@ def plot_entity_f1(file_result: dict, out: str | Path) -> Path:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 def plot_view_strip(examples_npz: str | Path, out: str | Path, max_examples: int = 6) -> Path | None:
@@ -136,8 +134,7 @@ def plot_view_strip(examples_npz: str | Path, out: str | Path, max_examples: int
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
     fig.suptitle("held-out windows: input, prediction, truth")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 def plot_transfer(transfer: dict, out: str | Path, figures: Sequence[str] = ("view_ce", "action_ce",
@@ -157,8 +154,7 @@ def plot_transfer(transfer: dict, out: str | Path, figures: Sequence[str] = ("vi
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 def plot_masking(masking: dict, out: str | Path, figure: str = "view_ce") -> Path:
@@ -184,8 +180,7 @@ def plot_masking(masking: dict, out: str | Path, figure: str = "view_ce") -> Pat
     ax.set_title(f"masking probes: {figure}")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 
@@ -210,8 +205,7 @@ def plot_rollout(rollout: dict, out: str | Path) -> Path:
     axes[0][0].legend(fontsize=8)
     fig.suptitle("open-loop rollouts on held-out games (95% bootstrap bands over games)")
     fig.tight_layout()
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 def plot_rollout_strip(strip_npz: str | Path, out: str | Path) -> Path | None:
@@ -242,8 +236,7 @@ def plot_rollout_strip(strip_npz: str | Path, out: str | Path) -> Path | None:
     axes[1, 1].set_ylabel("imagined")
     fig.suptitle("one held-out game: the real future (top) and the model's open-loop imagination (bottom)")
     fig.tight_layout()
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 def plot_seeds(seeds: dict, out: str | Path, figures: Sequence[str] = ("view_ce", "action_acc", "f1_items",
@@ -265,8 +258,7 @@ def plot_seeds(seeds: dict, out: str | Path, figures: Sequence[str] = ("view_ce"
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"held-out figures across training seeds {', '.join(map(str, seeds['seeds']))}", fontsize=10)
     fig.tight_layout()
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 def plot_cells(file_result: dict, out: str | Path,
@@ -300,6 +292,5 @@ def plot_cells(file_result: dict, out: str | Path,
     share_ax.tick_params(labelsize=8)
     fig.suptitle("where the error lives (held-out games)", fontsize=10)
     fig.tight_layout()
-    save_figure(fig, out)
-    return Path(out)
+    return save_figure(fig, out)
 
