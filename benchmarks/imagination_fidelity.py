@@ -13,9 +13,14 @@ the same way in both worlds:
 - ``geometric_consistency``: the share of frames whose walls fit the position the moves imply,
   bumps included, from the real start (the dream must keep to the real map) and, as
   ``consistency_any_start``, from every start the first frame allows (it must keep to some map);
+  ``ideal_dream``: the consistency from the real start of a dream that knows the game exactly but
+  not where the opening stands (`rpg_worldmodel.envs.whole_games.consistency_ceiling`), the most a
+  model can reach there;
 - ``item_persistence``: of items seen and not collected, the share still there when their cell
   comes back into view; ``spawn_rate``: new items per empty cell in view per turn (both follow
   the cells by the frames' own moves, so a dream's items are judged in its own geometry);
+- ``walls_kept``: of the frames that show cells seen before, the share whose walls agree with the
+  last sighting of those cells, by the frames' own moves (the map a dream keeps, in its geometry);
 - ``wall_breaks``: where impossible wall layouts began (the cells a move brought in, or cells
   carried over from the frame before);
 - ``return``: points per episode after the opening, imagined and real, their gap and the gap as a

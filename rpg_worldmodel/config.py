@@ -132,6 +132,13 @@ class ModelConfig:
     map_size: int = setting(
         64, "side of the memory map's canvas (cells; a torus): a world whose walks span more than "
         "map_size - view_size cells wraps onto itself")
+    map_reach: int = setting(
+        0, "with memory_map: cells either side of each next-view cell along its row and its column that "
+        "the map is read at where it has not seen the cell itself, through a learned cross-shaped "
+        "convolution over the kinds seen within a training window (models/memory.py, MapLines): how a "
+        "cell scrolling into view relates to one seen far off in the same line; 0: each cell reads "
+        "only itself (measured in docs/imagination.md: 24 keeps the map's size better and draws fewer "
+        "valid frames). view_size + 2 map_reach must fit in map_size")
     refiner_layers: int = setting(
         1, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
         "(models/refiner.py); 0: every cell is drawn on its own")
@@ -255,6 +262,10 @@ class ModelConfig:
         if self.memory_steps < 0:
             raise ConfigError(f"model.memory_steps must be >= 0 (0: the attention window), "
                               f"got {self.memory_steps}")
+        if self.map_reach < 0 or self.view_size + 2 * self.map_reach > self.map_size:
+            raise ConfigError(f"model.map_reach must be in 0..{(self.map_size - self.view_size) // 2} "
+                              f"(view_size + 2 map_reach <= map_size = {self.map_size}), "
+                              f"got {self.map_reach}")
         if self.map_size < 2 * self.view_size:
             raise ConfigError(f"model.map_size must be at least twice model.view_size "
                               f"({2 * self.view_size}), "

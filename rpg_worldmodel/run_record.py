@@ -37,8 +37,9 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: older maps reached back num_frames steps and trained on num_frames windows) and the cell refiner
 #: (model.refiner_layers and its sizes, model.sample_rounds, train.refiner_loss_weight; older models
 #: drew cells independently); 8 the refiner's doubt budget; 9 the choice of global layer (model.layer,
-#: model.srwm_heads; older models attend).
-CHECKPOINT_VERSION = 9
+#: model.srwm_heads; older models attend); 10 the map read along rows and columns (model.map_reach;
+#: older maps read each cell alone).
+CHECKPOINT_VERSION = 10
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
 #: (schema 2's one data file becomes a list of one by `migrate`).
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
@@ -52,6 +53,7 @@ MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     # refiners draw with the doubt budget, capped at the rounds they were given
     7: {"model": {"sample_doubt": 0.2, "refiner_views": 64}},
     8: {"model": {"layer": "attention", "srwm_heads": 1}},
+    9: {"model": {"map_reach": 0}},
 }
 #: The keys of meta.json this version reads; any other is kept in `CheckpointRecord.extra`.
 KNOWN_KEYS = ("format", "version", "step", "config", "splits", "data", "seed", "versions", "init_from",

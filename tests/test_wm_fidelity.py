@@ -20,7 +20,9 @@ from rpg_worldmodel.envs.fidelity import (
     item_persistence,
     spawn_rate,
     wall_breaks,
+    walls_kept,
 )
+from rpg_worldmodel.envs.whole_games import consistency_ceiling
 
 RULES = {"height": 20, "width": 20, "vision_radius": 4, "num_agents": 2, "spawn_prob": 0.01, "max_turns": 100}
 VOCAB = vocabulary()
@@ -127,10 +129,12 @@ def test_fidelity_returns_all_four_per_episode(games, reference):
     views, actions, positions = games[("greedy", "random")]
     implied = fidelity(views, actions, reference, start=positions[:, 0, 0])
     given = fidelity(views, actions, reference, start=positions[:, 0, 0], positions=positions[:, :, 0])
-    for name in ("frame_validity", "geometric_consistency", "item_persistence", "spawn_rate"):
+    for name in ("frame_validity", "geometric_consistency", "item_persistence", "spawn_rate", "walls_kept"):
         assert implied[name].per_episode.shape == (4,)
         np.testing.assert_array_equal(implied[name].hits, given[name].hits)  # implied == real positions
     assert implied["frame_validity"].as_dict() == {"value": 1.0, "hits": 4 * 101, "total": 4 * 101}
+    # every view after the first shows cells seen before, and every wall where it was
+    assert implied["walls_kept"].as_dict() == {"value": 1.0, "hits": 4 * 100, "total": 4 * 100}
 
 
 def test_item_measures_follow_the_real_moves_in_real_games_and_a_dreams_own_in_a_dream(games, reference):
@@ -221,6 +225,16 @@ def test_a_border_gone_when_the_learner_walks_back_is_inconsistent(games, refere
     valid, consistent, _ = scores(no_border, actions, positions, reference)
     assert valid.share.value == 1.0  # an open field is a view the game shows (away from the border)
     assert consistent == base_consistent - len(bordered)  # but not where the moves put the learner
+    learner = positions[:, :, 0]
+    assert walls_kept(views, learner, reference).value == 1.0
+    assert walls_kept(no_border, learner, reference).value == 1.0  # a map kept, just not the game's
+    # the border shown once, then gone each time the learner comes back: the map is not kept
+    first = {int(e): int(t) for e, t in reversed(bordered)}  # each episode's first bordered frame
+    gone = views.copy()
+    later = np.array([(e, t) for e, t in bordered if t > first[e]])
+    gone[later[:, 0], later[:, 1]] = no_border[later[:, 0], later[:, 1]]
+    kept = walls_kept(gone, learner, reference)
+    assert 0 < kept.total.sum() - kept.hits.sum() <= len(later)
 
 
 def test_a_frame_shifted_against_the_moves_is_valid_but_inconsistent(games, reference):
@@ -309,6 +323,42 @@ def test_a_map_with_an_interior_wall_is_measured_the_same_way():
     assert frame_validity(open_field, ref).share.value < frame_validity(open_field, open_ref).share.value
 
 
+def _walk_frames(reference, start, moves):
+    """The real frames of a walk on the bare map (walls only, the learner at the centre): codes
+    (T + 1, V, V), the cells (T + 1,) and the actions (T,) of ``moves``, (row, column) steps."""
+    side, r = reference.params.view_size, reference.radius
+    actions = np.array([np.flatnonzero((reference.deltas == m).all(1))[0] for m in moves], dtype=np.int64)
+    cells = [start[0] * reference.params.width + start[1]]
+    for a in actions:
+        cells.append(reference.moves[a, cells[-1]])
+    frames = np.full((len(cells), side, side), VOCAB.empty, dtype=np.int64)
+    for frame, cell in zip(frames, cells, strict=True):
+        frame[reference.masks[reference.mask_ids[cell]].reshape(side, side)] = VOCAB.wall
+    frames[:, r, r] = VOCAB.agent
+    return frames, np.array(cells), actions
+
+
+@pytest.mark.parametrize("start, pinned", [((10, 10), False), ((1, 1), True)])
+def test_an_ideal_dream_is_as_consistent_as_its_opening_lets_it_be(reference, start, pinned):
+    """The ceiling of consistency from the real start: an opening in the open field leaves the
+    column unknown, so a dream that keeps the game's map exactly still meets the right border at
+    the wrong turn (unless it guessed the column); an opening in a corner pins the map."""
+    up, down, right = (-1, 0), (1, 0), (0, 1)
+    frames, cells, actions = _walk_frames(reference, start, [up, down, up, down] + [right] * 8)
+    worlds = 16
+    opening, opening_actions = np.tile(frames[:5], (worlds, 1, 1, 1)), np.tile(actions[:4], (worlds, 1))
+    views, walk = np.tile(frames[4:], (worlds, 1, 1, 1)), np.tile(actions[4:], (worlds, 1))
+    first = np.tile(np.divmod(cells[4], reference.params.width), (worlds, 1))
+    ceiling = consistency_ceiling(opening, opening_actions, views, walk, reference, first,
+                                  np.random.default_rng(0))
+    assert geometric_consistency(views, walk, reference, first).share.value == 1.0  # the real walk itself
+    if pinned:
+        assert ceiling.value == 1.0
+    else:
+        assert ceiling.per_episode.min() < 1.0 and ceiling.value < 0.9  # most guesses of the column are wrong
+        assert ceiling.per_episode.max() == 1.0  # one in ten guesses it
+
+
 def test_bad_input_says_what_to_change(reference):
     with pytest.raises(ValueError, match=r"views must be cell codes \(N, T, 9, 9\)"):
         frame_validity(np.zeros((2, 9, 9), dtype=np.int64), reference)
@@ -341,6 +391,11 @@ def test_whole_game_shares_carry_the_evaluations_bootstrap_and_read_as_a_line():
     line = dream_line(row)
     assert line.startswith("valid frames 0.500 [") and "items kept - (real 0.500)" in line
     assert f"return gap +0.0 [{gap['lo']:+.1f}, {gap['hi']:+.1f}]" in line and "of real" not in line
+    assert "ideal dream" not in line and "map of its own" not in line  # rows measured before either
+    row["ideal_dream"] = {"geometric_consistency": iv}
+    row["imagined"]["consistency_any_start"] = row["imagined"]["walls_kept"] = iv
+    line = dream_line(row)
+    assert "] (an ideal dream 0.500), to a map of its own 0.500, walls kept 0.500, items kept" in line
 
 
 def test_the_shipped_dream_draws_whole_frames_and_keeps_its_items():

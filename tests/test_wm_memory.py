@@ -42,16 +42,18 @@ def _walk(steps: int, seed: int, side: int = 40):
     return world, np.stack(positions), views, torch.tensor(actions)[None]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_map_redraws_a_static_world_at_each_next_frame(seed):
+@pytest.mark.parametrize("seed, margin", [(0, (0, 0)), (1, (0, 0)), (2, (0, 0)), (3, (0, 6)), (4, (5, 0))])
+def test_the_map_redraws_a_static_world_at_each_next_frame(seed, margin):
+    """Each cell of view t+1's frame, widened by ``margin`` (a band along its rows or columns)."""
     world, positions, views, actions = _walk(30, seed)
     reach = 7
-    kind, age = memory_canvas(cell_kinds(views), actions, DELTAS, BLOCKING, reach, queries=30)
+    kind, age = memory_canvas(cell_kinds(views), actions, DELTAS, BLOCKING, reach, queries=30, margin=margin)
+    assert kind.shape == (1, 30, V + 2 * margin[0], V + 2 * margin[1])
     r = V // 2
     for t in range(30):
-        top_left = positions[t + 1] - r  # the frame of view t+1
-        for y in range(V):
-            for x in range(V):
+        top_left = positions[t + 1] - r - margin  # the frame of view t+1, widened
+        for y in range(kind.shape[2]):
+            for x in range(kind.shape[3]):
                 cell = top_left + (y, x)
                 # the latest step in reach whose view held this world cell
                 sightings = [s for s in range(max(0, t - reach + 1), t + 1)
@@ -96,9 +98,11 @@ def _memory_model(**kw):
 
 @pytest.mark.parametrize("memory_steps", [0, 8, 1000])
 def test_a_model_with_the_map_imagines_step_by_step_as_its_window_predicts(memory_steps):
-    model = _memory_model(memory_steps=memory_steps)
+    model = _memory_model(memory_steps=memory_steps, map_reach=6)
     with torch.no_grad():
         model.memory_map.prior.weight.normal_(0, 1.0)  # make the map's part of the logits large
+        for conv in model.memory_map.lines.children():
+            conv.weight.normal_(0, 1.0)  # and the bands' along rows and columns
     _, _, views, actions = _walk(24, 4)
     with torch.no_grad():
         reference = model(views, actions)  # the map re-drawn from the whole history
@@ -126,7 +130,16 @@ def test_the_canvas_keeps_every_cell_seen_for_a_whole_game(seed):
     remembered = forgotten = 0
     window_kind, _ = memory_canvas(kinds[None], actions, DELTAS, BLOCKING, 5, queries=steps)
     for t in range(steps):
-        (kind, age), canvas = canvas_step(canvas, kinds[t:t + 1], actions[:, t], t, rules)
+        (kind, age, bands), canvas = canvas_step(canvas, kinds[t:t + 1], actions[:, t], t, rules, reach=3)
+        rows, row_ages, columns, column_ages = bands
+        assert rows.shape == (1, V, V + 6) and columns.shape == (1, V + 6, V)
+        assert torch.equal(rows[..., 3:-3], kind) and torch.equal(columns[:, 3:-3], kind)
+        assert torch.equal(row_ages[..., 3:-3], age) and torch.equal(column_ages[:, 3:-3], age)
+        band_top_left = positions[t + 1] - r - (0, 3)
+        for y, x in np.argwhere(rows[0].numpy() != HIDDEN):
+            cell = band_top_left + (y, x)
+            if not np.any([np.all(cell == positions[s]) for s in range(t + 1)]):
+                assert rows[0, y, x] == world[tuple(cell)]
         top_left = positions[t + 1] - r
         for y in range(V):
             for x in range(V):
@@ -145,9 +158,10 @@ def test_the_canvas_keeps_every_cell_seen_for_a_whole_game(seed):
 
 
 def test_the_map_is_causal():
-    model = _memory_model()
+    model = _memory_model(map_reach=6)
     with torch.no_grad():
         model.memory_map.prior.weight.normal_(0, 1.0)
+        model.memory_map.lines.along_rows.weight.normal_(0, 1.0)
     _, _, views, actions = _walk(5, 5)
     changed_views, changed_actions = views.clone(), actions.clone()
     changed_views[:, 3:] = changed_views[:, 3:].roll(1, dims=-1)
@@ -263,3 +277,29 @@ def test_a_long_window_trains_every_step_with_attention_sliding_along_it():
         torch.testing.assert_close(stats["view_ce"], torch.nn.functional.cross_entropy(
             model(views[:, :12], actions[:, :12]).view.transpose(1, 2),
             views[:, 1:].argmax(2)).detach())
+
+
+def test_the_lines_speak_only_for_cells_the_map_has_not_seen():
+    """The map read along rows and columns (``model.map_reach``) changes the prior of a cell only
+    where the map holds nothing of it: what it saw there stays as seen. It starts at zero."""
+    model = _memory_model(map_reach=6)
+    _, _, views, actions = _walk(12, 6)
+    memory = model.memory_map
+    kind, _ = memory_canvas(cell_kinds(views), actions, DELTAS, BLOCKING, memory.keep, queries=12)
+    with torch.no_grad():
+        before = memory(cell_kinds(views), actions, 12, model.moves)
+        for conv in memory.lines.children():
+            conv.weight.normal_(0, 1.0)
+        after = memory(cell_kinds(views), actions, 12, model.moves)
+    changed = (after - before).abs().amax(2) > 1e-6  # (B, Q, V, V)
+    unseen = kind == HIDDEN
+    assert changed.any() and not (changed & ~unseen).any()
+    assert not changed[..., V // 2, V // 2].any()  # nor the centre, where the agent always is
+
+
+def test_the_lines_reach_must_fit_the_canvas():
+    ModelConfig(map_reach=27).validate()  # 9 + 2 x 27 = 63 <= 64
+    with pytest.raises(ConfigError, match=r"model.map_reach must be in 0..27 \(view_size \+ 2 map_reach"):
+        ModelConfig(map_reach=28).validate()
+    with pytest.raises(ConfigError, match="model.map_reach must be in"):
+        ModelConfig(map_reach=-1).validate()

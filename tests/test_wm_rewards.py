@@ -100,13 +100,15 @@ def test_unknown_schema_versions_are_refused(tiny_world_model, tmp_path, version
         load_checkpoint(copy)
 
 
-#: What schemas 7 to 9 added, as a checkpoint of an older schema reads it: the map of the
+#: What schemas 7 to 10 added, as a checkpoint of an older schema reads it: the map of the
 #: attention's window, trained on windows of num_frames steps, and no cell refiner.
 SCHEMA_7 = {"memory_steps": 0, "map_size": 64, "refiner_layers": 0, "train_window": 0,
             # and what schema 8 added: the doubt budget and the refiner's views (no refiner here)
             "sample_doubt": 0.2, "refiner_views": 64,
             # and schema 9: the global layer (attention, as every older model had)
-            "layer": "attention", "srwm_heads": 1}
+            "layer": "attention", "srwm_heads": 1,
+            # and schema 10: the map read cell by cell, not along its lines
+            "map_reach": 0}
 
 
 def test_a_schema_3_checkpoint_keeps_its_linear_action_head():

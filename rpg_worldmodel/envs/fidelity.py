@@ -18,6 +18,11 @@ itself (its map, its view function, its moves):
   still there (only a co-player can take an item out of view).
 - `spawn_rate`: new items per empty cell per turn over cells in view on both turns (the game's
   ``spawn_prob``).
+- `walls_kept`: the share of frames whose walls agree with what the episode showed before at the
+  same cells (the map it keeps, in its own geometry).
+
+What an ideal dream reaches from the real start is measured beside a dream and the real game
+(`rpg_worldmodel.envs.whole_games.consistency_ceiling`).
 
 Every figure is a `Share`: hits and totals per episode, so a caller can bootstrap over episodes;
 `fidelity` computes all four. The same functions run on real games, where validity and consistency
@@ -164,7 +169,9 @@ def _bare_moves(standable: np.ndarray, deltas: np.ndarray) -> np.ndarray:
     return np.where(inside & standable.reshape(-1)[target], target, np.arange(height * width))
 
 
-def _check(views: np.ndarray, actions: np.ndarray | None, ref: FidelityReference) -> tuple:
+def check_episodes(views: np.ndarray, actions: np.ndarray | None, ref: FidelityReference) -> tuple:
+    """``views`` as cell codes (N, T, V, V) and ``actions`` (N, T) or (N, T - 1) int64 in the game's
+    range (None: views only), or ValueError saying what is wrong."""
     views = np.asarray(views)
     side = ref.params.view_size
     if views.ndim != 4 or views.shape[-2:] != (side, side):
@@ -201,7 +208,7 @@ def frame_validity(views: np.ndarray, ref: FidelityReference) -> Validity:
     - ``kinds``: every cell holds a kind the game can show (on its map at reset, spawned, empty,
       wall or agent).
     """
-    views, _ = _check(views, None, ref)
+    views, _ = check_episodes(views, None, ref)
     vocab, r = vocabulary(), ref.radius
     known = (views >= 0) & (views < len(ref.shown))
     is_agent = views == vocab.agent
@@ -222,7 +229,7 @@ def wall_breaks(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) 
     before in a cell both frames show (the frame before moved by the action, unless the cell it
     enters cannot be entered); ``"entered"`` the breaks whose walls went wrong only in the cells
     the move brought into view."""
-    views, actions = _check(views, actions, ref)
+    views, actions = check_episodes(views, actions, ref)
     wall = vocabulary().wall
     ok = ref.mask_id(views) >= 0
     breaks = ok[:, :-1] & ~ok[:, 1:]
@@ -259,15 +266,28 @@ def geometric_consistency(views: np.ndarray, actions: np.ndarray, ref: FidelityR
     match then remain possible (a singleton with a start). Inconsistent frames leave the possible
     positions as the moves put them, so a dream that lost a bump stays wrong from then on.
     """
-    views, actions = _check(views, actions, ref)
+    views, actions = check_episodes(views, actions, ref)
     n, t_len = views.shape[:2]
-    ids, cells = ref.mask_id(views), ref.mask_ids[None]
     possible = np.zeros((n, ref.mask_ids.size), dtype=bool)
     if start is not None:
         possible[np.arange(n), _start_cells(start, n, ref)] = True
     else:
         possible[:] = ref.standable.reshape(1, -1)
-    blocked = _agent_ahead(views, actions, ref)
+    consistent, flat, _ = follow_moves(views, actions, ref, possible)
+    rc = np.stack(np.divmod(flat, ref.params.width), -1)
+    positions = np.where(flat[..., None] >= 0, rc, -1)
+    return Track(Share(consistent.sum(1), np.full(n, t_len, dtype=np.int64)), consistent, positions)
+
+
+def follow_moves(views: np.ndarray, actions: np.ndarray, ref: FidelityReference, possible: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`geometric_consistency`'s walk from the ``possible`` (N, H * W) bool positions of view 0
+    (views (N, T, V, V) and actions checked): ``consistent`` (N, T) bool, the flat cell (N, T)
+    where one position remains (else -1), and the positions still possible after the last view
+    (N, H * W) bool."""
+    n, t_len = views.shape[:2]
+    ids, cells = ref.mask_id(views), ref.mask_ids[None]
+    blocked = agent_ahead(views, actions, ref)
     consistent = np.zeros((n, t_len), dtype=bool)
     flat = np.full((n, t_len), -1, dtype=np.int64)
     stay = np.arange(ref.mask_ids.size)
@@ -281,9 +301,7 @@ def geometric_consistency(views: np.ndarray, actions: np.ndarray, ref: FidelityR
         consistent[:, t] = matching.any(1)
         possible = np.where(consistent[:, t, None], matching, possible)
         flat[:, t] = np.where(possible.sum(1) == 1, possible.argmax(1), -1)
-    rc = np.stack(np.divmod(flat, ref.params.width), -1)
-    positions = np.where(flat[..., None] >= 0, rc, -1)
-    return Track(Share(consistent.sum(1), np.full(n, t_len, dtype=np.int64)), consistent, positions)
+    return consistent, flat, possible
 
 
 def _start_cells(start: np.ndarray, n: int, ref: FidelityReference) -> np.ndarray:
@@ -309,7 +327,7 @@ def _kind_ahead(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) 
     return views[np.arange(n)[:, None], np.arange(t_len - 1)[None], dr, dc]
 
 
-def _agent_ahead(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) -> np.ndarray:
+def agent_ahead(views: np.ndarray, actions: np.ndarray, ref: FidelityReference) -> np.ndarray:
     """``(N, T - 1)`` bool: view t shows an agent in the cell action t moves into."""
     ahead = _kind_ahead(views, actions, ref)
     if ahead is None:
@@ -325,7 +343,7 @@ def frame_positions(views: np.ndarray, actions: np.ndarray, ref: FidelityReferen
     game is followed by its own geometry, so its items are compared with the cells it showed,
     whatever map it keeps (by the real map's moves, a dream that walked where the real map has a
     wall would be compared with the wrong cells)."""
-    views, actions = _check(views, actions, ref)
+    views, actions = check_episodes(views, actions, ref)
     n, t_len = views.shape[:2]
     delta = ref.deltas[actions[:, : t_len - 1]]  # (N, T - 1, 2)
     ahead = _kind_ahead(views, actions, ref)
@@ -371,7 +389,7 @@ def item_persistence(views: np.ndarray, positions: np.ndarray, ref: FidelityRefe
     it persisted when the cell holds the same kind again. The learner cannot take what it does not
     see, so a real game loses an item only to a co-player (or never, played alone).
     """
-    views, _ = _check(views, None, ref)
+    views, _ = check_episodes(views, None, ref)
     n, t_len = views.shape[:2]
     cells, size, width = _world_cells(np.asarray(positions, dtype=np.int64), ref)
     last_kind = np.full((n, size), -1, dtype=np.int64)
@@ -404,7 +422,7 @@ def spawn_rate(views: np.ndarray, positions: np.ndarray, ref: FidelityReference)
     (an agent that entered it left no empty cell for the spawn, which comes after the moves); a hit
     is a trial that holds a pick-up kind in view t.
     """
-    views, _ = _check(views, None, ref)
+    views, _ = check_episodes(views, None, ref)
     positions = np.asarray(positions, dtype=np.int64)
     vocab = vocabulary()
     known = (positions[:, 1:, 0] >= 0) & (positions[:, :-1, 0] >= 0)
@@ -413,6 +431,31 @@ def spawn_rate(views: np.ndarray, positions: np.ndarray, ref: FidelityReference)
     trials = both & (before == vocab.empty) & (after != vocab.agent)
     hits = trials & np.isin(after, ref.items)
     return Share(hits.sum((1, 2)), trials.sum((1, 2)))
+
+
+def walls_kept(views: np.ndarray, positions: np.ndarray, ref: FidelityReference) -> Share:
+    """Of the frames that show a cell seen before, the share whose walls all agree with the last
+    sighting of their cells in the same episode: a cell seen as wall is still wall, one seen open is
+    still open (the game never moves a wall).
+
+    ``positions`` ``(N, T, 2)`` as for `item_persistence`: with the frames' own moves
+    (`frame_positions`) this judges the map a dream keeps in its own geometry, whatever that is;
+    `geometric_consistency` judges the geometry against the game's map. A real game scores 1.
+    """
+    views, _ = check_episodes(views, None, ref)
+    n, t_len = views.shape[:2]
+    cells, size, _ = _world_cells(np.asarray(positions, dtype=np.int64), ref)
+    walls = (views == vocabulary().wall).reshape(n, t_len, -1).astype(np.int8)
+    last = np.full((n, size), -1, dtype=np.int8)  # -1: not seen, else 1 wall, 0 open
+    counted, broken = np.zeros((n, t_len), dtype=bool), np.zeros((n, t_len), dtype=bool)
+    for t in range(t_len):
+        rows = np.flatnonzero(cells[:, t, 0] >= 0)
+        idx, now = cells[rows, t], walls[rows, t]
+        before = last[rows[:, None], idx]
+        counted[rows, t] = (before >= 0).any(1)
+        broken[rows, t] = ((before >= 0) & (before != now)).any(1)
+        last[rows[:, None], idx] = now
+    return Share((counted & ~broken).sum(1), counted.sum(1))
 
 
 def _carried_cells(views: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -432,12 +475,14 @@ def _carried_cells(views: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np
 # ----------------------------------------------------------------------------- all four
 def fidelity(views: np.ndarray, actions: np.ndarray, ref: FidelityReference,
              start: np.ndarray | None = None, positions: np.ndarray | None = None) -> dict[str, Any]:
-    """All four measurements of a batch of episodes: ``{name: Share}`` (per-episode hits and totals)
-    and ``"failed"``: frames failing each validity condition. The item measurements use the
-    ``positions`` given (N, T, 2), else the frames' own moves (`frame_positions`)."""
+    """All four measurements of a batch of episodes, and `walls_kept`: ``{name: Share}`` (per-episode
+    hits and totals) and ``"failed"``: frames failing each validity condition. The item and
+    walls-kept measurements use the ``positions`` given (N, T, 2), else the frames' own moves
+    (`frame_positions`)."""
     validity = frame_validity(views, ref)
     track = geometric_consistency(views, actions, ref, start)
     where = frame_positions(views, actions, ref) if positions is None else np.asarray(positions)
     return {"frame_validity": validity.share, "geometric_consistency": track.share,
             "item_persistence": item_persistence(views, where, ref).share,
-            "spawn_rate": spawn_rate(views, where, ref), "failed": validity.failed}
+            "spawn_rate": spawn_rate(views, where, ref), "walls_kept": walls_kept(views, where, ref),
+            "failed": validity.failed}

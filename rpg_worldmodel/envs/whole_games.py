@@ -17,13 +17,17 @@ from typing import Any
 import numpy as np
 
 from rpg_env.envs.vector import TreasurehuntVectorEnv
+from rpg_env.game.constants import vocabulary
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
 from rpg_worldmodel.envs.fidelity import (
     FidelityReference,
     Share,
+    agent_ahead,
+    check_episodes,
     fidelity,
+    follow_moves,
     frame_validity,
     geometric_consistency,
     wall_breaks,
@@ -34,7 +38,7 @@ from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weigh
 #: What is measured of every frame, in both worlds (``consistency_any_start``: from every start the
 #: first frame allows, so the dream must keep to *some* map rather than the real one).
 MEASURES = ("frame_validity", "geometric_consistency", "consistency_any_start", "item_persistence",
-            "spawn_rate")
+            "spawn_rate", "walls_kept")
 REPLICATES = 2000
 Step = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
@@ -121,10 +125,11 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
                    *, sample: bool, views: str, worlds: int, seed: int,
                    sample_rounds: int | None = None, sample_doubt: float | None = None) -> dict[str, Any]:
     """One policy (``policy()`` makes a fresh one per world) in the dream of ``loaded`` and in the
-    real game, from the same opening: the measures of both, the return per episode of both and
-    their gap (points and share of the real return), the dream's validity by frame, and its
-    imagined steps per second. ``sample_rounds``, ``sample_doubt``: most rounds of a joint draw and
-    the doubt each takes on (None: the model's)."""
+    real game, from the same opening: the measures of both, the consistency from the real start an
+    ideal dream reaches in these games (`consistency_ceiling`: what the opening leaves unknown),
+    the return per episode of both and their gap (points and share of the real return), the
+    dream's validity by frame, and its imagined steps per second. ``sample_rounds``,
+    ``sample_doubt``: most rounds of a joint draw and the doubt each takes on (None: the model's)."""
     rules, num_frames = dict(loaded.record.data.env_kwargs), loaded.config.model.num_frames
     start, real, obs, first = real_opening(rules, num_frames, worlds, seed)
     context = GivenContext()
@@ -139,9 +144,12 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
     real.close()
     gap = im_return - re_return
     share = float(gap.mean() / abs(re_return.mean())) if re_return.mean() else None
+    ideal = consistency_ceiling(start.views.argmax(2), start.actions, re_codes, re_actions, ref, first,
+                                np.random.default_rng(seed + 3))
     return {
         "imagined": measured(im_codes, im_actions, ref, first, seed),
         "real": measured(re_codes, re_actions, ref, first, seed),
+        "ideal_dream": {"geometric_consistency": share_interval(ideal, seed)},
         "return": {"imagined": mean_interval(im_return, seed), "real": mean_interval(re_return, seed),
                    "imagined_minus_real": mean_interval(gap, seed),
                    "gap_share_of_real": share},
@@ -150,6 +158,37 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
         "sample_doubt": dream.sample_doubt if sample else None,
         "imagined_steps_per_s": round(im_actions.size / seconds, 1),  # the policy's time included
     }
+
+
+def consistency_ceiling(opening: np.ndarray, opening_actions: np.ndarray, views: np.ndarray,
+                        actions: np.ndarray, ref: FidelityReference, start: np.ndarray,
+                        rng: np.random.Generator) -> Share:
+    """The consistency from the real start that an ideal dream of real games reaches.
+
+    An ideal dream knows the game's rules and map exactly and keeps to its map, but it knows of
+    where it is only what its opening showed: it places the map at a position drawn uniformly
+    among those the ``opening`` (N, K, V, V) views and their ``opening_actions`` (N, K - 1) allow,
+    and sees the walls there as the real game's moves ``actions`` take it (its frames are the wall
+    masks along that walk). Scored by `geometric_consistency` from the real ``start`` beside the
+    real ``views`` (N, T, V, V; view 0 the opening's last), it is consistent wherever the map it
+    chose shows the real map's walls. No world model, which cannot know more, can be expected to
+    score higher from the real start; from any start this dream scores 1.
+    """
+    opening, opening_actions = check_episodes(opening, opening_actions, ref)
+    views, actions = check_episodes(views, actions, ref)
+    anywhere = np.tile(ref.standable.reshape(1, -1), (len(views), 1))
+    _, _, possible = follow_moves(opening, opening_actions, ref, anywhere)
+    vocab, side, r = vocabulary(), ref.params.view_size, ref.radius
+    blocked = agent_ahead(views, actions, ref)
+    ideal = np.full(views.shape, vocab.empty, dtype=views.dtype)
+    for i in range(len(views)):
+        cell = rng.choice(np.flatnonzero(possible[i])) if possible[i].any() else ref.mask_ids.argmax()
+        for t in range(views.shape[1]):
+            if t and not blocked[i, t - 1]:
+                cell = ref.moves[actions[i, t - 1], cell]
+            ideal[i, t][ref.masks[ref.mask_ids[cell]].reshape(side, side)] = vocab.wall
+    ideal[:, :, r, r] = vocab.agent
+    return geometric_consistency(ideal, actions, ref, start).share
 
 
 def reference_of(loaded: LoadedCheckpoint) -> FidelityReference:

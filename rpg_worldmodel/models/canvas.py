@@ -32,23 +32,34 @@ def empty_canvas(n: int, size: int, device: torch.device) -> Canvas:
     return kinds, torch.zeros_like(kinds), torch.zeros(n, 2, dtype=torch.long, device=device)
 
 
-def _around(position: torch.Tensor, v: int, size: int) -> torch.Tensor:
-    """The flat canvas indices (N, V*V) of the V x V cells centred on ``position`` (N, 2)."""
-    cells = torch.arange(v, device=position.device) - v // 2
-    rows, cols = (position[:, :1] + cells) % size, (position[:, 1:] + cells) % size  # (N, V) each
+def _around(position: torch.Tensor, v: int, size: int, margin: tuple[int, int] = (0, 0)) -> torch.Tensor:
+    """The flat canvas indices (N, H*W) of the V x V cells centred on ``position`` (N, 2), widened
+    by ``margin`` (rows, columns) on each side: H = V + 2 rows, W = V + 2 columns."""
+    row_cells = torch.arange(-margin[0], v + margin[0], device=position.device) - v // 2
+    col_cells = torch.arange(-margin[1], v + margin[1], device=position.device) - v // 2
+    rows, cols = (position[:, :1] + row_cells) % size, (position[:, 1:] + col_cells) % size
     return (rows[:, :, None] * size + cols[:, None, :]).flatten(1)
 
 
+def _read(grid: torch.Tensor, seen: torch.Tensor, position: torch.Tensor, v: int, step: int,
+          margin: tuple[int, int] = (0, 0)) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kinds and ages (N, H, W) of the cells `_around` ``position`` names."""
+    there = _around(position, v, grid.shape[-1], margin)
+    shape = (len(grid), v + 2 * margin[0], v + 2 * margin[1])
+    return grid.flatten(1).gather(1, there).view(shape), step - seen.flatten(1).gather(1, there).view(shape)
+
+
 def canvas_step(canvas: Canvas, kinds: torch.Tensor, actions: torch.Tensor, step: int,
-                moves: MoveRules) -> tuple[tuple[torch.Tensor, torch.Tensor], Canvas]:
+                moves: MoveRules, reach: int = 0) -> tuple[tuple, Canvas]:
     """One step of the map on its canvas: view ``step`` (``kinds`` (N, V, V) from `cell_kinds`) is
     written where the agent is, the agent moves by its action (``actions`` (N,); not into a
-    blocking kind), and the map is read in view ``step + 1``'s frame. Returns ``(kind, age)``
-    (N, V, V) long each, as `memory_canvas` gives them (``age``: steps before ``step``; a cell
-    never seen has kind ``HIDDEN``), and the new canvas. A hidden cell of the view leaves the
-    canvas as it was."""
+    blocking kind), and the map is read in view ``step + 1``'s frame. Returns ``(kind, age,
+    bands)``: (N, V, V) long each, as `memory_canvas` gives them (``age``: steps before ``step``; a
+    cell never seen has kind ``HIDDEN``), and with ``reach`` the frame's rows and columns widened
+    by that many cells on each side (`rpg_worldmodel.models.memory.Bands`, T = 1 dropped; None
+    without); and the new canvas. A hidden cell of the view leaves the canvas as it was."""
     grid, seen, position = canvas
-    n, v, size = kinds.shape[0], kinds.shape[-1], grid.shape[-1]
+    v, size = kinds.shape[-1], grid.shape[-1]
     here, shown = _around(position, v, size), kinds.flatten(1)
     grid_flat, seen_flat = grid.flatten(1), seen.flatten(1)
     keep = shown == HIDDEN
@@ -56,7 +67,7 @@ def canvas_step(canvas: Canvas, kinds: torch.Tensor, actions: torch.Tensor, step
     seen = seen_flat.scatter(1, here, torch.where(keep, seen_flat.gather(1, here), step)).view_as(seen)
     _, after = dead_reckoning(kinds[:, None], actions[:, None], moves.deltas, moves.blocking)
     position = position + after[:, 0]
-    there = _around(position, v, size)
-    kind = grid.flatten(1).gather(1, there).view(n, v, v)
-    age = step - seen.flatten(1).gather(1, there).view(n, v, v)
-    return (kind, age), (grid, seen, position)
+    kind, age = _read(grid, seen, position, v, step)
+    bands = (*_read(grid, seen, position, v, step, (0, reach)),
+             *_read(grid, seen, position, v, step, (reach, 0))) if reach else None
+    return (kind, age, bands), (grid, seen, position)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
@@ -41,30 +42,33 @@ from rpg_worldmodel.models.steps import Steps
 
 
 def memory_canvas(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor, blocking: torch.Tensor,
-                  reach: int, queries: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  reach: int, queries: int, margin: tuple[int, int] = (0, 0)
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """The map of the last ``queries`` steps of a history.
 
     ``kinds`` (B, S, V, V) from `cell_kinds`, ``actions`` (B, S) long. For each query step t (the
-    last ``queries`` of the S) and each cell of view t+1's frame: the kind it had in the latest
-    step s in ``[t - reach + 1, t]`` that showed it, and ``t - s``. Returns ``kind`` (B, Q, V, V)
-    long (``HIDDEN``: not seen in reach) and ``age`` (B, Q, V, V) long (``reach`` where not seen).
+    last ``queries`` of the S) and each cell of view t+1's frame, widened by ``margin`` (rows,
+    columns) cells on each side: the kind it had in the latest step s in ``[t - reach + 1, t]``
+    that showed it, and ``t - s``. Returns ``kind`` (B, Q, V + 2 rows, V + 2 columns) long
+    (``HIDDEN``: not seen in reach) and ``age`` of the same shape (``reach`` where not seen).
     """
     b, s_len, v, _ = kinds.shape
     before, after = dead_reckoning(kinds, actions, deltas, blocking)
     first = s_len - queries
-    kind = kinds.new_full((b, queries, v, v), HIDDEN)
-    age = kinds.new_full((b, queries, v, v), reach)
-    cells = torch.arange(v, device=kinds.device)
+    row_cells = torch.arange(-margin[0], v + margin[0], device=kinds.device)
+    col_cells = torch.arange(-margin[1], v + margin[1], device=kinds.device)
+    kind = kinds.new_full((b, queries, len(row_cells), len(col_cells)), HIDDEN)
+    age = torch.full_like(kind, reach)
     flat_kinds = kinds.flatten(-2)
     for lag in range(min(reach, s_len)):  # latest first: a cell keeps the first (newest) sighting
         query = torch.arange(max(first, lag), s_len, device=kinds.device)
         if not len(query):
             break
         offset = after[:, query] - before[:, query - lag]  # (B, n, 2): view t+1's frame in view s's
-        rows = cells + offset[..., :1]  # (B, n, V)
-        cols = cells + offset[..., 1:]
+        rows = row_cells + offset[..., :1]  # (B, n, rows of the frame)
+        cols = col_cells + offset[..., 1:]
         index = rows.clamp(0, v - 1)[..., :, None] * v + cols.clamp(0, v - 1)[..., None, :]
-        seen = flat_kinds[:, query - lag].gather(-1, index.flatten(-2)).view(b, -1, v, v)
+        seen = flat_kinds[:, query - lag].gather(-1, index.flatten(-2)).view_as(index)
         inside = ((rows >= 0) & (rows < v))[..., :, None] & ((cols >= 0) & (cols < v))[..., None, :]
         slot = query - first
         fill = inside & (seen != HIDDEN) & (kind[:, slot] == HIDDEN)
@@ -73,8 +77,54 @@ def memory_canvas(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tens
     return kind, age
 
 
+#: The map's bands through view t+1's rows and through its columns, ``reach`` cells wider on each
+#: side, for `MapLines`: the kinds (B, Q, V, V + 2 reach) and their ages, then the kinds
+#: (B, Q, V + 2 reach, V) and their ages (as `memory_canvas` gives them).
+Bands = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class MapLines(nn.Module):
+    """A prior from the map along each cell's row and column, ``reach`` cells either side.
+
+    The per-cell prior reads only the cell itself; whether a cell scrolling into view is like one
+    seen far off in the same line (the other side of a room, a corridor's far end) is out of its
+    sight. This is a cross-shaped convolution over the one-hot kinds last seen (a cell not seen
+    reads as zeros), whose output is then shared along the view's rows and columns:
+    ``forward(rows (B, Q, V, V + 2 reach), columns (B, Q, V + 2 reach, V))``, the map's bands through
+    view t+1's rows and columns, -> logits (B, Q, C, V, V). It knows no kind or distance in
+    particular; its weights start at zero, so a model starts as one without it.
+    """
+
+    def __init__(self, num_kinds: int, num_channels: int, reach: int, view_size: int):
+        super().__init__()
+        self.num_kinds = num_kinds
+        self.along_rows = nn.Conv2d(num_kinds, num_channels, (1, 2 * reach + 1))
+        self.along_columns = nn.Conv2d(num_kinds, num_channels, (2 * reach + 1, 1))
+        # What one cell's line says is shared along the view's rows and columns: the cells of a
+        # row scrolling in read different lines, and a row that comes out wall here and open there
+        # is no row the map holds.
+        v = view_size
+        self.share_rows = nn.Conv2d(num_channels, num_channels, (1, 2 * v - 1), padding=(0, v - 1))
+        self.share_columns = nn.Conv2d(num_channels, num_channels, (2 * v - 1, 1), padding=(v - 1, 0))
+        for conv in (self.along_rows, self.along_columns, self.share_rows, self.share_columns):
+            nn.init.zeros_(conv.weight)
+            nn.init.zeros_(conv.bias)
+
+    def _one_hot(self, kind: torch.Tensor) -> torch.Tensor:
+        """(B, Q, H, W) long -> (B * Q, K, H, W) float; ``HIDDEN`` reads as zeros."""
+        codes = torch.where(kind == HIDDEN, self.num_kinds, kind)
+        one_hot = F.one_hot(codes.flatten(0, 1), self.num_kinds + 1)[..., : self.num_kinds]
+        return one_hot.permute(0, 3, 1, 2).float()
+
+    def forward(self, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        b, q, v = rows.shape[:3]
+        own = self.along_rows(self._one_hot(rows)) + self.along_columns(self._one_hot(columns))
+        return (own + self.share_rows(own) + self.share_columns(own)).view(b, q, -1, v, v)
+
+
 class MemoryMap(nn.Module):
-    """The memory map as a view prior: (age, kind last seen) -> logits of the cell's next kind.
+    """The memory map as a view prior: (age, kind last seen) -> logits of the cell's next kind,
+    plus, with ``model.map_reach``, the kinds along each cell's row and column (`MapLines`).
 
     ``forward(kinds (B, S, V, V), actions (B, S), queries, moves)`` -> logits (B, Q, C, V, V) for
     the last ``queries`` steps, reaching back ``model.num_frames`` steps (the attention's window),
@@ -90,6 +140,12 @@ class MemoryMap(nn.Module):
         self.reach = age_bins(cfg)  # ages the prior tells apart: those, then doubling bins
         self.num_kinds = cfg.num_channels + 1  # the channels and the agent's own cell
         self.prior = nn.Embedding(self.reach * self.num_kinds + 1, cfg.num_channels)
+        self.line_reach = cfg.map_reach
+        # The bands read only what a training window can show them: summed over a whole episode's
+        # map, a convolution trained on windows meets counts of known cells it never saw.
+        self.line_keep = min(self.keep, cfg.window)
+        self.lines = (MapLines(self.num_kinds, cfg.num_channels, cfg.map_reach, cfg.view_size)
+                      if cfg.map_reach else None)
         # The next view's centre is the agent itself, whatever the map holds there (the cell it
         # entered, or its own cell after a blocked move): the map says nothing about it. A prior
         # there taught a rule that fails exactly where imagination drifts (docs/imagination.md).
@@ -101,13 +157,29 @@ class MemoryMap(nn.Module):
 
     def forward(self, kinds: torch.Tensor, actions: torch.Tensor, queries: int,
                 moves: MoveRules) -> torch.Tensor:
-        return self.logits(*memory_canvas(kinds, actions, moves.deltas, moves.blocking, self.keep, queries))
+        def drawn(margin: tuple[int, int] = (0, 0)) -> tuple[torch.Tensor, torch.Tensor]:
+            return memory_canvas(kinds, actions, moves.deltas, moves.blocking, self.keep, queries, margin)
 
-    def logits(self, kind: torch.Tensor, age: torch.Tensor) -> torch.Tensor:
-        """The prior of the map's ``kind`` and ``age`` (B, Q, V, V) each -> logits (B, Q, C, V, V)."""
+        if self.lines is None:
+            return self.logits(*drawn())
+        reach, v = self.line_reach, kinds.shape[-1]
+        rows = drawn((0, reach))  # the frame's rows, widened: the frame is their middle
+        frame = tuple(x[..., reach:reach + v] for x in rows)
+        return self.logits(*frame, (*rows, *drawn((reach, 0))))
+
+    def logits(self, kind: torch.Tensor, age: torch.Tensor, lines: Bands | None = None) -> torch.Tensor:
+        """The prior of the map's ``kind`` and ``age`` (B, Q, V, V) each, and of its bands along the
+        rows and columns (`Bands`; with ``model.map_reach``) -> logits (B, Q, C, V, V)."""
         kept = (kind != HIDDEN) & (age < self.keep)
         index = torch.where(kept, self.age_bin(age) * self.num_kinds + kind, self.reach * self.num_kinds)
-        return self.prior(index).permute(0, 1, 4, 2, 3) * self.not_centre
+        logits = self.prior(index).permute(0, 1, 4, 2, 3)
+        if self.lines is not None:
+            rows, row_ages, columns, column_ages = lines
+            along = self.lines(torch.where(row_ages < self.line_keep, rows, HIDDEN),
+                               torch.where(column_ages < self.line_keep, columns, HIDDEN))
+            # only where the map has not seen the cell itself: what it saw there stays as seen
+            logits = logits + along * (~kept)[:, :, None]
+        return logits * self.not_centre
 
     def age_bin(self, age: torch.Tensor) -> torch.Tensor:
         """Ages below ``num_frames`` as themselves; older ones in doubling bins (``num_frames`` ..
@@ -119,8 +191,9 @@ class MemoryMap(nn.Module):
         """``view_logits`` (B, T, C, V, V) plus the map's logits: of ``steps.map`` where imagination
         kept it on its canvas, else re-drawn from the last T steps of ``steps.history``."""
         if steps.map is not None:
-            kind, age = steps.map
-            return view_logits + self.logits(kind[:, None], age[:, None])
+            kind, age, lines = steps.map
+            lines = None if lines is None else tuple(x[:, None] for x in lines)
+            return view_logits + self.logits(kind[:, None], age[:, None], lines)
         kinds, actions = steps.history
         return view_logits + self(kinds, actions, view_logits.shape[1], self.rules)
 

@@ -23,8 +23,9 @@ class Steps(NamedTuple):
     action head stacks with its predicted one (None: no stack); ``history`` the kinds (B, S, V, V)
     and actions (B, S) of the steps the memory map re-draws, the last T of them these steps;
     ``previous`` step t-1's view (B, T, C, V, V) and action (B, T), and (T,) where there is one;
-    ``map`` the memory map's kind and age (N, V, V) in view t+1's frame where imagination kept it
-    on its canvas (T = 1; `rpg_worldmodel.models.memory.canvas_step`), else None."""
+    ``map`` the memory map's kind and age (N, V, V) in view t+1's frame and its bands along the
+    frame's rows and columns (None without ``model.map_reach``) where imagination kept it on its
+    canvas (T = 1; `rpg_worldmodel.models.canvas.canvas_step`), else None."""
 
     views: torch.Tensor
     actions: torch.Tensor
@@ -34,7 +35,7 @@ class Steps(NamedTuple):
     frames: torch.Tensor | None
     history: tuple[torch.Tensor, torch.Tensor]
     previous: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-    map: tuple[torch.Tensor, torch.Tensor] | None = None
+    map: tuple | None = None
 
 
 def window_steps(views: torch.Tensor, actions: torch.Tensor, move_outcome: MoveOutcome,
@@ -66,7 +67,7 @@ def imagined_steps(view: torch.Tensor, action: torch.Tensor, state: Imagination,
     if cfg.memory_map:
         canvas = state.canvas if state.canvas is not None else empty_canvas(len(view), cfg.map_size,
                                                                             view.device)
-        memory, canvas = canvas_step(canvas, kinds[:, 0], action, state.step, rules)
+        memory, canvas = canvas_step(canvas, kinds[:, 0], action, state.step, rules, cfg.map_reach)
     steps = Steps(views, actions, kinds, entered, moves, frames, (kinds, actions), previous, memory)
     return steps, recent, canvas
 

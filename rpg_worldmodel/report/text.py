@@ -80,8 +80,9 @@ def fmt_percent(iv: dict | None) -> str:
 
 def dream_line(row: dict) -> str:
     """One policy's dream over whole games against the real game (`rpg_worldmodel.envs.whole_games`):
-    ``valid frames 0.101 [0.088, 0.115], consistent 0.077 [...], items kept 0.375 (real 0.980), spawn
-    rate 0.0263 (real 0.0102), return gap -13.8 [-28.4, +1.8] (-3.9% of real)``; ``-`` when undefined."""
+    ``valid frames 0.101 [0.088, 0.115], consistent 0.077 [...] (an ideal dream 0.772), to a map of
+    its own 0.102, items kept 0.375 (real 0.980), spawn rate 0.0263 (real 0.0102), return gap -13.8
+    [-28.4, +1.8] (-3.9% of real)``; ``-`` when undefined."""
     im, re = row["imagined"], row["real"]
 
     def value(iv: dict, spec: str) -> str:
@@ -91,8 +92,14 @@ def dream_line(row: dict) -> str:
     spread = "" if gap.get("lo") is None else f" [{gap['lo']:+.1f}, {gap['hi']:+.1f}]"
     of_real = "" if share is None else f" ({share:+.1%} of real)"
     kept, spawned = "item_persistence", "spawn_rate"
+    ideal = row.get("ideal_dream", {}).get("geometric_consistency")
+    ceiling = "" if ideal is None else f" (an ideal dream {value(ideal, '.3f')})"
+    any_start = im.get("consistency_any_start")
+    own_map = "" if any_start is None else f", to a map of its own {value(any_start, '.3f')}"
+    if im.get("walls_kept") is not None:
+        own_map += f", walls kept {value(im['walls_kept'], '.3f')}"
     return (f"valid frames {fmt_interval(im['frame_validity'])}, "
-            f"consistent {fmt_interval(im['geometric_consistency'])}, "
+            f"consistent {fmt_interval(im['geometric_consistency'])}{ceiling}{own_map}, "
             f"items kept {value(im[kept], '.3f')} (real {value(re[kept], '.3f')}), "
             f"spawn rate {value(im[spawned], '.4f')} (real {value(re[spawned], '.4f')}), "
             f"return gap {value(gap, '+.1f')}{spread}{of_real}")
