@@ -67,7 +67,9 @@ def canvas_step(canvas: Canvas, kinds: torch.Tensor, actions: torch.Tensor, step
     seen = seen_flat.scatter(1, here, torch.where(keep, seen_flat.gather(1, here), step)).view_as(seen)
     _, after = dead_reckoning(kinds[:, None], actions[:, None], moves.deltas, moves.blocking)
     position = position + after[:, 0]
-    kind, age = _read(grid, seen, position, v, step)
-    bands = (*_read(grid, seen, position, v, step, (0, reach)),
-             *_read(grid, seen, position, v, step, (reach, 0))) if reach else None
+    if not reach:
+        return (*_read(grid, seen, position, v, step), None), (grid, seen, position)
+    rows = _read(grid, seen, position, v, step, (0, reach))  # the frame's rows: the frame is their middle
+    kind, age = (x[..., reach:reach + v] for x in rows)
+    bands = (*rows, *_read(grid, seen, position, v, step, (reach, 0)))
     return (kind, age, bands), (grid, seen, position)

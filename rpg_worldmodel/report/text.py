@@ -81,8 +81,9 @@ def fmt_percent(iv: dict | None) -> str:
 def dream_line(row: dict) -> str:
     """One policy's dream over whole games against the real game (`rpg_worldmodel.envs.whole_games`):
     ``valid frames 0.101 [0.088, 0.115], consistent 0.077 [...] (an ideal dream 0.772), to a map of
-    its own 0.102, items kept 0.375 (real 0.980), spawn rate 0.0263 (real 0.0102), return gap -13.8
-    [-28.4, +1.8] (-3.9% of real)``; ``-`` when undefined."""
+    its own 0.102, walls kept 0.983, items kept 0.375 (real 0.980), spawn rate 0.0263 (real
+    0.0102), return gap -13.8 [-28.4, +1.8] (-3.9% of real)``; ``-`` when undefined (a row measured
+    before the ideal dream, any-start consistency or walls kept leaves that part out)."""
     im, re = row["imagined"], row["real"]
 
     def value(iv: dict, spec: str) -> str:
