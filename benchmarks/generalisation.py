@@ -88,7 +88,8 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
         summary[name]["gap"] = mean_interval([r["gap"][key] for r in mine])
         if key == "model":
             summary[name]["gap_minus_greedy"] = mean_interval([r["gap_minus_greedy"] for r in mine])
-            summary[name]["train_wall_minutes_per_agent"] = statistics.fmean(r["train_seconds"] for r in mine) / 60
+            summary[name]["train_wall_minutes_per_agent"] = statistics.fmean(r["train_seconds"]
+                                                                             for r in mine) / 60
     return summary
 
 
@@ -107,8 +108,8 @@ def print_table(summary: dict[str, Any]) -> None:
         near_zero = train["ci95"] is not None and train["ci95"][0] <= 0 <= train["ci95"][1]
         gap_text = "n/a (training return ~0)" if near_zero else _interval_text(row["gap"], "+.1%")
         minus = _interval_text(row["gap_minus_greedy"], "+.1%") if "gap_minus_greedy" in row else ""
-        print(f"{who:<8} {_interval_text(train, '.1f'):<24} {_interval_text(row['unseen_return'], '.1f'):<24} "
-              f"{gap_text:<32} {minus}")
+        print(f"{who:<8} {_interval_text(train, '.1f'):<24} "
+              f"{_interval_text(row['unseen_return'], '.1f'):<24} {gap_text:<32} {minus}")
 
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
@@ -154,8 +155,8 @@ def checked(parser: ArgumentParser, args) -> dict[str, dict[str, Any]]:
     """The level sets (``train``, ``unseen``) of valid arguments; one error line otherwise."""
     train, unseen = level_split(parser, args).values()
     if not 2 <= args.episodes <= EVAL_SEED_STRIDE * MAX_BATCH:
-        parser.error(f"--episodes must be in 2..{EVAL_SEED_STRIDE * MAX_BATCH:,} (a 95% interval needs two games; "
-                     f"more would reach the next seed's evaluation games)")
+        parser.error(f"--episodes must be in 2..{EVAL_SEED_STRIDE * MAX_BATCH:,} (a 95% interval needs "
+                     f"two games; more would reach the next seed's evaluation games)")
     if max(args.seeds) > MAX_SEED:
         parser.error(f"--seeds must be in 0..{MAX_SEED} (larger ones' evaluation games would meet the "
                      f"in-training evaluation's), got {max(args.seeds)}")
@@ -176,14 +177,16 @@ def main(argv: list[str] | None = None) -> None:
             for seed in args.seeds:
                 runs.append(run_one(algo, seed, args.steps, sets, args.episodes, Path(tmp)))
                 print(f"{algo} seed {seed}: train {runs[-1]['train']['model']['mean']:.1f}, unseen "
-                      f"{runs[-1]['unseen']['model']['mean']:.1f} (greedy {runs[-1]['train']['greedy']['mean']:.1f}"
+                      f"{runs[-1]['unseen']['model']['mean']:.1f} (greedy "
+                      f"{runs[-1]['train']['greedy']['mean']:.1f}"
                       f" / {runs[-1]['unseen']['greedy']['mean']:.1f})", flush=True)
     summary = summarize_runs(runs)
     print_table(summary)
     if args.quick:
         return
     record = provenance(seed=args.seeds, algos=args.algos, steps=args.steps, episodes=args.episodes,
-                        level_sets=sets, eval_seeds={s: EVAL_SEED_BASE + EVAL_SEED_STRIDE * s for s in args.seeds},
+                        level_sets=sets,
+                        eval_seeds={s: EVAL_SEED_BASE + EVAL_SEED_STRIDE * s for s in args.seeds},
                         wall_seconds=round(time.perf_counter() - started, 1),
                         goal="DQN's gap on 200 levels <= 10% of its training-level return",
                         summary=summary, runs=runs)

@@ -98,7 +98,8 @@ def summarise(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
                                         for c in CATEGORIES},
             "action_acc_training_levels": train["action_acc"]["value"],
             "action_acc_unseen_levels": unseen["action_acc"]["value"],
-            "goal": "excess over the floor on unseen levels within 20% of the training levels' (excess_gap <= 0.2)"}
+            "goal": "excess over the floor on unseen levels within 20% of the training levels' "
+                    "(excess_gap <= 0.2)"}
 
 
 def print_table(scores: dict[str, dict[str, Any]], summary: dict[str, Any]) -> None:
@@ -139,13 +140,18 @@ def plot(scores: dict[str, dict[str, Any]], path: Path) -> None:
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/worldmodel_generalisation.py",
                             description=__doc__.split("\n")[0])
-    parser.add_argument("--policy", default="greedy", help="the recorded policy (anything record --policy takes)")
+    parser.add_argument("--policy", default="greedy",
+                        help="the recorded policy (anything record --policy takes)")
     add_level_split_arguments(parser)
-    parser.add_argument("--games", type=positive_int, default=1500, help="games recorded on the training levels")
-    parser.add_argument("--unseen-games", type=positive_int, default=150, help="games recorded on unseen levels")
+    parser.add_argument("--games", type=positive_int, default=1500,
+                        help="games recorded on the training levels")
+    parser.add_argument("--unseen-games", type=positive_int, default=150,
+                        help="games recorded on unseen levels")
     parser.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="world model config overrides")
-    parser.add_argument("--quick", action="store_true", help="a tiny model, 20 steps, 40 + 10 games (no JSON)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="world model config overrides")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny model, 20 steps, 40 + 10 games (no JSON)")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
     return parser
 

@@ -211,7 +211,8 @@ def test_the_shipped_scratch_pair_learned_the_game_from_its_own_games():
     loaded = load_checkpoint(pretrained_path("scratch_worldmodel"))
     assert loaded.record.shipped["weights"] == "float16" and loaded.config.data.agent_id == 0
     assert {f.policy_ids for f in loaded.record.data.files} == {(f"learner-{k}",) for k in range(5)}
-    venv = gym.make_vec("TreasurehuntImagined-v0", num_envs=2, checkpoint=pretrained_path("scratch_worldmodel"))
+    venv = gym.make_vec("TreasurehuntImagined-v0", num_envs=2,
+                        checkpoint=pretrained_path("scratch_worldmodel"))
     obs, _ = venv.reset(seed=0)
     for _ in range(5):
         obs, *_ = venv.step(np.zeros(2, dtype=np.int64))
