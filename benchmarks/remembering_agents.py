@@ -22,6 +22,7 @@ Writes ``benchmarks/results/remembering_agents.json``.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -36,13 +37,14 @@ AGENTS = ("memory", "memoryless")
 
 def train_row(data: Path, frames: int, steps: int, folder: Path) -> tuple[Path, float | None]:
     """The default world model with ``frames`` of context on ``data`` (a finished run in ``folder``
-    is reused): its best checkpoint and training seconds (None when reused)."""
+    is reused): its best checkpoint and training seconds (a reused run's, from its summary.json)."""
     from rpg_worldmodel.checkpoint import resolve_checkpoint
     from rpg_worldmodel.config import load_config
     from rpg_worldmodel.train import train
 
-    if (folder / "summary.json").exists():
-        return resolve_checkpoint(folder, "best"), None
+    summary = folder / "summary.json"
+    if summary.exists():
+        return resolve_checkpoint(folder, "best"), json.loads(summary.read_text()).get("wall_s")
     cfg = load_config(None, [f"model.num_frames={frames}", f"train.batch_size={max(4, 320 // frames)}",
                              "model.train_window=0", f"train.max_steps={steps}",
                              f"train.eval_every={max(steps // 4, 1)}",
