@@ -4,6 +4,8 @@ the map is and how the model reads it; over a window it is re-drawn from the win
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from rpg_worldmodel.models.moves import HIDDEN, MoveRules, entered_kinds
@@ -19,6 +21,20 @@ def dead_reckoning(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Ten
     step = move * (~torch.isin(target, blocking))[..., None]
     after = step.cumsum(1)
     return after - step, after
+
+
+def frame_and_bands(read: Callable[[tuple[int, int]], tuple[torch.Tensor, torch.Tensor]], reach: int, v: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+    """The map in the next view's frame, ``(kind, age)`` (..., V, V), and with ``reach`` its bands
+    (`rpg_worldmodel.models.memory.Bands`: the frame's rows, then its columns, widened by ``reach``
+    on each side; None without), from ``read(margin) -> (kind, age)``, the map read around the
+    frame widened by ``margin`` (rows, columns). The frame is the middle of its rows' band, so one
+    read gives both the frame and that band, on the canvas as over a window."""
+    if not reach:
+        return (*read((0, 0)), None)
+    rows = read((0, reach))
+    kind, age = (x[..., reach:reach + v] for x in rows)
+    return kind, age, (*rows, *read((reach, 0)))
 
 
 #: The memory map on imagination's canvas: what each cell last showed (N, M, M) long (``HIDDEN``:
@@ -67,9 +83,5 @@ def canvas_step(canvas: Canvas, kinds: torch.Tensor, actions: torch.Tensor, step
     seen = seen_flat.scatter(1, here, torch.where(keep, seen_flat.gather(1, here), step)).view_as(seen)
     _, after = dead_reckoning(kinds[:, None], actions[:, None], moves.deltas, moves.blocking)
     position = position + after[:, 0]
-    if not reach:
-        return (*_read(grid, seen, position, v, step), None), (grid, seen, position)
-    rows = _read(grid, seen, position, v, step, (0, reach))  # the frame's rows: the frame is their middle
-    kind, age = (x[..., reach:reach + v] for x in rows)
-    bands = (*rows, *_read(grid, seen, position, v, step, (reach, 0)))
-    return (kind, age, bands), (grid, seen, position)
+    memory = frame_and_bands(lambda margin: _read(grid, seen, position, v, step, margin), reach, v)
+    return memory, (grid, seen, position)

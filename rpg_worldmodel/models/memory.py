@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.canvas import dead_reckoning
+from rpg_worldmodel.models.canvas import dead_reckoning, frame_and_bands
 from rpg_worldmodel.models.moves import HIDDEN, MoveRules
 from rpg_worldmodel.models.steps import Steps
 
@@ -157,15 +157,10 @@ class MemoryMap(nn.Module):
 
     def forward(self, kinds: torch.Tensor, actions: torch.Tensor, queries: int,
                 moves: MoveRules) -> torch.Tensor:
-        def drawn(margin: tuple[int, int] = (0, 0)) -> tuple[torch.Tensor, torch.Tensor]:
+        def drawn(margin: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
             return memory_canvas(kinds, actions, moves.deltas, moves.blocking, self.keep, queries, margin)
 
-        if self.lines is None:
-            return self.logits(*drawn())
-        reach, v = self.line_reach, kinds.shape[-1]
-        rows = drawn((0, reach))  # the frame's rows, widened: the frame is their middle
-        frame = tuple(x[..., reach:reach + v] for x in rows)
-        return self.logits(*frame, (*rows, *drawn((reach, 0))))
+        return self.logits(*frame_and_bands(drawn, self.line_reach, kinds.shape[-1]))
 
     def logits(self, kind: torch.Tensor, age: torch.Tensor, lines: Bands | None = None) -> torch.Tensor:
         """The prior of the map's ``kind`` and ``age`` (B, Q, V, V) each, and of its bands along the
