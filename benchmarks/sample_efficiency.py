@@ -10,8 +10,9 @@ SB3's DQN and PPO, greedy, random and (optionally) DreamerV3 through sheeprl.
 Methods, each trained from nothing per seed:
 
 - ``learn``: `rpg_worldmodel.learn` on its defaults (movement table and reward prior on), one run
-  per seed to the largest budget; its curve's point at each budget (budgets must be multiples of
-  its ``collect_steps``).
+  per seed to the largest budget; at each budget, the agent of the last iteration that ended
+  within it (the loop collects ``collect_steps`` at a time: a 5,000 budget gets the 4,000-step
+  agent, its row's ``steps_used``).
 - ``learn-no-rules``: the same with ``rules=false``, everything learned.
 - ``dqn``, ``ppo``: ``python -m rpg_env.experts train`` with the shipped configs, one run per
   budget and seed (``total_timesteps`` = the budget, so each schedule fits its budget, as the
@@ -70,26 +71,32 @@ def run_learn(seed: int, budgets: list[int], episodes: int, rules: bool, root: P
 
     cfg = load_learn_config(None, [f"seed={seed}", f"real_steps={max(budgets)}", f"eval_episodes={episodes}",
                                    f"eval_seed={EVAL_SEED}", f"rules={str(rules).lower()}", *overrides])
-    off = [b for b in budgets if b % cfg.collect_steps]
-    if off:
-        raise ValueError(f"budgets {off} are not multiples of the loop's collect_steps={cfg.collect_steps}")
     out = learn(cfg, root / f"learn-{'rules' if rules else 'no-rules'}-s{seed}")
     return learn_rows(out, budgets)
 
 
 def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
-    """A finished learn run's curve at ``budgets``: return, greedy and random on the same games, and
-    the minutes spent up to each budget (wall; CPU where the run recorded it)."""
+    """A learn run's curve at each budget it reached: the last point within the budget (its
+    ``steps_used``), with return, greedy and random on the same games and the minutes spent up to that
+    point (wall; CPU where the run recorded it). A budget past the run's last point has no row."""
     points = json.loads((run / "curve.json").read_text())["points"]
-    rows, wall, cpu = [], 0.0, 0.0
+    wall, cpu = [], []
     for point in points:
         seconds = point["seconds"]
-        wall += sum(v for k, v in seconds.items() if k != "cpu")
-        cpu = cpu + seconds["cpu"] if cpu is not None and "cpu" in seconds else None
-        if point["real_steps"] in budgets:
-            rows.append({"steps": point["real_steps"], "return": point["return"], "greedy": point["greedy"],
-                         "random": point["random"], "cpu_minutes": None if cpu is None else cpu / 60,
-                         "wall_minutes": wall / 60, "run": run.name})
+        wall.append((wall[-1] if wall else 0.0) + sum(v for k, v in seconds.items() if k != "cpu"))
+        known = (cpu[-1] if cpu else 0.0) is not None and "cpu" in seconds
+        cpu.append((cpu[-1] if cpu else 0.0) + seconds["cpu"] if known else None)
+    rows = []
+    for budget in budgets:
+        within = [i for i, p in enumerate(points) if p["real_steps"] <= budget]
+        if not within or points[-1]["real_steps"] < budget:
+            continue
+        i = within[-1]
+        point = points[i]
+        rows.append({"steps": budget, "steps_used": point["real_steps"], "return": point["return"],
+                     "greedy": point["greedy"], "random": point["random"],
+                     "cpu_minutes": None if cpu[i] is None else cpu[i] / 60, "wall_minutes": wall[i] / 60,
+                     "run": run.name})
     return rows
 
 
@@ -179,6 +186,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                     "cpu_minutes": None if None in cpu else statistics.fmean(cpu)}
             if all("wall_minutes" in r for r in at):
                 cell["wall_minutes"] = statistics.fmean(r["wall_minutes"] for r in at)
+            used = sorted({r.get("steps_used", budget) for r in at})
+            if used != [budget]:
+                cell["steps_used"] = used
             greedy = [r["greedy"] for r in at if "greedy" in r]
             if greedy:
                 cell["vs_greedy"] = cell["return"]["mean"] / statistics.fmean(greedy)
@@ -202,7 +212,7 @@ def print_table(summary: dict[str, dict[str, Any]], budgets: list[int]) -> None:
         line = f"{method:<16}"
         for budget in budgets:
             cell = cells.get(str(budget))
-            text = _text(cell["return"]) + _ratio(cell) + _minutes(cell) if cell else "-"
+            text = _text(cell["return"]) + _ratio(cell) + _used(cell) + _minutes(cell) if cell else "-"
             line += f"{text:<44}"
         print(line)
 
@@ -215,6 +225,10 @@ def _text(cell: dict[str, Any]) -> str:
 def _minutes(cell: dict[str, Any]) -> str:
     cpu = "" if cell["cpu_minutes"] is None else f" {cell['cpu_minutes']:.1f}m"
     return cpu + (f" ({cell['wall_minutes']:.0f}m wall)" if "wall_minutes" in cell else "")
+
+
+def _used(cell: dict[str, Any]) -> str:
+    return f" (at {'/'.join(f'{u:,}' for u in cell['steps_used'])})" if "steps_used" in cell else ""
 
 
 def _ratio(cell: dict[str, Any]) -> str:

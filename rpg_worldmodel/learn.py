@@ -1,7 +1,7 @@
 """Learn the game from nothing: the IRIS loop of collecting, fitting the world model and dreaming.
 
     python -m rpg_worldmodel.learn [--steps 10000] [--no-rules] [--seed S] [--out DIR] [key=value ...]
-    python -m rpg_worldmodel.learn --resume DIR
+    python -m rpg_worldmodel.learn --resume DIR [--steps N]
 
 It starts with no expert, no recorded file and no pretrained weights, and only orchestrates what
 exists. Iteration k:
@@ -16,7 +16,8 @@ exists. Iteration k:
 4. evaluate  the agent in the real game on fixed seeds no collection uses, beside greedy and
              random: one point of the curve (real return against real steps used).
 
-It stops when ``real_steps`` are spent. ``rules=false`` (``--no-rules``) learns without the
+It stops when ``real_steps`` are spent: the last iteration collects what is left of the budget
+(whole games), so a curve ends at the budget, not past it. ``rules=false`` (``--no-rules``) learns without the
 movement table and the reward prior (``model.move_rules=false``): everything learned.
 
 Run folder: ``config.yaml``, ``provenance.json``, ``iter_000/`` ... (``games.h5``, ``world_model/``,
@@ -28,7 +29,9 @@ Resume: each stage is a pure function of the folder's earlier stages and the see
 done only by its last file (``collect.json``, the world model's ``summary.json``, the agent's
 ``eval.json``, ``iteration.json``; a marker cut short by the kill counts as missing). ``--resume``
 deletes an unfinished stage and runs it again, so a run killed at any point and resumed ends with
-exactly what an uninterrupted run writes.
+exactly what an uninterrupted run writes. ``--resume DIR --steps N`` extends a finished or
+unfinished run to a larger budget: no stage depends on the budget, so the run then holds what a run
+of N from the start holds (not where its last iteration collected only a remainder: refused).
 """
 
 from __future__ import annotations
@@ -119,6 +122,12 @@ class LearnConfig:
     def games_per_iteration(self, max_turns: int) -> int:
         return max(1, round(self.collect_steps / max_turns))
 
+    def iteration_games(self, max_turns: int) -> list[int]:
+        """Games each iteration collects: full iterations while the budget lasts, then one that
+        collects what is left of it (``real_steps`` rounded up to whole games of ``max_turns``)."""
+        total, full = -(-self.real_steps // max_turns), self.games_per_iteration(max_turns)
+        return [full] * (total // full) + ([total % full] if total % full else [])
+
     def world_model_config(self, k: int, files: list[Path], out: Path, start: Path | None = None):
         """Iteration ``k``'s world-model config: ``files`` so far, into ``out``, from ``start``."""
         from rpg_worldmodel.config import load_config
@@ -207,8 +216,8 @@ def _fresh(*paths: Path) -> None:
             path.unlink()
 
 
-def stage_collect(cfg: LearnConfig, it: Iteration, policy: Any, max_turns: int) -> dict[str, Any]:
-    """Record the learner's games of ``policy`` into ``it.games``; its summary (``collect.json``)."""
+def stage_collect(cfg: LearnConfig, it: Iteration, policy: Any, games: int) -> dict[str, Any]:
+    """Record ``games`` of the learner with ``policy`` into ``it.games``; its summary (``collect.json``)."""
     from rpg_env.record import record
 
     done = it.folder / "collect.json"
@@ -217,7 +226,7 @@ def stage_collect(cfg: LearnConfig, it: Iteration, policy: Any, max_turns: int) 
         return finished
     _fresh(it.games)
     it.folder.mkdir(parents=True, exist_ok=True)
-    summary = record(policy, it.games, cfg.games_per_iteration(max_turns), seed=cfg.seed * 1000 + it.k,
+    summary = record(policy, it.games, games, seed=cfg.seed * 1000 + it.k,
                      num_envs=cfg.collect_envs, mode="w", policy_id=f"learner-{it.k}",
                      record_co_players=False, progress=False, torch_threads=cfg.torch_threads)
     summary = {key: summary[key] for key in ("games", "agent_steps", "seconds", "mean_return")}
@@ -303,18 +312,16 @@ def learn(cfg: LearnConfig, out: Path, command: str | None = None, resume: bool 
         if command is not None:
             record["command"] = command
         _write_json(out / "provenance.json", record)
-    max_turns = WorldParams().max_turns
-    iterations = -(-cfg.real_steps // (cfg.games_per_iteration(max_turns) * max_turns))
     curve = Curve()
     bar = _progress(cfg.real_steps)
     try:
         with pinned_torch_threads(cfg.torch_threads):
-            for k in range(iterations):
+            for k, games in enumerate(cfg.iteration_games(WorldParams().max_turns)):
                 it = Iteration(out, k)
                 point = it.point()
                 new = point is None
                 if new:
-                    point = run_iteration(cfg, it, curve, max_turns)
+                    point = run_iteration(cfg, it, curve, games)
                     _write_json(it.record, point)
                 curve.add(point)
                 bar.update(point["real_steps"] - bar.n)
@@ -325,9 +332,9 @@ def learn(cfg: LearnConfig, out: Path, command: str | None = None, resume: bool 
     return out
 
 
-def run_iteration(cfg: LearnConfig, it: Iteration, curve: Curve, max_turns: int) -> dict[str, Any]:
-    """Collect, fit the world model, train the agent, evaluate: iteration ``it``'s curve point.
-    ``curve`` holds the earlier iterations' points (their files, weights and real steps)."""
+def run_iteration(cfg: LearnConfig, it: Iteration, curve: Curve, games: int) -> dict[str, Any]:
+    """Collect ``games``, fit the world model, train the agent, evaluate: iteration ``it``'s curve
+    point. ``curve`` holds the earlier iterations' points (their files, weights and real steps)."""
     from rpg_env.policies.sb3 import SB3Policy
 
     earlier = [Iteration(it.root, k) for k in range(it.k)]
@@ -335,7 +342,7 @@ def run_iteration(cfg: LearnConfig, it: Iteration, curve: Curve, max_turns: int)
     policy = "random" if agent is None else SB3Policy.load(agent, deterministic=False)
     timings: dict[str, float] = {}
     tick, cpu = time.perf_counter(), time.process_time()
-    collected = stage_collect(cfg, it, policy, max_turns)
+    collected = stage_collect(cfg, it, policy, games)
     steps = (curve.points[-1]["real_steps"] if curve.points else 0) + collected["agent_steps"]
     timings["collect"], tick = time.perf_counter() - tick, time.perf_counter()
     world_model = stage_world_model(cfg, it, [e.games for e in earlier] + [it.games],
@@ -345,6 +352,32 @@ def run_iteration(cfg: LearnConfig, it: Iteration, curve: Curve, max_turns: int)
     timings["agent"] = time.perf_counter() - tick
     timings["cpu"] = time.process_time() - cpu  # every thread of this process
     return _iteration_point(it, steps, collected, results, {name: round(s, 1) for name, s in timings.items()})
+
+
+def extend_budget(out: Path, cfg: LearnConfig, steps: int, command: str) -> LearnConfig:
+    """The run in ``out`` with its budget raised to ``steps``: noted in ``provenance.json`` (with the
+    code that runs the new iterations), then written to ``config.yaml``. Refused where the result
+    would differ from a run of ``steps`` from the start."""
+    from rpg_env.game.world import WorldParams
+
+    if steps < cfg.real_steps:
+        raise InputError(f"--steps {steps} is below the run's budget of {cfg.real_steps}: a run can be "
+                         "extended, not cut (its curve.json holds every point it reached)")
+    max_turns = WorldParams().max_turns
+    if cfg.iteration_games(max_turns)[-1] != cfg.games_per_iteration(max_turns):
+        raise InputError(f"the run's last iteration collected only what was left of its budget of "
+                         f"{cfg.real_steps}, so extending it would not equal a run of {steps} from the "
+                         f"start; start a new run with --steps {steps}")
+    record = json.loads((out / "provenance.json").read_text())
+    extensions = record.setdefault("extended", [])
+    if not extensions or extensions[-1]["real_steps"] != steps:  # a killed extension is noted once
+        note = provenance(seed=cfg.seed)
+        extensions.append({"real_steps": steps, "from_real_steps": cfg.real_steps, "command": command,
+                           **{key: note[key] for key in ("created", "git_revision", "versions")}})
+        _write_json(out / "provenance.json", record)
+    cfg.real_steps = steps
+    write_whole(out / CONFIG_FILE, tc.to_yaml(cfg))
+    return cfg.validate()
 
 
 def _prepare(out: Path) -> None:
@@ -412,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=output_folder, default=None,
                         help="run folder (default: runs/learn/<time>-s<seed>)")
     parser.add_argument("--resume", type=Path, default=None, metavar="DIR",
-                        help="finish the run in DIR (its config.yaml; no other arguments)")
+                        help="finish the run in DIR (its config.yaml; no other argument but --steps, which "
+                             "extends it to a larger budget)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
@@ -420,14 +454,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    words = list(argv) if argv is not None else sys.argv[1:]
+    command = "python -m rpg_worldmodel.learn " + portable_command(words)
     if args.resume is not None:
-        given = [name for name in ("steps", "seed", "config", "out") if getattr(args, name) is not None]
+        given = [name for name in ("seed", "config", "out") if getattr(args, name) is not None]
         if given or args.no_rules or args.overrides:
-            parser.error("--resume takes no other arguments: the run keeps its config.yaml")
+            parser.error("--resume takes no other argument but --steps: the run keeps its config.yaml")
         if not (args.resume / CONFIG_FILE).is_file():
             raise InputError(f"--resume {args.resume}: no learn run there ({CONFIG_FILE} missing); start one "
                              "with --out DIR")
         cfg = load_learn_config(args.resume / CONFIG_FILE)
+        if args.steps is not None and args.steps != cfg.real_steps:
+            cfg = extend_budget(args.resume, cfg, args.steps, command)
         print(f"run folder: {learn(cfg, args.resume, resume=True)}")
         return 0
     overrides = list(args.overrides)
@@ -438,8 +476,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides.append("rules=false")
     cfg = load_learn_config(args.config, overrides)
     out = args.out or Path(DEFAULT_OUT_ROOT) / f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-s{cfg.seed}"
-    words = list(argv) if argv is not None else sys.argv[1:]
-    command = "python -m rpg_worldmodel.learn " + portable_command(words)
     print(f"run folder: {learn(cfg, out, command)}")
     return 0
 

@@ -224,8 +224,8 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
         ("learn", "bad world-model override", ["--out", "{tmp}/l", "world_model=[model.widht=8]"],
          "did you mean"),
         ("learn", "bad agent override", ["--out", "{tmp}/l", "agent=[hyperparams.gama=0.5]"], "gamma"),
-        ("learn", "resume with settings", ["--resume", "{tmp}/l", "--steps", "5"],
-         "takes no other arguments"),
+        ("learn", "resume with settings", ["--resume", "{tmp}/l", "--seed", "5"],
+         "takes no other argument but --steps"),
         ("learn", "resume nothing", ["--resume", "{tmp}/nowhere"], "no learn run there"),
     ]
 

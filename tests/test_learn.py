@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import torch
 
+from rpg_base.errors import InputError
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import read_checkpoint_record
-from rpg_worldmodel.learn import LearnConfig, learn, load_learn_config
+from rpg_worldmodel.learn import LearnConfig, extend_budget, learn, load_learn_config, main
 
 #: Two iterations of 10 games each, a tiny world model and a few hundred imagined steps: seconds.
 TINY = ["real_steps=2000", "collect_steps=1000", "collect_envs=5", "world_model_steps=6",
@@ -116,6 +117,67 @@ def test_a_run_killed_and_resumed_ends_as_an_uninterrupted_one(tiny_run, tmp_pat
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_the_last_iteration_collects_only_what_is_left_of_the_budget():
+    assert _tiny().iteration_games(100) == [10, 10]
+    assert _tiny("real_steps=2500").iteration_games(100) == [10, 10, 5]
+    assert _tiny("real_steps=2050").iteration_games(100) == [10, 10, 1]  # whole games: rounded up
+    assert _tiny("real_steps=300").iteration_games(100) == [3]
+
+
+def test_a_run_extended_to_a_larger_budget_ends_as_a_run_to_it_from_the_start(tiny_run, tmp_path):
+    out = tmp_path / "extended"
+    learn(_tiny("real_steps=1000"), out)
+    assert [p["real_steps"] for p in _points(out)] == [1000]
+    with pytest.raises(InputError, match="can be extended, not cut"):
+        main(["--resume", str(out), "--steps", "500"])
+    assert main(["--resume", str(out), "--steps", "2000"]) == 0
+    assert _points(out) == _points(tiny_run)
+    a, b = _parameters(out / "iter_001/agent/model.zip"), _parameters(tiny_run / "iter_001/agent/model.zip")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert load_learn_config(out / "config.yaml").real_steps == 2000
+    extended = json.loads((out / "provenance.json").read_text())["extended"]
+    assert [(e["from_real_steps"], e["real_steps"]) for e in extended] == [(1000, 2000)]
+    assert "--steps 2000" in extended[0]["command"]
+    assert {"created", "git_revision", "versions"} <= set(extended[0])
+
+
+def test_a_run_whose_last_iteration_collected_a_remainder_is_not_extended(tmp_path):
+    (tmp_path / "provenance.json").write_text("{}")
+    with pytest.raises(InputError, match="start a new run with --steps 3000"):
+        extend_budget(tmp_path, _tiny("real_steps=1500"), 3000, "python -m rpg_worldmodel.learn")
+    assert json.loads((tmp_path / "provenance.json").read_text()) == {}  # nothing noted
+
+
+def test_the_benchmark_gives_each_budget_the_last_agent_within_it(tmp_path):
+    """A 5,000 budget gets the loop's 4,000-step agent; a budget past the run's end gets no row."""
+    module = _benchmark()
+    run = tmp_path / "learn-run"
+    run.mkdir()
+    points = [{"real_steps": s, "return": float(s // 100), "greedy": 350.0, "random": 25.0,
+               "seconds": {"collect": 1.0, "world_model": 20.0, "agent": 39.0, "cpu": 90.0}}
+              for s in range(2000, 10001, 2000)]
+    (run / "curve.json").write_text(json.dumps({"config": {"rules": True, "seed": 4}, "points": points}))
+    rows = {r["steps"]: r for r in module.learn_rows(run, [5000, 10000, 25000])}
+    assert sorted(rows) == [5000, 10000]
+    assert rows[5000]["steps_used"] == 4000 and rows[5000]["return"] == 40.0
+    assert rows[5000]["wall_minutes"] == pytest.approx(2.0)  # two iterations of 60 s
+    assert rows[5000]["cpu_minutes"] == pytest.approx(3.0)
+    assert rows[10000]["steps_used"] == 10000 and rows[10000]["cpu_minutes"] == pytest.approx(7.5)
+    summary = module.summarize([{"method": "learn", "seed": 4, **r} for r in rows.values()])
+    assert summary["learn"]["5000"]["steps_used"] == [4000] and "steps_used" not in summary["learn"]["10000"]
+
+
+def _benchmark():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sample_efficiency.py"
+    spec = importlib.util.spec_from_file_location("benchmark_sample_efficiency_read", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_bad_settings_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match="collect_steps must be >= 1"):
         _tiny("collect_steps=0")
@@ -162,18 +224,12 @@ def test_an_agent_refuses_to_start_from_weights_that_do_not_fit(tmp_path):
 def test_the_benchmark_reads_a_stopped_dreamer_run_to_the_budgets_it_reached(tmp_path):
     """`benchmarks/sample_efficiency.py --dreamer-from`: DreamerV3's own episodes in each budget's
     last fifth, its wall minutes from its logs, and no row for a budget it never reached."""
-    import importlib.util
-
     logs = tmp_path / "dreamer-s3"
     (logs / "dreamer" / "version_0").mkdir(parents=True)
     (logs / "dreamer" / "version_0" / "config.yaml").write_text("seed: 3\nalgo:\n  replay_ratio: 0.05\n")
     train = [{"step": s, "return": float(s // 100), "seconds": s / 10} for s in range(100, 5300, 100)]
     (logs / "episodes.json").write_text(json.dumps({"train": train, "test": None}))
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sample_efficiency.py"
-    spec = importlib.util.spec_from_file_location("benchmark_sample_efficiency_read", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = _benchmark()
     out = tmp_path / "se.json"
     module.main(["--methods", "dreamer", "--dreamer-from", str(logs), "--budgets", "2000", "5000", "10000",
                  "--out", str(out)])
