@@ -101,9 +101,18 @@ def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
 
 
 def learn_method(run: Path) -> tuple[str, int]:
-    """Which method (``learn`` or ``learn-no-rules``) and seed a finished learn run measured."""
-    config = json.loads((run / "curve.json").read_text())["config"]
-    return ("learn" if config["rules"] else "learn-no-rules"), int(config["seed"])
+    """Which method a finished learn run measured, and its seed: ``learn`` or ``learn-no-rules``, with
+    its agent's imagined worlds and steps an iteration where they differ from today's defaults."""
+    from rpg_base.typed_config.config import build
+    from rpg_worldmodel.learn import ADDED_SETTINGS, LearnConfig
+
+    recorded = json.loads((run / "curve.json").read_text())["config"]
+    cfg = build(LearnConfig, {**ADDED_SETTINGS, **recorded}).validate()
+    agent, default = cfg.agent_config(0), LearnConfig().agent_config(0)
+    method = "learn" if cfg.rules else "learn-no-rules"
+    if (agent.n_envs, agent.total_timesteps) != (default.n_envs, default.total_timesteps):
+        method += f" ({agent.n_envs} worlds, {agent.total_timesteps // 1000}k)"
+    return method, cfg.seed
 
 
 def run_expert(algo: str, seed: int, budget: int, episodes: int, root: Path) -> dict[str, Any]:

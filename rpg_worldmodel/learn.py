@@ -11,8 +11,9 @@ exists. Iteration k:
              the learner's own stream is kept (the co-player's views and actions are privileged).
 2. world     the world model (`rpg_worldmodel.train`) on every file collected so far, from the
              last iteration's weights (``train.init_from``): games held out stay held out.
-3. agent     PPO (`rpg_worldmodel.dream`'s config) trained only in imagination, its worlds started
-             from the learner's own games, from the last iteration's agent.
+3. agent     PPO (`rpg_worldmodel.dream`'s config) trained only in imagination for ``agent_steps``,
+             in ``imagined_worlds`` worlds stepped together and started from the learner's own
+             games, from the last iteration's agent.
 4. evaluate  the agent in the real game on fixed seeds no collection uses, beside greedy and
              random: one point of the curve (real return against real steps used).
 
@@ -89,7 +90,11 @@ class LearnConfig:
                                                 "(from the last iteration's weights)")
     world_model: list[str] = setting([], "world-model config overrides (key=value, rpg_worldmodel.train's "
                                          "keys)")
-    agent_steps: int = setting(40_000, "imagined steps the agent trains in each iteration")
+    agent_steps: int = setting(120_000, "imagined steps the agent trains in each iteration")
+    imagined_worlds: int = setting(64, "imagined worlds the agent steps together (PPO's n_envs): one batched "
+                                       "forward pass of the world model steps them all")
+    rollout_steps: int = setting(32, "imagined steps of each world between PPO updates (n_steps): "
+                                     "imagined_worlds x rollout_steps steps an update")
     horizon: int = setting(0, "most imagined turns of an episode the agent trains in, from its real start "
                               "(IRIS: 20); 0: to the game's last turn")
     agent: list[str] = setting([], "agent config overrides (key=value, rpg_env.experts train's keys, "
@@ -103,7 +108,8 @@ class LearnConfig:
 
     def validate(self) -> LearnConfig:
         for name in ("real_steps", "collect_steps", "collect_envs", "world_model_steps",
-                     "world_model_steps_later", "agent_steps", "torch_threads"):
+                     "world_model_steps_later", "agent_steps", "imagined_worlds", "rollout_steps",
+                     "torch_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.horizon < 0:
@@ -150,14 +156,28 @@ class LearnConfig:
         from rpg_worldmodel.dream import default_config_path
 
         overrides = [f"seed={self.seed * 1000 + k}", f"total_timesteps={self.agent_steps}",
+                     f"n_envs={self.imagined_worlds}", f"hyperparams.n_steps={self.rollout_steps}",
                      f"eval.freq={self.agent_steps}", f"checkpoint_freq={self.agent_steps}",
                      f"eval.final_episodes={self.eval_episodes}", f"eval.seed={self.eval_seed}",
                      f"torch_threads={self.torch_threads}", *self.agent]
         return load_config("ppo", default_config_path("ppo"), overrides)
 
 
+#: Settings added after runs were made, with the value that a run made before them used: a
+#: resumed run whose config.yaml lacks one keeps running as it began.
+ADDED_SETTINGS = {"imagined_worlds": 16, "rollout_steps": 128}  # configs/dream_ppo.yaml's n_envs, n_steps
+
+
 def load_learn_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> LearnConfig:
     return tc.load(LearnConfig, path, overrides).validate()
+
+
+def load_run_config(out: Path) -> LearnConfig:
+    """The config of the run in ``out`` (its ``config.yaml``), with the settings it predates at the
+    values it ran with."""
+    recorded = tc.read_yaml(out / CONFIG_FILE)
+    return load_learn_config(out / CONFIG_FILE, [f"{key}={value}" for key, value in ADDED_SETTINGS.items()
+                                                 if key not in recorded])
 
 
 # ------------------------------------------------------------------------------------- stages
@@ -463,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (args.resume / CONFIG_FILE).is_file():
             raise InputError(f"--resume {args.resume}: no learn run there ({CONFIG_FILE} missing); start one "
                              "with --out DIR")
-        cfg = load_learn_config(args.resume / CONFIG_FILE)
+        cfg = load_run_config(args.resume)
         if args.steps is not None and args.steps != cfg.real_steps:
             cfg = extend_budget(args.resume, cfg, args.steps, command)
         print(f"run folder: {learn(cfg, args.resume, resume=True)}")

@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from rpg_base.errors import InputError
+from rpg_base.typed_config.config import to_dict as tc_to_dict
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import read_checkpoint_record
-from rpg_worldmodel.learn import LearnConfig, extend_budget, learn, load_learn_config, main
+from rpg_worldmodel.learn import LearnConfig, extend_budget, learn, load_learn_config, load_run_config, main
 
 #: Two iterations of 10 games each, a tiny world model and a few hundred imagined steps: seconds.
 TINY = ["real_steps=2000", "collect_steps=1000", "collect_envs=5", "world_model_steps=6",
@@ -141,6 +142,20 @@ def test_a_run_extended_to_a_larger_budget_ends_as_a_run_to_it_from_the_start(ti
     assert {"created", "git_revision", "versions"} <= set(extended[0])
 
 
+def test_a_run_made_before_a_setting_existed_resumes_as_it_began(tmp_path):
+    """A run's config.yaml from before ``imagined_worlds`` and ``rollout_steps`` existed ran its
+    agent in dream_ppo.yaml's 16 worlds of 128-step rollouts, and resumes so; a new run's default
+    is 64 worlds of 32 steps."""
+    recorded = {k: v for k, v in load_learn_config().__dict__.items()
+                if k not in ("imagined_worlds", "rollout_steps")}
+    (tmp_path / "config.yaml").write_text(json.dumps(recorded))  # JSON is YAML
+    old = load_run_config(tmp_path).agent_config(3)
+    assert (old.n_envs, old.hyperparams["n_steps"]) == (16, 128)
+    new = load_learn_config().agent_config(3)
+    assert (new.n_envs, new.hyperparams["n_steps"]) == (64, 32)
+    assert new.n_envs * new.hyperparams["n_steps"] == old.n_envs * old.hyperparams["n_steps"]
+
+
 def test_a_run_whose_last_iteration_collected_a_remainder_is_not_extended(tmp_path):
     (tmp_path / "provenance.json").write_text("{}")
     with pytest.raises(InputError, match="start a new run with --steps 3000"):
@@ -165,6 +180,19 @@ def test_the_benchmark_gives_each_budget_the_last_agent_within_it(tmp_path):
     assert rows[10000]["steps_used"] == 10000 and rows[10000]["cpu_minutes"] == pytest.approx(7.5)
     summary = module.summarize([{"method": "learn", "seed": 4, **r} for r in rows.values()])
     assert summary["learn"]["5000"]["steps_used"] == [4000] and "steps_used" not in summary["learn"]["10000"]
+
+
+
+def test_the_benchmark_names_a_loop_run_by_what_differs_from_the_defaults(tmp_path):
+    module = _benchmark()
+    default = tc_to_dict(load_learn_config(None, ["seed=2"]))
+    before = {k: v for k, v in default.items() if k not in ("imagined_worlds", "rollout_steps")}
+    for name, config, method in (("now", default, ("learn", 2)),
+                                 ("rules-off", {**default, "rules": False}, ("learn-no-rules", 2)),
+                                 ("first", {**before, "agent_steps": 40_000}, ("learn (16 worlds, 40k)", 2))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "curve.json").write_text(json.dumps({"config": config, "points": []}))
+        assert module.learn_method(tmp_path / name) == method
 
 
 def _benchmark():
