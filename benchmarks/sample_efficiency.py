@@ -76,10 +76,12 @@ def run_learn(seed: int, budgets: list[int], episodes: int, rules: bool, root: P
 
 
 def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
-    """A learn run's curve at each budget it reached: the last point within the budget (its
+    """A learn run's curve at each budget it covers: the last point within the budget (its
     ``steps_used``), with return, greedy and random on the same games and the minutes spent up to that
-    point (wall; CPU where the run recorded it). A budget past the run's last point has no row."""
-    points = json.loads((run / "curve.json").read_text())["points"]
+    point (wall; CPU where the run recorded it). A budget that a further iteration of the run would
+    have ended within has no row."""
+    curve = json.loads((run / "curve.json").read_text())
+    points, collect_steps = curve["points"], curve["config"]["collect_steps"]
     wall, cpu = [], []
     for point in points:
         seconds = point["seconds"]
@@ -89,8 +91,8 @@ def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
     rows = []
     for budget in budgets:
         within = [i for i, p in enumerate(points) if p["real_steps"] <= budget]
-        if not within or points[-1]["real_steps"] < budget:
-            continue
+        if not within or points[-1]["real_steps"] + collect_steps <= budget:
+            continue  # the run stopped before an iteration that would have ended within the budget
         i = within[-1]
         point = points[i]
         rows.append({"steps": budget, "steps_used": point["real_steps"], "return": point["return"],

@@ -164,16 +164,19 @@ def test_a_run_whose_last_iteration_collected_a_remainder_is_not_extended(tmp_pa
 
 
 def test_the_benchmark_gives_each_budget_the_last_agent_within_it(tmp_path):
-    """A 5,000 budget gets the loop's 4,000-step agent; a budget past the run's end gets no row."""
+    """A 5,000 budget gets the loop's 4,000-step agent; a budget that the run's next iteration would
+    have ended within gets no row."""
     module = _benchmark()
     run = tmp_path / "learn-run"
     run.mkdir()
     points = [{"real_steps": s, "return": float(s // 100), "greedy": 350.0, "random": 25.0,
                "seconds": {"collect": 1.0, "world_model": 20.0, "agent": 39.0, "cpu": 90.0}}
               for s in range(2000, 10001, 2000)]
-    (run / "curve.json").write_text(json.dumps({"config": {"rules": True, "seed": 4}, "points": points}))
-    rows = {r["steps"]: r for r in module.learn_rows(run, [5000, 10000, 25000])}
-    assert sorted(rows) == [5000, 10000]
+    config = {"rules": True, "seed": 4, "collect_steps": 2000}
+    (run / "curve.json").write_text(json.dumps({"config": config, "points": points}))
+    rows = {r["steps"]: r for r in module.learn_rows(run, [5000, 10000, 11000, 12000, 25000])}
+    assert sorted(rows) == [5000, 10000, 11000]  # 11,000: its next iteration would end at 12,000
+    assert rows[11000]["steps_used"] == 10000
     assert rows[5000]["steps_used"] == 4000 and rows[5000]["return"] == 40.0
     assert rows[5000]["wall_minutes"] == pytest.approx(2.0)  # two iterations of 60 s
     assert rows[5000]["cpu_minutes"] == pytest.approx(3.0)
