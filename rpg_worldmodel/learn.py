@@ -17,9 +17,8 @@ exists. Iteration k:
 4. evaluate  the agent in the real game on fixed seeds no collection uses, beside greedy and
              random: one point of the curve (real return against real steps used).
 
-It stops when ``real_steps`` are spent: the last iteration collects what is left of the budget
-(whole games), so a curve ends at the budget, not past it. ``rules=false`` (``--no-rules``) learns without the
-movement table and the reward prior (``model.move_rules=false``): everything learned.
+It stops when ``real_steps`` are spent (the last iteration collects what is left, whole games).
+``rules=false`` (``--no-rules``) also learns the movement table and the reward prior.
 
 Run folder: ``config.yaml``, ``provenance.json``, ``iter_000/`` ... (``games.h5``, ``world_model/``,
 ``agent/``, ``iteration.json``), ``curve.json`` (every point, and ``final``: the last agent's
@@ -322,6 +321,7 @@ def _iteration_point(it: Iteration, steps: int, collected: dict[str, Any], resul
 
 def learn(cfg: LearnConfig, out: Path, command: str | None = None, resume: bool = False) -> Path:
     """Run (or ``resume``) the loop into ``out``; returns ``out``."""
+    from rpg_base.progress import progress_bar
     from rpg_env.game.world import WorldParams
 
     out = Path(out)
@@ -333,7 +333,7 @@ def learn(cfg: LearnConfig, out: Path, command: str | None = None, resume: bool 
             record["command"] = command
         _write_json(out / "provenance.json", record)
     curve = Curve()
-    bar = _progress(cfg.real_steps)
+    bar = progress_bar(total=cfg.real_steps, desc="learn", unit="real step")
     try:
         with pinned_torch_threads(cfg.torch_threads):
             for k, games in enumerate(cfg.iteration_games(WorldParams().max_turns)):
@@ -407,12 +407,6 @@ def _prepare(out: Path) -> None:
         raise FileExistsError(f"{out} already holds a learn run; continue it with --resume {out} or choose "
                               "another --out (nothing was overwritten)")
     out.mkdir(parents=True, exist_ok=True)
-
-
-def _progress(total: int):
-    from rpg_base.progress import progress_bar
-
-    return progress_bar(total=total, desc="learn", unit="real step")
 
 
 def _write_curve(out: Path, cfg: LearnConfig, curve: Curve, new: bool) -> None:
