@@ -105,11 +105,9 @@ def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
 def learn_method(run: Path) -> tuple[str, int]:
     """Which method a finished learn run measured, and its seed: ``learn`` or ``learn-no-rules``, with
     its agent's imagined worlds and steps an iteration where they differ from today's defaults."""
-    from rpg_base.typed_config.config import build
-    from rpg_worldmodel.learn import ADDED_SETTINGS, LearnConfig
+    from rpg_worldmodel.learn import LearnConfig, run_config
 
-    recorded = json.loads((run / "curve.json").read_text())["config"]
-    cfg = build(LearnConfig, {**ADDED_SETTINGS, **recorded}).validate()
+    cfg = run_config(json.loads((run / "curve.json").read_text())["config"], str(run / "curve.json"))
     agent, default = cfg.agent_config(0), LearnConfig().agent_config(0)
     method = "learn" if cfg.rules else "learn-no-rules"
     if (agent.n_envs, agent.total_timesteps) != (default.n_envs, default.total_timesteps):

@@ -171,12 +171,14 @@ def load_learn_config(path: str | Path | None = None, overrides: Sequence[str] =
     return tc.load(LearnConfig, path, overrides).validate()
 
 
+def run_config(recorded: dict[str, Any], source: str | None = None) -> LearnConfig:
+    """A run's recorded config (``config.yaml``, ``curve.json``'s), settings it predates as it ran."""
+    return tc.resolve(LearnConfig, {**ADDED_SETTINGS, **recorded}, (), source).validate()
+
+
 def load_run_config(out: Path) -> LearnConfig:
-    """The config of the run in ``out`` (its ``config.yaml``), with the settings it predates at the
-    values it ran with."""
-    recorded = tc.read_yaml(out / CONFIG_FILE)
-    return load_learn_config(out / CONFIG_FILE, [f"{key}={value}" for key, value in ADDED_SETTINGS.items()
-                                                 if key not in recorded])
+    """The config of the run in ``out``: `run_config` of its ``config.yaml``."""
+    return run_config(tc.read_yaml(out / CONFIG_FILE), str(out / CONFIG_FILE))
 
 
 # ------------------------------------------------------------------------------------- stages
