@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +83,10 @@ def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
     have ended within has no row."""
     curve = json.loads((run / "curve.json").read_text())
     points, collect_steps = curve["points"], curve["config"]["collect_steps"]
-    wall, cpu = [], []
-    for point in points:
-        seconds = point["seconds"]
-        wall.append((wall[-1] if wall else 0.0) + sum(v for k, v in seconds.items() if k != "cpu"))
-        known = (cpu[-1] if cpu else 0.0) is not None and "cpu" in seconds
-        cpu.append((cpu[-1] if cpu else 0.0) + seconds["cpu"] if known else None)
+    wall = list(accumulate(sum(v for k, v in p["seconds"].items() if k != "cpu") for p in points))
+    # CPU seconds up to each point; unknown from the first point that did not record them
+    cpu = list(accumulate((p["seconds"].get("cpu") for p in points),
+                          lambda total, s: None if total is None or s is None else total + s))
     rows = []
     for budget in budgets:
         within = [i for i, p in enumerate(points) if p["real_steps"] <= budget]

@@ -74,6 +74,40 @@ def portable_command(argv: list[str], base: str | os.PathLike | None = None) -> 
     return shlex.join(words)
 
 
+def cpu_description() -> dict[str, Any]:
+    """The processor a record was made on: its name, family and model (from ``/proc/cpuinfo`` on
+    Linux, else `platform.processor`), the cores the process may use and, where torch is already
+    imported, the vector instructions its kernels dispatch to (``"AVX512"``, ``"AVX2"``...).
+
+    Timings depend on the processor, and so do results beyond their seed: torch picks its
+    floating-point kernels by the CPU's instruction set, and an RL run amplifies the last bit in
+    which they differ, so the same seed is the same result on the same kind of processor."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    fields = {"name": platform.processor() or platform.machine(), **first_processor(cpuinfo)}
+    fields["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        fields["torch_capability"] = torch.backends.cpu.get_cpu_capability()
+    return fields
+
+
+def first_processor(cpuinfo: str) -> dict[str, str]:
+    """``name``, ``family`` and ``model`` of the first processor in a ``/proc/cpuinfo`` text (the
+    fields it has; none of an empty text)."""
+    wanted = {"model name": "name", "cpu family": "family", "model": "model"}
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            break  # the first processor's block ends at its first blank line
+        if key.strip() in wanted:
+            fields[wanted[key.strip()]] = value.strip()
+    return fields
+
+
 def provenance(seed: int | None = None, **extra) -> dict:
     """A JSON-ready record of how an artifact was made (its command with `portable_command`'s
     paths, so no record names this machine's folders)."""
@@ -82,6 +116,7 @@ def provenance(seed: int | None = None, **extra) -> dict:
         "seed": seed,
         "command": portable_command([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "platform": platform.platform(),
+        "cpu": cpu_description(),
         "versions": package_versions(),
         "git_revision": git_revision(),
     }

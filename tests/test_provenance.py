@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from rpg_base.provenance import SOURCE_ROOT, portable_command, portable_path, provenance
+from rpg_base.provenance import SOURCE_ROOT, first_processor, portable_command, portable_path, provenance
 
 
 def test_portable_paths(tmp_path, monkeypatch):
@@ -28,6 +28,26 @@ def test_a_provenance_record_holds_no_absolute_path(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["/opt/x/train.py", "--out", "/elsewhere/run", "--data=/srv/g.h5"])
     record = provenance(seed=0)
     assert record["command"] == "train.py --out run --data=g.h5"
+
+
+def test_a_provenance_record_names_the_processor_its_figures_depend_on():
+    import os
+
+    import torch
+
+    cpu = provenance(seed=0)["cpu"]
+    assert cpu == json.loads(json.dumps(cpu))
+    assert cpu["name"]
+    assert cpu["cores"] == len(os.sched_getaffinity(0))
+    # the instruction set torch's kernels run on, which decides their floating-point results
+    assert cpu["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def test_the_processor_is_read_from_the_first_block_of_cpuinfo():
+    text = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+            "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 25\nmodel name\t: Other\n")
+    assert first_processor(text) == {"family": "26", "model": "2", "name": "AMD EPYC"}
+    assert first_processor("") == {}
 
 
 def _committed_json() -> list[str]:
