@@ -53,8 +53,9 @@ class World:
     reset_split: str = "auto"  # its games to start from: "auto" (held-out ones) or "all"
     horizon: int | None = None  # most imagined turns of an episode (None: to the game's last turn)
     device: str = "cpu"
-    # torch threads of an imagined step (restored after each): one is fastest for these small steps;
-    # the learner's own threads are the config's torch_threads.
+    # torch threads of an imagined step (restored after each): one keeps its speed beside other load,
+    # where two fall to a tenth; two are about 1.4x faster on idle cores (docs/imagination.md,
+    # "Threads"). The learner's own threads are the config's torch_threads.
     torch_threads: int = 1
 
     def make_vec(self, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:

@@ -50,13 +50,7 @@ import numpy as np
 
 from rpg_base.cli import ArgumentParser, output_folder, positive_int, run_command
 from rpg_base.errors import InputError
-from rpg_base.provenance import (
-    pinned_torch_threads,
-    portable_command,
-    portable_path,
-    provenance,
-    write_whole,
-)
+from rpg_base.provenance import pinned_torch_threads, portable_command, portable_path, provenance, write_whole
 from rpg_base.results import pyplot, save_figure
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import setting
@@ -104,11 +98,14 @@ class LearnConfig:
                                       "and never fall on them)")
     torch_threads: int = setting(2, "torch's CPU threads in every stage (part of what makes a run "
                                     "reproducible)")
+    imagination_threads: int = setting(1, "torch's CPU threads of each imagined step the agent trains on: "
+                                          "2 is faster on idle cores, 1 holds its speed beside other "
+                                          "load (docs/learn.md)")
 
     def validate(self) -> LearnConfig:
         for name in ("real_steps", "collect_steps", "collect_envs", "world_model_steps",
                      "world_model_steps_later", "agent_steps", "imagined_worlds", "rollout_steps",
-                     "torch_threads"):
+                     "torch_threads", "imagination_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.horizon < 0:
@@ -281,7 +278,7 @@ def stage_agent(cfg: LearnConfig, it: Iteration, world_model: Path, previous: Pa
         agent_cfg = cfg.agent_config(it.k)
         agent_cfg.progress_bar = False
         world = World(str(world_model), reset_from=str(it.games), reset_split="all",
-                      horizon=cfg.horizon or None)
+                      horizon=cfg.horizon or None, torch_threads=cfg.imagination_threads)
 
         def real_game(model_zip: Path) -> dict[str, dict[str, Any]]:
             return compare(model_zip, episodes=agent_cfg.eval.final_episodes, seed=agent_cfg.eval.seed)
@@ -289,6 +286,7 @@ def stage_agent(cfg: LearnConfig, it: Iteration, world_model: Path, previous: Pa
         train(agent_cfg, it.agent, make_env=imagined_envs(world), final_eval=real_game,
               extra_provenance={"trained_in": "TreasurehuntImagined-v0",
                                 "world_model": portable_path(world_model, it.root),
+                                "imagination_threads": cfg.imagination_threads,
                                 "contexts": portable_path(it.games, it.root),
                                 "started_from": portable_path(previous, it.root) if previous else None},
               init_params=previous)

@@ -65,6 +65,7 @@ def test_each_iteration_learns_from_everything_collected_so_far(tiny_run):
     assert provenance["started_from"] == "iter_000/agent/model.zip"
     assert provenance["contexts"] == "iter_001/games.h5"
     assert provenance["world_model"] == "iter_001/world_model"
+    assert provenance["imagination_threads"] == 1  # beside the learner's torch_threads
 
 
 def test_the_learner_keeps_only_its_own_stream(tiny_run):
