@@ -79,9 +79,12 @@ def run_learn(seed: int, budgets: list[int], episodes: int, rules: bool, root: P
 def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
     """A learn run's curve at each budget it covers: the last point within the budget (its
     ``steps_used``), with return, greedy and random on the same games and the minutes spent up to that
-    point (wall; CPU where the run recorded it). A budget that a further iteration of the run would
-    have ended within has no row."""
+    point (wall; CPU where the run recorded it) and the processor they were spent on (``processor``,
+    where the run's ``provenance.json`` names it: minutes compare only on one). A budget that a
+    further iteration of the run would have ended within has no row."""
     curve = json.loads((run / "curve.json").read_text())
+    made = run / "provenance.json"
+    recorded = json.loads(made.read_text()) if made.is_file() else {}
     points, collect_steps = curve["points"], curve["config"]["collect_steps"]
     wall = list(accumulate(sum(v for k, v in p["seconds"].items() if k != "cpu") for p in points))
     # CPU seconds up to each point; unknown from the first point that did not record them
@@ -97,7 +100,7 @@ def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
         rows.append({"steps": budget, "steps_used": point["real_steps"], "return": point["return"],
                      "greedy": point["greedy"], "random": point["random"],
                      "cpu_minutes": None if cpu[i] is None else cpu[i] / 60, "wall_minutes": wall[i] / 60,
-                     "run": run.name})
+                     "processor": recorded.get("cpu"), "run": run.name})
     return rows
 
 

@@ -184,11 +184,14 @@ def test_the_benchmark_gives_each_budget_the_last_agent_within_it(tmp_path):
     assert rows[10000]["steps_used"] == 10000 and rows[10000]["cpu_minutes"] == pytest.approx(7.5)
     summary = module.summarize([{"method": "learn", "seed": 4, **r} for r in rows.values()])
     assert summary["learn"]["5000"]["steps_used"] == [4000] and "steps_used" not in summary["learn"]["10000"]
+    assert rows[5000]["processor"] is None  # the run names no processor
+    (run / "provenance.json").write_text(json.dumps({"cpu": {"name": "AMD EPYC", "cores": 2}}))
     del points[2]["seconds"]["cpu"]  # a run that stopped recording CPU seconds at 6,000
     (run / "curve.json").write_text(json.dumps({"config": config, "points": points}))
     rows = {r["steps"]: r for r in module.learn_rows(run, [5000, 10000])}
     assert rows[5000]["cpu_minutes"] == pytest.approx(3.0) and rows[10000]["cpu_minutes"] is None
     assert rows[10000]["wall_minutes"] == pytest.approx(5.0)
+    assert rows[10000]["processor"] == {"name": "AMD EPYC", "cores": 2}
 
 
 
