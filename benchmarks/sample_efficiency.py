@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
                         dreamer_from=[portable_path(r) for r in args.dreamer_from],
                         merged=[portable_path(m) for m in args.merge],
                         eval_seed=EVAL_SEED, learn_overrides=args.learn, dreamer_overrides=args.dreamer,
-                        wall_seconds=round(time.perf_counter() - started, 1), machine_cores=os.cpu_count(),
+                        wall_seconds=round(time.perf_counter() - started, 1),
                         summary=summary, runs=runs)
     write_results(args.out, record, lambda png: plot(summary, png))
 

@@ -54,8 +54,8 @@ class World:
     horizon: int | None = None  # most imagined turns of an episode (None: to the game's last turn)
     device: str = "cpu"
     # torch threads of an imagined step (restored after each): one keeps its speed beside other load,
-    # where two fall to a tenth; two are about 1.4x faster on idle cores (docs/imagination.md,
-    # "Threads"). The learner's own threads are the config's torch_threads.
+    # where two fall to a tenth; on idle cores two are 1.1x faster at one world and 1.7x at 64 or more
+    # (docs/imagination.md, "Threads"). The learner's own threads are the config's torch_threads.
     torch_threads: int = 1
 
     def make_vec(self, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
