@@ -219,6 +219,8 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
         ("ship", "missing dream run", ["dream", "{tmp}/nowhere"], "not a finished dream run"),
         ("learn", "zero steps", ["--out", "{tmp}/l", "--steps", "0"], "--steps must be >= 1"),
         ("learn", "unknown key", ["--out", "{tmp}/l", "colect_steps=10"], "collect_steps"),
+        ("learn", "no imagination threads", ["--out", "{tmp}/l", "imagination_threads=0"],
+         "imagination_threads must be >= 1"),
         ("learn", "one evaluation game", ["--out", "{tmp}/l", "eval_episodes=1"],
          "eval_episodes must be >= 2"),
         ("learn", "bad world-model override", ["--out", "{tmp}/l", "world_model=[model.widht=8]"],
