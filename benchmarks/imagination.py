@@ -27,8 +27,9 @@ reported.
         [--sizes 1 64 256] [--checkpoint pretrained]
 
 ``--threads``: the imagined env's ``torch_threads`` (its default, 1, measured best on CPU).
-``--rounds``, ``--doubt``: the imagined env's ``sample_rounds`` and ``sample_doubt``, the most
-rounds of the refiner's joint draw of a view and the doubt each takes on (default: the model's);
+``--rounds``, ``--doubt``, ``--floor``: the imagined env's ``sample_rounds``, ``sample_doubt`` and
+``sample_floor``, the most rounds of the refiner's joint draw of a view, the doubt each takes on and
+the least probability a drawn kind has (default: the model's);
 the baseline has no refiner and ignores them.
 
 Writes ``benchmarks/results/imagination.json`` (``imagination_gpu.json`` with ``--device cuda``;
@@ -113,13 +114,13 @@ def steps_per_second(venv, steps: int, seed: int) -> float:
 
 def measure(checkpoint: Path | str, sizes: tuple[int, ...], steps: int, repeats: int, device: str,
             baseline: Path | None = None, threads: int = 1, rounds: int | None = None,
-            doubt: float | None = None) -> dict:
+            doubt: float | None = None, floor: float | None = None) -> dict:
     rows: dict[str, dict[int, list[float]]] = {"cached": {}, "uncached": {}, "real": {}}
     if baseline is not None:
         rows["cached_baseline"] = {}
     for n in sizes:
         make = {"num_envs": n, "checkpoint": checkpoint, "device": device, "torch_threads": threads,
-                "sample_rounds": rounds, "sample_doubt": doubt}
+                "sample_rounds": rounds, "sample_doubt": doubt, "sample_floor": floor}
         envs = {"cached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "uncached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "real": gym.make_vec(rpg_env.ENV_ID, num_envs=n)}
@@ -127,7 +128,7 @@ def measure(checkpoint: Path | str, sizes: tuple[int, ...], steps: int, repeats:
         if baseline is not None:
             envs["cached_baseline"] = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID,
                                                    **{**make, "checkpoint": baseline, "sample_rounds": None,
-                                                      "sample_doubt": None})
+                                                      "sample_doubt": None, "sample_floor": None})
         for r in range(repeats):
             for name, venv in envs.items():
                 rows[name].setdefault(n, []).append(steps_per_second(venv, steps, seed=r))
@@ -153,6 +154,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--doubt", type=float_in(0.0), default=None,
                         help="doubt a round of the joint draw takes on (default: the model's; "
                              "0: one cell a round)")
+    parser.add_argument("--floor", type=float_in(0.0, 1.0), default=None,
+                        help="no kind below this refined probability is drawn in a cell (default: the "
+                             "model's; 0: the refined distributions as they are)")
     parser.add_argument("--checkpoint", default="pretrained",
                         help="the world model measured (a run folder, a checkpoint folder or 'pretrained')")
     parser.add_argument("--baseline", default=PREVIOUS_DEFAULT,
@@ -175,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         baseline = (build_checkpoint(Path(tmp), args.device, args.baseline.split(), "baseline")
                     if args.baseline.strip() else None)
         results = measure(args.checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device,
-                          baseline, args.threads, args.rounds, args.doubt)
+                          baseline, args.threads, args.rounds, args.doubt, args.floor)
     at = "256" if "256" in results["cached"] else str(sizes[-1])
     summary = {
         f"cached_steps_per_s_at_{at}": results["cached"][at]["median"],
@@ -195,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
                          checkpoint=choice.describe(portable=True),
                          sample_rounds=args.rounds or cfg.model.sample_rounds,
                          sample_doubt=cfg.model.sample_doubt if args.doubt is None else args.doubt,
+                         sample_floor=cfg.model.sample_floor if args.floor is None else args.floor,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
     print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"
                                                                      if baseline is not None else ""))

@@ -29,12 +29,14 @@ the same way in both worlds:
 Every figure carries a 95% bootstrap interval over worlds. Policies: ``greedy``, ``random``,
 ``dqn`` (the shipped expert whose games the model learned) and ``dream`` (the agent trained in
 the shipped model's imagination). Samplers: ``sampled`` (temperature 1; with a cell refiner one
-joint draw in ``--rounds`` rounds, `rpg_worldmodel.models.refiner`) and ``argmax``; views
+joint draw in ``--rounds`` rounds, no kind below ``--floor`` drawn in a cell,
+`rpg_worldmodel.models.refiner`) and ``argmax``; views
 drawn as the game can show them (``--views game``: the learner at the centre, at most
 ``num_agents - 1`` others) or every cell on its own (``--views cells``: the placement rule off).
 
     python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--views game cells]
-        [--samplers sampled argmax] [--rounds 1 8 81] [--doubt 0.2] [--policies greedy random dqn dream]
+        [--samplers sampled argmax] [--rounds 1 8 81] [--doubt 0.2] [--floor 0 0.001]
+        [--policies greedy random dqn dream]
         [--worlds 64] [--seed 0]
 
 Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png`` (validity by turn).
@@ -76,12 +78,25 @@ def policy(name: str):
     return make_policy(name)
 
 
-def sampler_names(samplers: list[str], rounds: list[int] | None) -> list[str]:
-    """The samplers to run: ``sampled`` once per ``--rounds`` value (``sampled@R``), ``argmax``."""
+def sampler_names(samplers: list[str], rounds: list[int] | None, floors: list[float] | None = None
+                  ) -> list[str]:
+    """The samplers to run: ``sampled`` once per ``--rounds`` value (``sampled@R``) and ``--floor``
+    value (``sampled floor=F``, ``sampled@R floor=F``), ``argmax``."""
     names = []
     for sampler in samplers:
-        names += [f"sampled@{r}" for r in rounds] if sampler == "sampled" and rounds else [sampler]
+        if sampler != "sampled":
+            names.append(sampler)
+            continue
+        drawn = [f"sampled@{r}" for r in rounds] if rounds else ["sampled"]
+        names += [f"{d} floor={f:g}" for d in drawn for f in floors] if floors else drawn
     return names
+
+
+def sampler_settings(name: str) -> tuple[int | None, float | None]:
+    """The rounds and floor of a sampler's name (`sampler_names`; None: the model's)."""
+    drawn, _, floor = name.partition(" floor=")
+    rounds = drawn.partition("@")[2]
+    return (int(rounds) if rounds else None), (float(floor) if floor else None)
 
 
 def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str], worlds: int,
@@ -91,13 +106,14 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
     used = choose_checkpoint(checkpoint).describe(portable=True)
     out = {"checkpoint": checkpoint, "checkpoint_used": used, "views": views, "rows": {}}
     for sampler in samplers:
-        rounds = int(sampler.split("@")[1]) if "@" in sampler else None
-        if rounds is not None and not loaded.config.model.refiner_layers:
+        rounds, floor = sampler_settings(sampler)
+        first_sampled = sampler == next(s for s in samplers if s.startswith("sampled"))
+        if sampler.startswith("sampled") and not first_sampled and not loaded.config.model.refiner_layers:
             continue  # a model without a refiner draws every cell on its own: one row says it
         for name in policies:
             row = dream_and_real(loaded, ref, lambda name=name: policy(name), sample=sampler != "argmax",
                                  views=views, worlds=worlds, seed=seed, sample_rounds=rounds,
-                                 sample_doubt=doubt)
+                                 sample_doubt=doubt, sample_floor=floor)
             out["rows"][f"{sampler}/{name}"] = row
             print(line(checkpoint, views, sampler, name, row), flush=True)
     return out
@@ -147,6 +163,10 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--doubt", type=float_in(0.0), default=None,
                         help="doubt one round of a joint draw takes on (default: the model's "
                              "model.sample_doubt; 0: one cell a round)")
+    parser.add_argument("--floor", type=float_in(0.0, 1.0), nargs="+", default=None,
+                        help="no kind whose refined probability in a cell is below this is drawn there, "
+                             "one 'sampled' row each (default: the model's model.sample_floor; 0: the "
+                             "refined distributions as they are)")
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     parser.add_argument("--worlds", type=positive_int, default=64, help="imagined worlds and real games each")
     parser.add_argument("--seed", type=non_negative_int, default=0)
@@ -162,11 +182,11 @@ def main(argv: list[str] | None = None) -> None:
         if checkpoint != "pretrained":
             choose_checkpoint(checkpoint)
     with pinned_torch_threads(args.threads):  # and the caller's setting back after
-        samplers = sampler_names(args.samplers, args.rounds)
+        samplers = sampler_names(args.samplers, args.rounds, args.floor)
         results = [compare(ck, views, samplers, args.policies, args.worlds, args.seed, args.doubt)
                    for ck in args.checkpoint for views in args.views]
     record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
-                        rounds=args.rounds, doubt=args.doubt,
+                        rounds=args.rounds, doubt=args.doubt, floor=args.floor,
                         threads=args.threads, results=results)
     write_results(args.out, record, lambda png: plot(results, png))
 

@@ -153,6 +153,12 @@ class ModelConfig:
     sample_doubt: float = setting(
         0.2, "doubt a round of a joint draw takes on: it keeps the surest cells while the sum of their "
         "1 - p(likeliest kind) stays within this (at least one cell); 0: one cell a round")
+    sample_floor: float = setting(
+        0.001, "in a joint draw, a kind whose refined probability in a cell is below this is not drawn "
+        "there (epsilon sampling; the likeliest kind always may be): the tails a likelihood-trained "
+        "refiner leaves on every cell; 0: the refined distributions as they are. It must stay below "
+        "the rarest event the data has (benchmarks/imagination_fidelity.py's spawn rate shows it when "
+        "it is not)")
     move_rules: bool = setting(
         True, "condition on the game's movement table: the action convolution chooses by the move's "
         "outcome (a blocked move is its own choice) and the reward head reads the entered cell's kind "
@@ -257,6 +263,8 @@ class ModelConfig:
                               f"got {self.sample_rounds}")
         if not 0 <= self.sample_doubt < float("inf"):
             raise ConfigError(f"model.sample_doubt must be a number >= 0, got {self.sample_doubt}")
+        if not 0 <= self.sample_floor < 1:
+            raise ConfigError(f"model.sample_floor must be a probability in [0, 1), got {self.sample_floor}")
         if self.train_window < 0:
             raise ConfigError(f"model.train_window must be >= 0, got {self.train_window}")
         if self.memory_steps < 0:

@@ -38,8 +38,9 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: (model.refiner_layers and its sizes, model.sample_rounds, train.refiner_loss_weight; older models
 #: drew cells independently); 8 the refiner's doubt budget; 9 the choice of global layer (model.layer,
 #: model.srwm_heads; older models attend); 10 the map read along rows and columns (model.map_reach;
-#: older maps read each cell alone).
-CHECKPOINT_VERSION = 10
+#: older maps read each cell alone); 11 the joint draw's floor (model.sample_floor; older models
+#: drew from the refined distributions as they are).
+CHECKPOINT_VERSION = 11
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
 #: (schema 2's one data file becomes a list of one by `migrate`).
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
@@ -54,6 +55,7 @@ MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     7: {"model": {"sample_doubt": 0.2, "refiner_views": 64}},
     8: {"model": {"layer": "attention", "srwm_heads": 1}},
     9: {"model": {"map_reach": 0}},
+    10: {"model": {"sample_floor": 0.0}},
 }
 #: The keys of meta.json this version reads; any other is kept in `CheckpointRecord.extra`.
 KNOWN_KEYS = ("format", "version", "step", "config", "splits", "data", "seed", "versions", "init_from",

@@ -32,6 +32,8 @@ def _as_schema(version: int) -> dict:
     """The shipped record as schema ``version`` wrote it: without what later schemas added."""
     meta = _current()
     model, train = meta["config"]["model"], meta["config"]["train"]
+    if version < 11:
+        del model["sample_floor"]
     if version < 10:
         del model["map_reach"]
     if version < 9:

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from rpg_base.errors import InputError
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.refiner import CellRefiner, joint_sample, refiner_loss
+from rpg_worldmodel.models.refiner import CellRefiner, joint_sample, refiner_loss, truncated
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
 V, C, WALL, EMPTY = 9, 6, 1, 0
@@ -108,6 +108,25 @@ def test_the_doubt_budget_takes_sure_cells_together_and_doubtful_ones_one_at_a_t
     assert len(identity.passes) == 21  # four coins a round (doubt 0.5 each): 81 / 4, rounded up
 
 
+def test_the_floor_leaves_out_the_tails_and_draws_the_rest_in_proportion():
+    """A cell whose refined distribution gives a wall 0.0005, an item 0.01 and empty the rest never
+    draws the wall with a floor of 0.001, and still draws the item at its own rate; without the
+    floor the draw is the distribution as it is. A floor never leaves a cell without a kind."""
+    probs = torch.tensor([0.9895, 0.0005, 0.01, 0.0, 0.0, 0.0])
+    assert torch.equal(truncated(probs, 0.0), probs)
+    kept = truncated(probs, 0.001)
+    torch.testing.assert_close(kept, torch.tensor([0.9895, 0.0, 0.01, 0.0, 0.0, 0.0]) / 0.9995)
+    flat = torch.full((3, C), 1 / C)
+    assert torch.equal(truncated(flat, 0.5), flat)  # all tied at the top: every kind stays
+    logits = probs.log().expand(400, V, V, C)
+    draws = {floor: joint_sample(_CountedMarginals(), logits, torch.Generator().manual_seed(0), 1, floor=floor)
+             for floor in (0.0, 0.001)}
+    cells = V * V * 400
+    assert (draws[0.0] == WALL).sum() > 0 and (draws[0.001] == WALL).sum() == 0  # 16 walls expected at 0
+    for kinds in draws.values():
+        assert abs(float((kinds == 2).sum()) / cells - 0.01) < 0.002
+
+
 def test_a_joint_draw_keeps_its_given_cells_and_is_reproducible():
     torch.manual_seed(0)
     module = CellRefiner(ModelConfig(refiner_layers=1, refiner_width=16, refiner_heads=2)).eval()
@@ -167,3 +186,8 @@ def test_bad_refiner_settings_are_refused(tiny_world_model):
     for doubt in (-0.1, True, "0.2", float("nan")):
         with pytest.raises(InputError, match="sample_doubt must be a number >= 0"):
             gym.make_vec(ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_doubt=doubt)
+    with pytest.raises(ConfigError, match=r"sample_floor must be a probability in \[0, 1\)"):
+        ModelConfig(sample_floor=1.0).validate()
+    for floor in (-0.001, 1.0, True, "0.001", float("nan")):
+        with pytest.raises(InputError, match=r"sample_floor must be a probability in \[0, 1\)"):
+            gym.make_vec(ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_floor=floor)

@@ -100,7 +100,7 @@ def test_unknown_schema_versions_are_refused(tiny_world_model, tmp_path, version
         load_checkpoint(copy)
 
 
-#: What schemas 7 to 10 added, as a checkpoint of an older schema reads it: the map of the
+#: What schemas 7 to 11 added, as a checkpoint of an older schema reads it: the map of the
 #: attention's window, trained on windows of num_frames steps, and no cell refiner.
 SCHEMA_7 = {"memory_steps": 0, "map_size": 64, "refiner_layers": 0, "train_window": 0,
             # and what schema 8 added: the doubt budget and the refiner's views (no refiner here)
@@ -108,7 +108,9 @@ SCHEMA_7 = {"memory_steps": 0, "map_size": 64, "refiner_layers": 0, "train_windo
             # and schema 9: the global layer (attention, as every older model had)
             "layer": "attention", "srwm_heads": 1,
             # and schema 10: the map read cell by cell, not along its lines
-            "map_reach": 0}
+            "map_reach": 0,
+            # and schema 11: no floor under the joint draw
+            "sample_floor": 0.0}
 
 
 def test_a_schema_3_checkpoint_keeps_its_linear_action_head():

@@ -157,8 +157,8 @@ class ImaginedWorlds:
     every world one turn. The next view is sampled from the model's distribution (softened by
     ``temperature``) or taken as its arg-max (``sample=False``), and so is the reward class. With
     the model's cell refiner a sampled view is one joint draw in at most ``sample_rounds`` rounds of
-    at most ``sample_doubt`` each (None: the model's settings; `rpg_worldmodel.models.refiner`), the
-    agent itself at the centre;
+    at most ``sample_doubt`` each, no kind below ``sample_floor`` drawn in a cell (None: the model's
+    settings; `rpg_worldmodel.models.refiner`), the agent itself at the centre;
     without, each cell is drawn on its own, at most ``num_agents - 1`` other agents placed
     (`rpg_worldmodel.models.sampling`). ``views="cells"`` leaves out the agent rule. The generator
     is reseeded by each full reset, so the same seed and actions give the same imagined worlds, bit
@@ -177,7 +177,8 @@ class ImaginedWorlds:
     def __init__(self, loaded: LoadedCheckpoint, num_worlds: int, context: Context, *, sample: bool = True,
                  temperature: float = 1.0, device: str | torch.device = "cpu", views: str = "game",
                  torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
-                 sample_doubt: float | None = None, horizon: int | None = None) -> None:
+                 sample_doubt: float | None = None, sample_floor: float | None = None,
+                 horizon: int | None = None) -> None:
         cfg = loaded.config.model
         if not cfg.reward_head or not cfg.reward_values:
             raise InputError(f"checkpoint {loaded.path} has no reward head (schema 1 or reward_head=false): "
@@ -203,8 +204,13 @@ class ImaginedWorlds:
         if isinstance(doubt, bool) or not isinstance(doubt, int | float) or not 0 <= doubt < float("inf"):
             raise InputError(f"sample_doubt must be a number >= 0 (0: one cell a round), "
                              f"got {sample_doubt!r}")
+        floor = cfg.sample_floor if sample_floor is None else sample_floor
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor < 1:
+            raise InputError(f"sample_floor must be a probability in [0, 1) (0: no kind left out), "
+                             f"got {sample_floor!r}")
         self.sample_rounds = rounds if cfg.refiner_layers else None  # None: cells drawn on their own
         self.sample_doubt = float(doubt) if cfg.refiner_layers else None
+        self.sample_floor = float(floor) if cfg.refiner_layers else None
         self.model: WorldModel = loaded.model.to(device).eval()
         self.device, self.context, self.num_worlds = torch.device(device), context, int(num_worlds)
         self.sample, self.temperature = bool(sample), float(temperature)
@@ -212,8 +218,9 @@ class ImaginedWorlds:
         self.num_frames, self.max_turns = cfg.num_frames, int(data.env_kwargs["max_turns"])
         self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
         refiner = self.model.refiner
-        self.sample_view = (ViewSampler.for_game(data.channel_names, data.env_kwargs, refiner, rounds, doubt)
-                            if views == "game" else ViewSampler(None, 0, refiner, rounds, doubt))
+        self.sample_view = (ViewSampler.for_game(data.channel_names, data.env_kwargs, refiner, rounds, doubt,
+                                                 float(floor))
+                            if views == "game" else ViewSampler(None, 0, refiner, rounds, doubt, float(floor)))
         self.generator = torch.Generator(device=self.device)
         self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,
                                  device=self.device)  # the view each world is in, one-hot float

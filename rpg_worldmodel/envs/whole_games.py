@@ -123,19 +123,21 @@ def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, sta
 
 def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Callable[[], BatchPolicy],
                    *, sample: bool, views: str, worlds: int, seed: int,
-                   sample_rounds: int | None = None, sample_doubt: float | None = None) -> dict[str, Any]:
+                   sample_rounds: int | None = None, sample_doubt: float | None = None,
+                   sample_floor: float | None = None) -> dict[str, Any]:
     """One policy (``policy()`` makes a fresh one per world) in the dream of ``loaded`` and in the
     real game, from the same opening: the measures of both, the consistency from the real start an
     ideal dream reaches in these games (`consistency_ceiling`: what the opening leaves unknown),
     the return per episode of both and their gap (points and share of the real return), the
     dream's validity by frame, and its imagined steps per second. ``sample_rounds``,
-    ``sample_doubt``: most rounds of a joint draw and the doubt each takes on (None: the model's)."""
+    ``sample_doubt``, ``sample_floor``: most rounds of a joint draw, the doubt each takes on and the
+    least probability a drawn kind has (None: the model's)."""
     rules, num_frames = dict(loaded.record.data.env_kwargs), loaded.config.model.num_frames
     start, real, obs, first = real_opening(rules, num_frames, worlds, seed)
     context = GivenContext()
     context.give(start)
     dream = ImaginedWorlds(loaded, worlds, context, sample=sample, views=views, sample_rounds=sample_rounds,
-                           sample_doubt=sample_doubt)
+                           sample_doubt=sample_doubt, sample_floor=sample_floor)
     dream.reset(np.arange(worlds), np.random.default_rng(seed))
     began = time.perf_counter()
     im_codes, im_actions, im_return = play_out(_imagined_step(dream), dream.observations(), policy(), seed)
@@ -156,6 +158,7 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
         "validity_by_turn": frame_validity(im_codes, ref).valid.mean(0).round(4).tolist(),
         "sample_rounds": dream.sample_rounds if sample else None,
         "sample_doubt": dream.sample_doubt if sample else None,
+        "sample_floor": dream.sample_floor if sample else None,
         "imagined_steps_per_s": round(im_actions.size / seconds, 1),  # the policy's time included
     }
 

@@ -89,6 +89,8 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
             refiner (None: the model's ``sample_rounds``; `rpg_worldmodel.models.refiner`).
         sample_doubt: doubt one round of that draw takes on (None: the model's ``sample_doubt``;
             0: one cell a round).
+        sample_floor: no kind whose refined probability in a cell is below this is drawn there
+            (None: the model's ``sample_floor``; 0: the refined distributions as they are).
         horizon: most imagined turns of an episode before it truncates (None: the game's last turn
             ends it; `ImaginedWorlds`).
     """
@@ -100,14 +102,16 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
                  sample: bool = True, temperature: float = 1.0, device: str = "cpu",
                  render_mode: str | None = None, views: str = "game",
                  torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
-                 sample_doubt: float | None = None, horizon: int | None = None) -> None:
+                 sample_doubt: float | None = None, sample_floor: float | None = None,
+                 horizon: int | None = None) -> None:
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, reset_split, co_policy,
                                       sample=sample,
                                       temperature=temperature, device=device, views=views,
                                       torch_threads=torch_threads, sample_rounds=sample_rounds,
-                                      sample_doubt=sample_doubt, horizon=horizon)
+                                      sample_doubt=sample_doubt, sample_floor=sample_floor,
+                                      horizon=horizon)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.observation_space, self.action_space = _spaces(loaded)
         self.render_mode = render_mode
@@ -160,7 +164,8 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
                  render_mode: str | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, views: str = "game",
                  torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
-                 sample_doubt: float | None = None, horizon: int | None = None) -> None:
+                 sample_doubt: float | None = None, sample_floor: float | None = None,
+                 horizon: int | None = None) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise InputError(f"num_envs must be a positive int, got {num_envs!r}")
         if render_mode not in (None, "rgb_array"):
@@ -170,7 +175,8 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
                                       co_policy,
                                       sample=sample, temperature=temperature, device=device, views=views,
                                       torch_threads=torch_threads, sample_rounds=sample_rounds,
-                                      sample_doubt=sample_doubt, horizon=horizon)
+                                      sample_doubt=sample_doubt, sample_floor=sample_floor,
+                                      horizon=horizon)
         self.metadata = _metadata(type(self).metadata, loaded)
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self.metadata["autoreset_mode"] = self.autoreset_mode

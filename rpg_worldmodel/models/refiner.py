@@ -97,17 +97,31 @@ def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.
     return (ce * hidden).sum() / hidden.sum().clamp_min(1.0)
 
 
+def truncated(probs: torch.Tensor, floor: float) -> torch.Tensor:
+    """``probs`` (..., C) with every kind below ``floor`` set to 0 but each cell's likeliest, and the
+    rest renormalised: epsilon sampling (Hewitt et al., 2022). A model trained on the likelihood
+    leaves a little probability on every kind of every cell; over the tens of cells that enter
+    view each turn of a 100-turn dream those tails are drawn, and a map keeps what was drawn. A
+    kind the data gives more often than ``floor`` is drawn as before."""
+    if floor <= 0:
+        return probs
+    kept = probs.masked_fill((probs < floor) & (probs < probs.amax(-1, keepdim=True)), 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
 # A draw is never differentiated; without autograd's bookkeeping torch also takes the fused
 # inference path of nn.TransformerEncoderLayer.
 @torch.no_grad()
 def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Generator, rounds: int,
                  temperature: float = 1.0, fixed: torch.Tensor | None = None,
-                 banned: int | None = None, doubt: float = 0.0) -> torch.Tensor:
+                 banned: int | None = None, doubt: float = 0.0, floor: float = 0.0) -> torch.Tensor:
     """Kinds (N, V, V) long: one joint draw of the next views whose view-head ``logits`` are
     (N, V, V, C), each round taking the surest open cells whose summed doubt stays within ``doubt``
     (at least one; see the module's docstring), in at most ``rounds`` rounds, each distribution
     softened by ``temperature``. ``fixed`` (N, V, V) long: kinds given before the first round
-    (``C``: open); ``banned``: a kind no open cell may take (the sampler's placed agents)."""
+    (``C``: open); ``banned``: a kind no open cell may take (the sampler's placed agents);
+    ``floor``: a kind whose refined probability is below it is not drawn in a cell (the cell's
+    likeliest kind always may be; see `truncated`)."""
     n, v, _, c = logits.shape
     flat = logits.reshape(n, v * v, c)
     drawn = torch.full((n, v * v), c, dtype=torch.long, device=logits.device) if fixed is None \
@@ -123,7 +137,7 @@ def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Gen
         refined = module(flat[active], part) / temperature
         if banned is not None:
             refined = refined.index_fill(-1, torch.tensor([banned], device=refined.device), -torch.inf)
-        probs = torch.softmax(refined, -1)
+        probs = truncated(torch.softmax(refined, -1), floor)
         pick = (uniform[active] > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)  # (A, L), inverse CDF
         # surest first; ranking by the probability of the value drawn instead (MaskGIT's
         # confidence) would favour likelier values and bias the draw

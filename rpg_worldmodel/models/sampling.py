@@ -71,23 +71,25 @@ def sample_view(probs: torch.Tensor, generator: torch.Generator, agent: int, oth
 class ViewSampler:
     """How next views are drawn for a game: the ``agent`` kind at the centre and at most ``others``
     other agents (`place_agents`), then the other cells: with a cell ``refiner`` one joint draw in
-    at most ``rounds`` rounds of at most ``doubt`` each (`joint_sample`), without it each cell on
-    its own. ``agent`` None: no
-    placement rule, every cell drawn by the model alone."""
+    at most ``rounds`` rounds of at most ``doubt`` each, no kind below ``floor`` drawn
+    (`joint_sample`), without it each cell on its own. ``agent`` None: no placement rule, every
+    cell drawn by the model alone."""
 
     agent: int | None
     others: int
     refiner: CellRefiner | None = None
     rounds: int = 1
     doubt: float = 0.0
+    floor: float = 0.0
 
     @classmethod
     def for_game(cls, channel_names: Sequence[str], env_kwargs: dict[str, Any],
-                 refiner: CellRefiner | None = None, rounds: int = 1, doubt: float = 0.0) -> ViewSampler:
+                 refiner: CellRefiner | None = None, rounds: int = 1, doubt: float = 0.0,
+                 floor: float = 0.0) -> ViewSampler:
         """From a trajectory file's (or checkpoint's) ``channel_names`` and ``env_kwargs``."""
         names = list(channel_names)
         return cls(names.index("agent") if "agent" in names else None,
-                   int(env_kwargs.get("num_agents", 2)) - 1, refiner, rounds, doubt)
+                   int(env_kwargs.get("num_agents", 2)) - 1, refiner, rounds, doubt, floor)
 
     def __call__(self, logits: torch.Tensor, generator: torch.Generator,
                  temperature: float = 1.0) -> torch.Tensor:
@@ -97,11 +99,11 @@ class ViewSampler:
         if self.refiner is not None:
             if self.agent is None:
                 return joint_sample(self.refiner, logits, generator, self.rounds, temperature,
-                                    doubt=self.doubt)
+                                    doubt=self.doubt, floor=self.floor)
             is_agent = place_agents(probs, generator, self.agent, self.others).view(probs.shape[:3])
             fixed = torch.where(is_agent, self.agent, probs.shape[-1])
             return joint_sample(self.refiner, logits, generator, self.rounds, temperature, fixed,
-                                banned=self.agent, doubt=self.doubt)
+                                banned=self.agent, doubt=self.doubt, floor=self.floor)
         if self.agent is None:
             return sample_cells(probs, generator)
         return sample_view(probs, generator, self.agent, self.others)
