@@ -119,8 +119,8 @@ def test_the_floor_leaves_out_the_tails_and_draws_the_rest_in_proportion():
     flat = torch.full((3, C), 1 / C)
     assert torch.equal(truncated(flat, 0.5), flat)  # all tied at the top: every kind stays
     logits = probs.log().expand(400, V, V, C)
-    draws = {floor: joint_sample(_CountedMarginals(), logits, torch.Generator().manual_seed(0), 1, floor=floor)
-             for floor in (0.0, 0.001)}
+    draws = {f: joint_sample(_CountedMarginals(), logits, torch.Generator().manual_seed(0), 1, floor=f)
+             for f in (0.0, 0.001)}
     cells = V * V * 400
     assert (draws[0.0] == WALL).sum() > 0 and (draws[0.001] == WALL).sum() == 0  # 16 walls expected at 0
     for kinds in draws.values():

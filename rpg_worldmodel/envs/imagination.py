@@ -218,9 +218,9 @@ class ImaginedWorlds:
         self.num_frames, self.max_turns = cfg.num_frames, int(data.env_kwargs["max_turns"])
         self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
         refiner = self.model.refiner
-        self.sample_view = (ViewSampler.for_game(data.channel_names, data.env_kwargs, refiner, rounds, doubt,
-                                                 float(floor))
-                            if views == "game" else ViewSampler(None, 0, refiner, rounds, doubt, float(floor)))
+        drawing = (refiner, rounds, doubt, float(floor))
+        self.sample_view = (ViewSampler.for_game(data.channel_names, data.env_kwargs, *drawing)
+                            if views == "game" else ViewSampler(None, 0, *drawing))
         self.generator = torch.Generator(device=self.device)
         self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,
                                  device=self.device)  # the view each world is in, one-hot float
