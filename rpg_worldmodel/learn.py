@@ -25,11 +25,10 @@ Run folder: ``config.yaml``, ``provenance.json``, ``iter_000/`` ... (``games.h5`
 ``model.zip`` and world model), ``curve.png``, ``tb/``. The agent is an expert like any other
 (``rpg_env.experts watch``), the world model a checkpoint like any other (``rpg_worldmodel.play``).
 
-Resume: each stage is a pure function of the folder's earlier stages and the seed, and is marked
-done only by its last file (``collect.json``, the world model's ``summary.json``, the agent's
-``eval.json``, ``iteration.json``; a marker cut short by the kill counts as missing). ``--resume``
-deletes an unfinished stage and runs it again, so a run killed at any point and resumed ends with
-exactly what an uninterrupted run writes. ``--resume DIR --steps N`` extends a finished or
+Resume: each stage is a pure function of the folder's earlier stages and the seed, marked done
+only by its last file (``collect.json``, the world model's ``summary.json``, the agent's ``eval.json``,
+``iteration.json``; one cut short by the kill counts as missing). ``--resume`` runs an unfinished
+stage again, so a run killed anywhere and resumed ends with what an uninterrupted run writes. ``--resume DIR --steps N`` extends a finished or
 unfinished run to a larger budget: no stage depends on the budget, so the run then holds what a run
 of N from the start holds (not where its last iteration collected only a remainder: refused).
 """
@@ -98,6 +97,8 @@ class LearnConfig:
                                       "and never fall on them)")
     torch_threads: int = setting(2, "torch's CPU threads in every stage (part of what makes a run "
                                     "reproducible)")
+    sample_floor: float = setting(0.001, "the joint draw's floor in every world model's dreams "
+                                         "(model.sample_floor; 0: none, as runs before it drew)")
     imagination_threads: int = setting(1, "torch's CPU threads of each imagined step the agent trains on: "
                                           "2 is faster on idle cores, 1 holds its speed beside other "
                                           "load (docs/learn.md)")
@@ -139,6 +140,7 @@ class LearnConfig:
                      f"train.warmup_steps={max(1, min(100, steps // 4))}",
                      f"train.eval_every={steps}", f"train.checkpoint_every={steps}",
                      f"train.num_threads={self.torch_threads}", "data.agent_id=0",
+                     f"model.sample_floor={self.sample_floor}",
                      *(() if self.rules else RULES_OFF), *self.world_model]
         cfg = load_config(None, overrides)
         cfg.data.path = [str(f) for f in files] or "unset"
@@ -161,7 +163,7 @@ class LearnConfig:
 
 #: Settings added after runs were made, with the value that a run made before them used: a
 #: resumed run whose config.yaml lacks one keeps running as it began.
-ADDED_SETTINGS = {"imagined_worlds": 16, "rollout_steps": 128}  # configs/dream_ppo.yaml's n_envs, n_steps
+ADDED_SETTINGS = {"imagined_worlds": 16, "rollout_steps": 128, "sample_floor": 0.0}
 
 
 def load_learn_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> LearnConfig:

@@ -144,17 +144,22 @@ def test_a_run_extended_to_a_larger_budget_ends_as_a_run_to_it_from_the_start(ti
 
 
 def test_a_run_made_before_a_setting_existed_resumes_as_it_began(tmp_path):
-    """A run's config.yaml from before ``imagined_worlds`` and ``rollout_steps`` existed ran its
-    agent in dream_ppo.yaml's 16 worlds of 128-step rollouts, and resumes so; a new run's default
-    is 64 worlds of 32 steps."""
+    """A run's config.yaml from before ``imagined_worlds``, ``rollout_steps`` and ``sample_floor``
+    existed ran its agent in dream_ppo.yaml's 16 worlds of 128-step rollouts, in world models that
+    drew without a floor, and resumes so; a new run's default is 64 worlds of 32 steps, in world
+    models that draw with the floor."""
     recorded = {k: v for k, v in load_learn_config().__dict__.items()
-                if k not in ("imagined_worlds", "rollout_steps")}
+                if k not in ("imagined_worlds", "rollout_steps", "sample_floor")}
     (tmp_path / "config.yaml").write_text(json.dumps(recorded))  # JSON is YAML
-    old = load_run_config(tmp_path).agent_config(3)
+    old_run, new_run = load_run_config(tmp_path), load_learn_config()
+    old, new = old_run.agent_config(3), new_run.agent_config(3)
     assert (old.n_envs, old.hyperparams["n_steps"]) == (16, 128)
-    new = load_learn_config().agent_config(3)
     assert (new.n_envs, new.hyperparams["n_steps"]) == (64, 32)
     assert new.n_envs * new.hyperparams["n_steps"] == old.n_envs * old.hyperparams["n_steps"]
+    floors = [run.world_model_config(3, [], tmp_path).model.sample_floor for run in (old_run, new_run)]
+    assert floors == [0.0, 0.001]
+    assert _tiny("world_model=[model.sample_floor=0.002]").world_model_config(0, [], tmp_path) \
+        .model.sample_floor == 0.002  # an explicit world-model override wins
 
 
 def test_a_run_whose_last_iteration_collected_a_remainder_is_not_extended(tmp_path):

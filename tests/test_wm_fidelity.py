@@ -419,3 +419,40 @@ def test_the_shipped_dream_draws_whole_frames_and_keeps_its_items():
     assert joint["wall_breaks"]["carried"] <= joint["wall_breaks"]["entered"]
     assert rows[None]["real"]["frame_validity"]["value"] == 1.0
     assert rows[None]["real"]["wall_breaks"] == {"entered": 0, "carried": 0}
+
+
+def test_the_fidelity_benchmark_gives_a_row_for_each_floor(tmp_path):
+    """`benchmarks/imagination_fidelity.py --floor 0 0.001`: one sampled row a floor, each saying
+    which it drew with; the shipped model's own floor (0.001) gives the row its default gives, and
+    no floor draws other frames."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "imagination_fidelity.py"
+    spec = importlib.util.spec_from_file_location("benchmark_imagination_fidelity_floor", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    assert module.sampler_names(["sampled", "argmax"], [32], [0.0, 0.001]) == [
+        "sampled@32 floor=0", "sampled@32 floor=0.001", "argmax"]
+    assert module.sampler_settings("sampled@32 floor=0.001") == (32, 0.001)
+    assert module.sampler_settings("sampled") == (None, None)
+    out = tmp_path / "fidelity.json"
+    module.main(["--worlds", "2", "--policies", "random", "--samplers", "sampled", "--floor", "0", "0.001",
+                 "--out", str(out)])
+    rows = json.loads(out.read_text())["results"][0]["rows"]
+    assert list(rows) == ["sampled floor=0/random", "sampled floor=0.001/random"]
+    assert [row["sample_floor"] for row in rows.values()] == [0.0, 0.001]
+    loaded = load_checkpoint("pretrained")
+    assert loaded.config.model.sample_floor == 0.001
+    default = dream_and_real(loaded, reference_of(loaded), lambda: make_policy("random"), sample=True,
+                             views="game", worlds=2, seed=0)
+    floored, bare = rows["sampled floor=0.001/random"], rows["sampled floor=0/random"]
+    assert floored["validity_by_turn"] == default["validity_by_turn"]
+    assert floored["return"]["imagined"] == default["return"]["imagined"]
+    assert bare["return"]["imagined"] != floored["return"]["imagined"]
