@@ -25,12 +25,12 @@ Run folder: ``config.yaml``, ``provenance.json``, ``iter_000/`` ... (``games.h5`
 ``model.zip`` and world model), ``curve.png``, ``tb/``. The agent is an expert like any other
 (``rpg_env.experts watch``), the world model a checkpoint like any other (``rpg_worldmodel.play``).
 
-Resume: each stage is a pure function of the folder's earlier stages and the seed, marked done
-only by its last file (``collect.json``, the world model's ``summary.json``, the agent's ``eval.json``,
-``iteration.json``; one cut short by the kill counts as missing). ``--resume`` runs an unfinished
-stage again, so a run killed anywhere and resumed ends with what an uninterrupted run writes. ``--resume DIR --steps N`` extends a finished or
-unfinished run to a larger budget: no stage depends on the budget, so the run then holds what a run
-of N from the start holds (not where its last iteration collected only a remainder: refused).
+Resume: each stage is a pure function of the folder's earlier stages and the seed, marked done only
+by its last file (``collect.json``, the world model's ``summary.json``, the agent's ``eval.json``,
+``iteration.json``; one cut short counts as missing). ``--resume`` runs an unfinished stage again,
+so a run killed anywhere ends as an uninterrupted one. ``--resume DIR --steps N`` extends a run to a
+larger budget: no stage depends on it, so the run then holds what a run of N from the start holds
+(not where its last iteration collected only a remainder: refused).
 """
 
 from __future__ import annotations

@@ -13,20 +13,23 @@ would without it (but for the gradient-norm clip they share).
 
 `joint_sample` draws a view in rounds: each round draws every cell still open from the refined
 distributions and keeps the surest ones while their summed doubt (1 - the likeliest kind's
-probability: the expected number of them not drawn as their likeliest kind) stays within
-``doubt``, at least one cell a round. So the cells the model is sure of go together in the first
-round, and the doubtful ones one or a few at a time, each knowing the others: an incoming row that
-may be wall or may be open is decided by its first cell, not by nine coin tosses at once. The
-number of rounds follows from how doubtful a view is (``rounds`` caps it: the last takes every cell
-still open), and a world whose view is complete takes no further pass. The order depends on the
-distributions only, never on the values drawn, so with ``doubt`` = 0 and ``V * V`` rounds (one cell
-at a time) a draw is an exact sample of the refiner's autoregressive distribution; one round is the
-independent draw of the refined marginals. (MaskGIT keeps the cells whose *drawn value* was
-likeliest; measured on rows that are all wall or all empty at 50:50, that drew 99.5% walls.)
+probability: the expected number of them not drawn as their likeliest kind) stays within ``doubt``,
+at least one cell a round. So the cells the model is sure of go together in the first round, and the
+doubtful ones one or a few at a time, each knowing the others: an incoming row that may be wall or
+may be open is decided by its first cell, not by nine coin tosses at once. The number of rounds
+follows from how doubtful a view is (``rounds`` caps it: the last takes every cell still open), and
+a world whose view is complete takes no further pass. The order depends on the distributions only,
+never on the values drawn, so with ``doubt`` = 0 and ``V * V`` rounds (one cell at a time) a draw is
+an exact sample of the refiner's autoregressive distribution; one round is the independent draw of
+the refined marginals. ``floor`` leaves out of each cell the kinds the refiner gives less than it
+(`truncated`, epsilon sampling): trained on the likelihood, it keeps a little probability on kinds
+the cells it was given rule out (a wall after an open cell of the same incoming row, 3e-4 in a
+traced dream), and a 100-turn dream draws those tails. (MaskGIT keeps the cells whose *drawn value*
+was likeliest; measured on rows that are all wall or all empty at 50:50, that drew 99.5% walls.)
 Measured against the schedule that came before (a fixed, geometric number of cells a round), the
-budget drew about as few impossible views as one cell a round does, at the cost of that schedule's
-8 rounds (docs/imagination.md, "Fidelity"). Nothing here knows a game: the refiner learns from
-the data which cells agree.
+budget drew about as few impossible views as one cell a round does, at the cost of that schedule's 8
+rounds (docs/imagination.md, "Fidelity"). Nothing here knows a game: the refiner learns from the
+data which cells agree.
 """
 
 from __future__ import annotations
