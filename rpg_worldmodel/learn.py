@@ -28,9 +28,9 @@ Run folder: ``config.yaml``, ``provenance.json``, ``iter_000/`` ... (``games.h5`
 Resume: each stage is a pure function of the folder's earlier stages and the seed, marked done only
 by its last file (``collect.json``, the world model's ``summary.json``, the agent's ``eval.json``,
 ``iteration.json``; one cut short counts as missing). ``--resume`` runs an unfinished stage again,
-so a run killed anywhere ends as an uninterrupted one. ``--resume DIR --steps N`` extends a run to a
-larger budget: no stage depends on it, so the run then holds what a run of N from the start holds
-(not where its last iteration collected only a remainder: refused).
+so a run killed anywhere and resumed ends as an uninterrupted one. ``--resume DIR --steps N``
+extends a run to a larger budget: no stage depends on it, so the run then holds what a run of N
+from the start holds (not where its last iteration collected only a remainder: refused).
 """
 
 from __future__ import annotations
