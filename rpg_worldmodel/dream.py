@@ -126,7 +126,8 @@ def real_and_imagined(model_zip: Path, cfg, world: World) -> dict[str, dict[str,
 
 
 def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, Any]:
-    """``dream.json``: the world model, and the imagination-to-reality gap. Imagined episodes are
+    """``dream.json``: the world model, how it drew the views (``draw``: its joint draw's rounds,
+    doubt and floor), and the imagination-to-reality gap. Imagined episodes are
     ``max_turns - (num_frames - 1)`` turns long (the burn-in is real), real ones ``max_turns``: the
     gap compares points per turn, scaled to a full episode."""
     from rpg_env.experts.evaluate import GREEDY_CO_PLAYER
@@ -138,7 +139,9 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
     imagined, real = results["imagined"]["mean"], results["model"]["mean"]
     greedy = results["greedy"]["mean"]
     choice = choose_checkpoint(world.checkpoint).describe(portable=True)  # no machine paths in the record
-    return {"world_model": choice, "world": asdict(world), "imagined_turns": imagined_turns,
+    draw = {key: getattr(loaded.config.model, key)
+            for key in ("sample_rounds", "sample_doubt", "sample_floor")}
+    return {"world_model": choice, "world": asdict(world), "draw": draw, "imagined_turns": imagined_turns,
             "real_turns": turns, "imagined_return": imagined, "real_return": real,
             "gap_per_episode": round(imagined * turns / imagined_turns - real, 4),
             "real_vs_greedy": round(real / greedy, 4) if greedy else None,

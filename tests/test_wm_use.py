@@ -165,6 +165,9 @@ def test_an_agent_trains_in_imagination_and_is_judged_in_the_real_game(tiny_worl
     assert record["real_vs_greedy_with_greedy_co_player"] == round(beside_greedy, 4)
     burn_in = load_checkpoint(run).config.model.num_frames - 1
     assert record["imagined_turns"] == record["real_turns"] - burn_in
+    model = load_checkpoint(run).config.model
+    assert record["draw"] == {"sample_rounds": model.sample_rounds, "sample_doubt": model.sample_doubt,
+                              "sample_floor": model.sample_floor}
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance["trained_in"] == "TreasurehuntImagined-v0"
     # The agent is an expert like any other: the real game takes it as a co-player.
