@@ -105,11 +105,13 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
     ref = reference_of(loaded)
     used = choose_checkpoint(checkpoint).describe(portable=True)
     out = {"checkpoint": checkpoint, "checkpoint_used": used, "views": views, "rows": {}}
+    sampled_once = False
     for sampler in samplers:
         rounds, floor = sampler_settings(sampler)
-        first_sampled = sampler == next(s for s in samplers if s.startswith("sampled"))
-        if sampler.startswith("sampled") and not first_sampled and not loaded.config.model.refiner_layers:
-            continue  # a model without a refiner draws every cell on its own: one row says it
+        if sampler.startswith("sampled"):
+            if sampled_once and not loaded.config.model.refiner_layers:
+                continue  # a model without a refiner draws every cell on its own: one row says it
+            sampled_once = True
         for name in policies:
             row = dream_and_real(loaded, ref, lambda name=name: policy(name), sample=sampler != "argmax",
                                  views=views, worlds=worlds, seed=seed, sample_rounds=rounds,

@@ -103,7 +103,7 @@ def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.
 def truncated(probs: torch.Tensor, floor: float) -> torch.Tensor:
     """``probs`` (..., C) with every kind below ``floor`` set to 0 but each cell's likeliest, and the
     rest renormalised: epsilon sampling (Hewitt et al., 2022). A model trained on the likelihood
-    leaves a little probability on every kind of every cell; over the tens of cells that enter
+    leaves a little probability on every kind of every cell; over the nine or so cells that enter
     view each turn of a 100-turn dream those tails are drawn, and a map keeps what was drawn. A
     kind the data gives more often than ``floor`` is drawn as before."""
     if floor <= 0:
