@@ -221,6 +221,8 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
         ("learn", "unknown key", ["--out", "{tmp}/l", "colect_steps=10"], "collect_steps"),
         ("learn", "no imagination threads", ["--out", "{tmp}/l", "imagination_threads=0"],
          "imagination_threads must be >= 1"),
+        ("learn", "a floor of one", ["--out", "{tmp}/l", "sample_floor=1"],
+         "model.sample_floor must be a probability in [0, 1)"),
         ("learn", "one evaluation game", ["--out", "{tmp}/l", "eval_episodes=1"],
          "eval_episodes must be >= 2"),
         ("learn", "bad world-model override", ["--out", "{tmp}/l", "world_model=[model.widht=8]"],
