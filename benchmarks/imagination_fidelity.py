@@ -44,6 +44,7 @@ Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png`` (validity b
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from rpg_base.cli import (
@@ -56,26 +57,14 @@ from rpg_base.cli import (
 )
 from rpg_base.provenance import pinned_torch_threads, provenance
 from rpg_base.results import pyplot, save_figure, write_results
-from rpg_env.experts import pretrained_path as expert_path
-from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 from rpg_worldmodel.envs.imagination import VIEWS
-from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
+from rpg_worldmodel.envs.whole_games import JUDGING_POLICIES, dream_and_real, judging_policy, reference_of
 from rpg_worldmodel.report.text import dream_line
-from rpg_worldmodel.shipped import pretrained_path as shipped_path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-POLICIES = ("greedy", "random", "dqn", "dream")
+POLICIES = JUDGING_POLICIES
 SAMPLERS = ("sampled", "argmax")
-
-
-def policy(name: str):
-    """A fresh policy by name: the shipped DQN expert, the shipped dream agent, or a scripted one."""
-    if name == "dqn":
-        return make_policy(str(expert_path("dqn")))
-    if name == "dream":
-        return make_policy(str(shipped_path("dream")))
-    return make_policy(name)
 
 
 def sampler_names(samplers: list[str], rounds: list[int] | None, floors: list[float] | None = None
@@ -113,7 +102,7 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
                 continue  # a model without a refiner draws every cell on its own: one row says it
             sampled_once = True
         for name in policies:
-            row = dream_and_real(loaded, ref, lambda name=name: policy(name), sample=sampler != "argmax",
+            row = dream_and_real(loaded, ref, partial(judging_policy, name), sample=sampler != "argmax",
                                  views=views, worlds=worlds, seed=seed, sample_rounds=rounds,
                                  sample_doubt=doubt, sample_floor=floor)
             out["rows"][f"{sampler}/{name}"] = row

@@ -34,6 +34,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from rpg_base.cli import (
@@ -383,22 +384,27 @@ def stage_seeds(first, cfg: WorldModelConfig, self_file: Path, cross_file: Path,
 
 
 def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
-    """The trained model's dream beside the real game over whole episodes, sampled at temperature 1,
-    under greedy and random play (`rpg_worldmodel.envs.whole_games`): what the one-step figures
-    cannot see (frames the game could not show, a map not kept, items lost)."""
-    from rpg_env.policies.registry import make_policy
+    """The trained model's dream beside the real game over whole episodes
+    (`rpg_worldmodel.envs.whole_games`), under greedy and random play, the shipped DQN expert and the
+    shipped dream agent (`JUDGING_POLICIES`), sampled at temperature 1 (``policies``) and at arg-max
+    (``argmax``): what the one-step figures cannot see (frames the game could not show, a map not
+    kept, items lost)."""
     from rpg_worldmodel.checkpoint import load_checkpoint
-    from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
+    from rpg_worldmodel.envs.whole_games import JUDGING_POLICIES, dream_and_real, judging_policy, reference_of
     from rpg_worldmodel.report.text import dream_line
 
     loaded = load_checkpoint(checkpoint)
     ref, worlds = reference_of(loaded), 8 if s.quick else DREAM_WORLDS
-    rows = {name: dream_and_real(loaded, ref, lambda name=name: make_policy(name), sample=True, views="game",
-                                 worlds=worlds, seed=s.seed) for name in ("greedy", "random")}
-    for name, row in rows.items():
-        print(f"    {name}: " + dream_line(row), flush=True)
-        row.pop("imagined_steps_per_s")  # a timing: the stage's time is in timings_s
-    return {"worlds": worlds, "sampler": "temperature 1, game views", "policies": rows}
+    out: dict = {"worlds": worlds, "sampler": "temperature 1, game views"}
+    for key, sample in (("policies", True), ("argmax", False)):
+        out[key] = {}
+        for name in JUDGING_POLICIES:
+            row = dream_and_real(loaded, ref, partial(judging_policy, name), sample=sample, views="game",
+                                 worlds=worlds, seed=s.seed)
+            print(f"    {name}{'' if sample else ', arg-max'}: " + dream_line(row), flush=True)
+            row.pop("imagined_steps_per_s")  # a timing: the stage's time is in timings_s
+            out[key][name] = row
+    return out
 
 
 def pipeline_section(p: dict) -> list[str]:
@@ -422,6 +428,9 @@ def pipeline_section(p: dict) -> list[str]:
                   f"to the episode's end ({dream['sampler']}; `rpg_worldmodel.envs.whole_games`; 95% "
                   "intervals over worlds):", ""]
         lines += [f"- {name}: {dream_line(row)}" for name, row in dream["policies"].items()] + [""]
+        if dream.get("argmax"):  # written before the arg-max rows were added
+            lines += ["At arg-max (each cell's likeliest kind):", ""]
+            lines += [f"- {name}: {dream_line(row)}" for name, row in dream["argmax"].items()] + [""]
     return lines
 
 

@@ -101,13 +101,15 @@ def test_quick_pipeline_outputs(quick_run):
     # The dream over whole games, beside the real game: the real games score 1.0 exactly, the measures
     # are shares with intervals, and the report carries them.
     dream = metrics["pipeline"]["dream_fidelity"]
-    assert set(dream["policies"]) == {"greedy", "random"}
-    for row in dream["policies"].values():
+    assert set(dream["policies"]) == set(dream["argmax"]) == {"greedy", "random", "dqn", "dream"}
+    for row in [*dream["policies"].values(), *dream["argmax"].values()]:
         assert row["real"]["frame_validity"]["value"] == 1.0 == row["real"]["geometric_consistency"]["value"]
         valid = row["imagined"]["frame_validity"]
         assert 0.0 <= valid["lo"] <= valid["value"] <= valid["hi"] <= 1.0 and valid["total"] > 0
         assert len(row["validity_by_turn"]) == valid["total"] // dream["worlds"]
     assert "## The dream over whole games" in report and "- greedy: valid frames " in report
+    assert "At arg-max" in report and "- dream: valid frames " in report
+    assert dream["policies"]["greedy"]["sample_rounds"] is not None is dream["argmax"]["greedy"]["sample_rounds"]
 
 
 def test_quick_pipeline_reports_every_headline_figure_across_seeds(quick_run):

@@ -21,6 +21,7 @@ from rpg_worldmodel.evaluation.metrics import CELL_CATEGORIES
 from rpg_worldmodel.evaluation.oracles import (
     REGION_IN_VIEW,
     REGION_NEVER_SEEN,
+    RolledMemory,
     action_deltas,
     age_bucket,
     memory_predictions,
@@ -151,6 +152,48 @@ def test_the_memory_oracle_remembers_what_scrolled_out_of_view():
     in_view = region == REGION_IN_VIEW
     assert (pred[in_view] == nxt[in_view]).mean() > 0.98  # only the co-player can surprise it
     assert age_bucket(np.array([1, 5, 6, 20, 21, 99])).tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def test_the_rolled_out_memory_oracle_recalls_only_what_the_real_opening_showed():
+    env = gym.make(rpg_env.ENV_ID, height=12, width=20, spawn_prob=0.0, vision_radius=2, co_policy="random")
+    layout = ["####################",
+              "#..................#",
+              "#..g.....f.........#",
+              "#..................#",
+              "#.......A..........#",
+              "#..................#",
+              "#....b.............#",
+              "#..................#",
+              "#..................#",
+              "#..................#",
+              "#.................B#",
+              "####################"]
+    obs, _ = env.reset(seed=0, options={"layout": layout})
+    views, actions = [obs], []
+    for a in [3, 3, 3, 2, 2, 2, 2, 2, 3, 2]:  # right x3 (the opening); open loop: back left, right, left
+        obs, *_ = env.step(a)
+        views.append(obs)
+        actions.append(a)
+    codes, actions = np.stack(views).argmax(1), np.array(actions)
+    deltas = action_deltas(["up", "down", "left", "right"])
+    vocab = {"empty": 0, "agent": 5, "blocking": [1, 5]}
+    memory = RolledMemory(codes[None, :4], actions[None, :3], 7, deltas, **vocab)
+    rolled = [memory.step(actions[None, k]) for k in range(3, 10)]
+    pred, region = (np.concatenate(x) for x in zip(*rolled, strict=True))
+    truth = codes[4:11]
+    # One step after the opening it is the memory oracle given the real views.
+    one_step, one_region = memory_predictions(codes[:5], actions[:4], deltas, **vocab)
+    np.testing.assert_array_equal(pred[0], one_step[3])
+    np.testing.assert_array_equal(region[0], one_region[3])
+    # Walking back over the opening's cells it recalls them exactly, from its own views.
+    recalled = region >= 2
+    assert recalled[:3].sum() >= 3 * 5 - 1 and (pred[recalled] == truth[recalled]).all()
+    # Past the start the columns are new, and a placeholder stays unknown while carried in view; it is
+    # never remembered: the column that scrolled out (one step right) comes back as never seen.
+    assert (region[3:5, :, 0] == REGION_NEVER_SEEN).all() and (region[4, :, 1] == REGION_NEVER_SEEN).all()
+    assert (region[6, :, 0] == REGION_NEVER_SEEN).all()
+    with pytest.raises(ValueError, match="actions must be"):
+        memory.step(np.array([7]))
 
 
 def test_floor_of_a_cell():

@@ -392,20 +392,25 @@ def test_whole_game_shares_carry_the_evaluations_bootstrap_and_read_as_a_line():
     assert line.startswith("valid frames 0.500 [") and "items kept - (real 0.500)" in line
     assert f"return gap +0.0 [{gap['lo']:+.1f}, {gap['hi']:+.1f}]" in line and "of real" not in line
     assert "ideal dream" not in line and "map of its own" not in line  # rows measured before either
+    assert "whole games" not in line and "breaks" not in line
     row["ideal_dream"] = {"geometric_consistency": iv}
     row["imagined"]["consistency_any_start"] = row["imagined"]["walls_kept"] = iv
+    row["imagined"]["whole_games_valid"] = share_interval(Share(np.array([1, 0, 0]), np.ones(3, np.int64)), 0)
+    row["imagined"]["wall_breaks"] = {"entered": 3, "carried": 1}
     line = dream_line(row)
     assert "] (an ideal dream 0.500), to a map of its own 0.500, walls kept 0.500, items kept" in line
+    assert "] (whole games valid 0.333; breaks: 3 entered, 1 carried), consistent" in line
 
 
 def test_the_shipped_dream_draws_whole_frames_and_keeps_its_items():
     """The shipped model over whole 100-turn games, greedy play, temperature 1: drawn jointly (its
-    default: the doubtful cells one at a time) nearly every frame is one the game could show; drawn
-    as independent cells (one round) most are not; and items seen stay, as the episode map keeps
-    them, and new ones come at the game's rate. (Measured at 256 worlds, the draw's floor on:
-    0.971 valid, 0.992 of items kept, 0.0099 spawned a cell and turn against the game's 0.0099;
-    one round, at 64 worlds: 0.215 valid; docs/imagination.md, "Fidelity". The goal, 99% of a
-    game's frames valid, is not reached.)"""
+    default: the doubtful cells one at a time) nearly every frame is one the game could show, and
+    most whole games show no impossible frame at all; drawn as independent cells (one round) most
+    frames are impossible and no game is whole; and items seen stay, as the episode map keeps them,
+    and new ones come at the game's rate. (Measured at 256 worlds, the draw's floor on: 0.971 valid,
+    0.992 of items kept, 0.0099 spawned a cell and turn against the game's 0.0099; one round, at 64
+    worlds: 0.215 valid; docs/imagination.md, "Fidelity". The goal, 99% of a game's frames valid,
+    is not reached; here 6 of the 8 games are valid in every frame.)"""
     from rpg_worldmodel.checkpoint import load_checkpoint
     from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
 
@@ -415,6 +420,8 @@ def test_the_shipped_dream_draws_whole_frames_and_keeps_its_items():
                                    worlds=8, seed=0, sample_rounds=rounds) for rounds in (None, 1)}
     joint, independent = (rows[r]["imagined"] for r in (None, 1))
     assert joint["frame_validity"]["value"] > 0.9 > 0.4 > independent["frame_validity"]["value"]
+    assert joint["whole_games_valid"]["hits"] >= 4 and independent["whole_games_valid"]["hits"] == 0
+    assert rows[None]["real"]["whole_games_valid"]["value"] == 1.0
     assert joint["item_persistence"]["value"] > 0.9
     assert 0.007 < joint["spawn_rate"]["value"] < 0.014  # the game's 0.01, within its noise over 8 games
     assert joint["wall_breaks"]["carried"] <= joint["wall_breaks"]["entered"]
@@ -457,3 +464,29 @@ def test_the_fidelity_benchmark_gives_a_row_for_each_floor(tmp_path):
     assert floored["validity_by_turn"] == default["validity_by_turn"]
     assert floored["return"]["imagined"] == default["return"]["imagined"]
     assert bare["return"]["imagined"] != floored["return"]["imagined"]
+
+
+def test_the_imagination_benchmark_times_an_episodes_last_turns_against_its_first():
+    """`benchmarks/imagination.py`'s ``by_turn``: one episode of the shipped model's dream from a reset
+    to its truncation at the game's last turn, timed early and late."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import gymnasium as gym
+
+    import rpg_worldmodel
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "imagination.py"
+    spec = importlib.util.spec_from_file_location("benchmark_imagination_by_turn", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    venv = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, num_envs=2, checkpoint="pretrained")
+    worlds = venv.unwrapped.worlds
+    rates = module.rates_by_turn(venv, seed=0, turns=5)
+    # the opening's real turns are played before the dream's first frame
+    assert rates["turns"] == worlds.max_turns - (worlds.num_frames - 1)
+    assert rates["early_turns_3_7"] > 0 and rates["last_5_turns"] > 0
+    assert rates["late_over_early"] == pytest.approx(rates["last_5_turns"] / rates["early_turns_3_7"])
+    venv.close()

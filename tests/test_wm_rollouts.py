@@ -68,7 +68,7 @@ def test_every_predictor_is_scored_at_every_horizon(setting):
     # Copying one view forever cannot change which cells it predicts: its accuracy never rises.
     copy_acc = [iv["value"] for iv in preds["copy"]["cell_acc"]]
     assert copy_acc[-1] <= copy_acc[0]
-    assert set(table["model_minus"]) == {"motion_oracle", "copy"}
+    assert set(table["model_minus"]) == {"memory_oracle", "motion_oracle", "copy"}
     assert strip["real"].shape == (7, 9, 9) and strip["imagined"].shape == (6, 9, 9)
     again, _ = rollout_table(ck.model, ck.config, es, fb, horizon=6, num_boot=100, seed=0)
     assert again == table  # seeded: sampling and bootstrap

@@ -112,13 +112,35 @@ def mean_interval(per_world: np.ndarray, seed: int) -> dict[str, float]:
 
 def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, start_cells: np.ndarray,
              seed: int) -> dict[str, Any]:
-    """`MEASURES` of a batch of episodes with intervals, the frames failing each validity check, and
-    where impossible wall layouts began (`wall_breaks`)."""
+    """`MEASURES` of a batch of episodes with intervals, the share of whole episodes whose every frame
+    is valid (``whole_games_valid``: a dream that stayed a world the whole game), the frames failing
+    each validity check, and where impossible wall layouts began (`wall_breaks`)."""
     shares = fidelity(codes, actions, ref, start=start_cells)
     shares["consistency_any_start"] = geometric_consistency(codes, actions, ref).share
+    valid = shares["frame_validity"]
+    whole = Share((valid.hits == valid.total).astype(np.int64), np.ones_like(valid.total))
     return {**{m: share_interval(shares[m], seed) for m in MEASURES},
+            "whole_games_valid": share_interval(whole, seed),
             "failed": {k: int(v) for k, v in shares["failed"].items()},
             "wall_breaks": wall_breaks(codes, actions, ref)}
+
+
+#: The policies a dream is judged under (`judging_policy`): two scripts unlike the data, the expert
+#: whose games the shipped model learned, and the agent trained in the shipped model's dream.
+JUDGING_POLICIES = ("greedy", "random", "dqn", "dream")
+
+
+def judging_policy(name: str) -> BatchPolicy:
+    """A fresh policy of `JUDGING_POLICIES` (or any registry name): ``dqn`` is the shipped DQN
+    expert, ``dream`` the shipped dream agent."""
+    from rpg_env.experts import pretrained_path as expert_path
+    from rpg_worldmodel.shipped import pretrained_path as shipped_path
+
+    if name == "dqn":
+        return make_policy(str(expert_path("dqn")))
+    if name == "dream":
+        return make_policy(str(shipped_path("dream")))
+    return make_policy(name)
 
 
 def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Callable[[], BatchPolicy],

@@ -25,6 +25,7 @@ from rpg_worldmodel.data.sources import kind_values
 from rpg_worldmodel.data.stores import EpisodeStore
 from rpg_worldmodel.evaluation.oracles import (
     NUM_REGIONS,
+    RolledMemory,
     action_deltas,
     copy_view,
     memory_predictions,
@@ -195,6 +196,14 @@ class FittedBaselines:
         c = self.codes
         return memory_predictions(codes, actions, action_deltas(self.action_names), empty=c["empty"],
                                   agent=c["agent"], blocking=[c["wall"], c["agent"]])
+
+
+    def roll_memory(self, opening: np.ndarray, opening_actions: np.ndarray, horizon: int) -> RolledMemory:
+        """The memory oracle rolled out from the real ``opening`` (S, T, V, V) codes and the
+        ``opening_actions`` (S, T - 1) between them (`RolledMemory`), with the file's vocabulary."""
+        c = self.codes
+        return RolledMemory(opening, opening_actions, horizon, action_deltas(self.action_names),
+                            empty=c["empty"], agent=c["agent"], blocking=[c["wall"], c["agent"]])
 
 
 def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_episodes: int = 400,

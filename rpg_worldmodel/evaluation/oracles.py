@@ -83,16 +83,23 @@ def shift_view(
     d = deltas[actions]  # (N, 2)
     target = codes[np.arange(n), r + d[:, 0], r + d[:, 1]]
     blocked = np.isin(target, np.asarray(blocking, dtype=np.int64))
-    moved = ~blocked
-    # new[i, j] = old[i + dr, j + dc]; indices out of range are newly revealed cells.
-    rows = np.arange(side)[None, :, None] + d[:, 0, None, None] * moved[:, None, None]
-    cols = np.arange(side)[None, None, :] + d[:, 1, None, None] * moved[:, None, None]
-    revealed = (rows < 0) | (rows >= side) | (cols < 0) | (cols >= side)
-    pred = codes[np.arange(n)[:, None, None], np.clip(rows, 0, side - 1), np.clip(cols, 0, side - 1)]
-    idx = np.flatnonzero(moved)
+    pred, revealed = scroll(codes, d * ~blocked[:, None])
+    idx = np.flatnonzero(~blocked)
     pred[idx, r, r] = agent
     pred[idx, r - d[idx, 0], r - d[idx, 1]] = empty
     return pred, revealed, blocked
+
+
+def scroll(grids: np.ndarray, moves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``grids`` (N, V, V) as seen after the agent moved by ``moves`` (N, 2) (row, col): ``new[i, j]
+    = old[i + dr, j + dc]``; ``revealed`` (N, V, V) marks the cells scrolled into view, whose value
+    is a placeholder copied from the inward neighbour."""
+    n, side = grids.shape[0], grids.shape[-1]
+    rows = np.arange(side)[None, :, None] + moves[:, 0, None, None]
+    cols = np.arange(side)[None, None, :] + moves[:, 1, None, None]
+    revealed = (rows < 0) | (rows >= side) | (cols < 0) | (cols >= side)
+    new = grids[np.arange(n)[:, None, None], np.clip(rows, 0, side - 1), np.clip(cols, 0, side - 1)]
+    return new, revealed
 
 
 def copy_view(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -151,3 +158,69 @@ def memory_predictions(codes: np.ndarray, actions: np.ndarray, deltas: np.ndarra
         pred[t][known] = seen[window][known]
         region[t][known] = 2 + age_bucket(t + 1 - when[window][known])
     return pred, region
+
+
+class RolledMemory:
+    """The memory oracle rolled out open loop (`rpg_worldmodel.evaluation.rollouts`): it reads the real
+    opening, then predicts each next view from its own previous one, as `memory_predictions` does from
+    the real one: the motion rule, and a cell scrolling into view that it has seen before (in the
+    opening, or carried in its own view since) predicted as it was last seen. A placeholder for a
+    cell it never saw stays unknown while it is carried in view (its region stays `REGION_NEVER_SEEN`)
+    and is never remembered, so the oracle only ever recalls what the real opening showed it.
+
+    ``opening`` (S, T, V, V) class codes of the real views, ``opening_actions`` (S, T - 1) the actions
+    between them; `step` then takes the action at the last view held and returns ``(pred, region)``,
+    both (S, V, V), for `CalibratedCells.log_probs`; at most ``horizon`` steps.
+    """
+
+    def __init__(self, opening: np.ndarray, opening_actions: np.ndarray, horizon: int, deltas: np.ndarray, *,
+                 empty: int, agent: int, blocking: Sequence[int]):
+        opening = np.asarray(opening).astype(np.int64)
+        s, t, side = opening.shape[0], opening.shape[1], opening.shape[-1]
+        self.deltas, self.empty, self.agent, self.blocking = np.asarray(deltas), empty, agent, blocking
+        size = 2 * (t + horizon + 1) + side  # the agent moves at most one cell a step
+        self.seen = np.full((s, size, size), -1, dtype=np.int64)
+        self.when = np.zeros((s, size, size), dtype=np.int64)
+        self.at = np.full((s, 2), size // 2, dtype=np.int64)
+        self.offsets = np.arange(side) - side // 2
+        self.step_index = 0
+        for k in range(t):
+            self.view, self.known = opening[:, k], np.ones(opening[:, k].shape, dtype=bool)
+            self._write()
+            if k < t - 1:
+                _, _, blocked = shift_view(self.view, opening_actions[:, k], self.deltas, empty=empty,
+                                           agent=agent, blocking=blocking)
+                self._move(opening_actions[:, k], blocked)
+
+    def _window(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows = self.at[:, 0, None, None] + self.offsets[None, :, None]
+        cols = self.at[:, 1, None, None] + self.offsets[None, None, :]
+        return np.arange(len(self.at))[:, None, None], rows, cols
+
+    def _write(self) -> None:
+        index = self._window()
+        self.seen[index] = np.where(self.known, self.view, self.seen[index])
+        self.when[index] = np.where(self.known, self.step_index, self.when[index])
+        centre = np.arange(len(self.at))
+        self.seen[centre, self.at[:, 0], self.at[:, 1]] = self.empty  # left before it scrolls back
+        self.step_index += 1
+
+    def _move(self, actions: np.ndarray, blocked: np.ndarray) -> np.ndarray:
+        moves = self.deltas[np.asarray(actions, dtype=np.int64)] * ~blocked[:, None]
+        self.at += moves
+        return moves
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pred, revealed, blocked = shift_view(self.view, actions, self.deltas, empty=self.empty,
+                                             agent=self.agent, blocking=self.blocking)
+        known, _ = scroll(self.known, self._move(actions, blocked))
+        known &= ~revealed
+        known[:, self.view.shape[-1] // 2, self.view.shape[-1] // 2] = True  # the agent itself
+        index = self._window()
+        recalled = revealed & (self.seen[index] >= 0)
+        pred = np.where(recalled, self.seen[index], pred)
+        age = age_bucket(np.maximum(self.step_index - self.when[index], 1))
+        region = np.where(recalled, 2 + age, np.where(known, REGION_IN_VIEW, REGION_NEVER_SEEN))
+        self.view, self.known = pred, known | recalled
+        self._write()
+        return pred, region

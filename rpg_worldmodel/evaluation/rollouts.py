@@ -9,6 +9,9 @@ is scored at every horizon k = 1..H against the real view and reward of that ste
   the imagined env draws them, `rpg_worldmodel.models.sampling`);
 - ``teacher_forced``: the model given the *real* history at every k (today's one-step figure,
   at the same steps): the gap to ``model`` is what feeding back its own predictions costs;
+- ``memory_oracle``: the motion rule applied to its own previous prediction, and every cell the
+  real opening showed recalled when it scrolls back into view (`RolledMemory`): the reference
+  for a dream that keeps its map;
 - ``motion_oracle``: the motion rule applied to its own previous prediction;
 - ``copy``: the last real view, forever.
 
@@ -35,7 +38,9 @@ from rpg_worldmodel.evaluation.scoring import reward_targets
 from rpg_worldmodel.models.sampling import ViewSampler
 from rpg_worldmodel.models.world_model import WorldModel
 
-PREDICTORS = ("model", "model_sampled", "teacher_forced", "motion_oracle", "copy")
+PREDICTORS = ("model", "model_sampled", "teacher_forced", "memory_oracle", "motion_oracle", "copy")
+#: What the model's rollout is compared with, paired (`rollout_table`'s ``model_minus``).
+REFERENCES = ("memory_oracle", "motion_oracle", "copy")
 FIGURES = ("view_ce", "cell_acc", "changed_acc", "f1_items", "reward_acc", "return_error")
 DEFAULT_HORIZON = 15
 
@@ -107,22 +112,24 @@ def _model_rollouts(model: WorldModel, starts: Starts, num_frames: int, horizon:
 
 def _baseline_rollouts(fb: FittedBaselines, starts: Starts, num_frames: int,
                        horizon: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-    """The motion oracle fed its own hard predictions, and the copied last view, as log-probs."""
-    codes = views_to_codes(starts.views[:, num_frames - 1])
-    last = codes
-    oracle, copied, oracle_r, copy_r = [], [], [], []
+    """The memory and motion oracles fed their own hard predictions, and the copied last view, as
+    log-probs."""
+    opening = views_to_codes(starts.views[:, :num_frames])
+    memory = fb.roll_memory(opening, starts.actions[:, : num_frames - 1], horizon)
+    last = codes = remembered = opening[:, -1]
+    out: dict[str, tuple[list, list]] = {name: ([], []) for name in REFERENCES}
     for k in range(horizon):
         act = starts.actions[:, num_frames - 1 + k]
         pred, revealed, _ = fb.shift(codes, act)
-        oracle.append(fb.shift_cal.log_probs(pred, revealed))
-        copied.append(fb.copy_cal.log_probs(*copy_view(last)))
+        recalled, region = memory.step(act)
+        out["memory_oracle"][0].append(fb.memory_cal.log_probs(recalled, region))
+        out["motion_oracle"][0].append(fb.shift_cal.log_probs(pred, revealed))
+        out["copy"][0].append(fb.copy_cal.log_probs(*copy_view(last)))
         if fb.reward_rule is not None:
-            oracle_r.append(fb.reward_rule.log_probs(codes, act))
-            copy_r.append(fb.reward_rule.log_probs(last, act))
-        codes = pred
-    stack = (lambda x: np.stack(x, 1) if x else None)  # noqa: E731
-    return {"motion_oracle": (np.stack(oracle, 1), stack(oracle_r)),
-            "copy": (np.stack(copied, 1), stack(copy_r))}
+            for name, view in (("memory_oracle", remembered), ("motion_oracle", codes), ("copy", last)):
+                out[name][1].append(fb.reward_rule.log_probs(view, act))
+        codes, remembered = pred, recalled
+    return {name: (np.stack(v, 1), np.stack(r, 1) if r else None) for name, (v, r) in out.items()}
 
 
 def _counts(view_lp: np.ndarray, reward_lp: np.ndarray | None, starts: Starts, num_frames: int,
@@ -190,7 +197,7 @@ def rollout_table(model: WorldModel, config, es: EvalSet, baselines: FittedBasel
              for name, counts in per_game.items()}
     # Paired differences at each k (the same resampled games): is the model's future truer?
     minus = {}
-    for name in ("motion_oracle", "copy"):
+    for name in REFERENCES:
         minus[name] = _per_horizon([M.bootstrap_differences(_at(per_game["model"], k), _at(per_game[name], k),
                                                             horizon_figures, num_boot, seed)
                                     for k in range(horizon)])

@@ -28,7 +28,7 @@ def cell_colours(channel_names: Sequence[str]) -> list[str]:
 
 PREDICTOR_COLOURS = {"model": "#4c72b0", "copy": "#999999", "motion_oracle": "#dd8452",
                      "majority_action": "#999999", "previous_action": "#dd8452", "model_sampled": "#8172b3",
-                     "teacher_forced": "#55a868", "reward_rule": "#dd8452", "memory_oracle": "#55a868"}
+                     "teacher_forced": "#55a868", "reward_rule": "#dd8452", "memory_oracle": "#c44e52"}
 
 
 # ---------------------------------------------------------------------------- plots

@@ -80,10 +80,11 @@ def fmt_percent(iv: dict | None) -> str:
 
 def dream_line(row: dict) -> str:
     """One policy's dream over whole games against the real game (`rpg_worldmodel.envs.whole_games`):
-    ``valid frames 0.101 [0.088, 0.115], consistent 0.077 [...] (an ideal dream 0.772), to a map of
-    its own 0.102, walls kept 0.983, items kept 0.375 (real 0.980), spawn rate 0.0263 (real
-    0.0102), return gap -13.8 [-28.4, +1.8] (-3.9% of real)``; ``-`` when undefined (a row measured
-    before the ideal dream, any-start consistency or walls kept leaves that part out)."""
+    ``valid frames 0.101 [0.088, 0.115] (whole games valid 0.000; breaks: 52 entered, 24 carried),
+    consistent 0.077 [...] (an ideal dream 0.772), to a map of its own 0.102, walls kept 0.983, items
+    kept 0.375 (real 0.980), spawn rate 0.0263 (real 0.0102), return gap -13.8 [-28.4, +1.8] (-3.9% of
+    real)``; ``-`` when undefined (a row measured before the whole games, the breaks, the ideal
+    dream, any-start consistency or walls kept leaves that part out)."""
     im, re = row["imagined"], row["real"]
 
     def value(iv: dict, spec: str) -> str:
@@ -99,7 +100,13 @@ def dream_line(row: dict) -> str:
     own_map = "" if any_start is None else f", to a map of its own {value(any_start, '.3f')}"
     if im.get("walls_kept") is not None:
         own_map += f", walls kept {value(im['walls_kept'], '.3f')}"
-    return (f"valid frames {fmt_interval(im['frame_validity'])}, "
+    notes = []
+    if im.get("whole_games_valid") is not None:
+        notes.append(f"whole games valid {value(im['whole_games_valid'], '.3f')}")
+    if im.get("wall_breaks") is not None:
+        notes.append(f"breaks: {im['wall_breaks']['entered']} entered, {im['wall_breaks']['carried']} carried")
+    where = f" ({'; '.join(notes)})" if notes else ""
+    return (f"valid frames {fmt_interval(im['frame_validity'])}{where}, "
             f"consistent {fmt_interval(im['geometric_consistency'])}{ceiling}{own_map}, "
             f"items kept {value(im[kept], '.3f')} (real {value(re[kept], '.3f')}), "
             f"spawn rate {value(im[spawned], '.4f')} (real {value(re[spawned], '.4f')}), "
@@ -277,13 +284,13 @@ def _beats(diff: dict | None, lower_is_better: bool) -> str | None:
     return "point" if sign * diff["value"] > 0 else "no"
 
 
-def rollout_goal(rollout: dict) -> dict[str, dict]:
-    """Whether the model's rollout beats the motion oracle's at every horizon, per figure:
+def rollout_goal(rollout: dict, reference: str = "motion_oracle") -> dict[str, dict]:
+    """Whether the model's rollout beats ``reference``'s at every horizon, per figure:
     ``{figure: {"every_k": bool, "first_miss": k or None, "per_k": [yes|point|no]}}`` (point
     estimates; "yes" marks a paired interval on the better side)."""
     out = {}
     for figure, lower in (("view_ce", True), ("f1_items", False)):
-        diffs = rollout["model_minus"]["motion_oracle"].get(figure, [])
+        diffs = rollout["model_minus"][reference].get(figure, [])
         per_k = [_beats(d, lower) for d in diffs]
         misses = [k + 1 for k, v in enumerate(per_k) if v not in ("yes", "point")]
         out[figure] = {"every_k": not misses, "first_miss": misses[0] if misses else None, "per_k": per_k}
@@ -291,16 +298,18 @@ def rollout_goal(rollout: dict) -> dict[str, dict]:
 
 
 def rollout_line(rollout: dict) -> str:
-    """One console line: view CE of the model and the motion oracle at a few horizons."""
+    """One console line: view CE of the model and the oracles at a few horizons."""
     h = rollout["horizon"]
     ks = sorted({1, min(5, h), h})
-    ce = {name: rollout["predictors"][name]["view_ce"] for name in ("model", "motion_oracle")}
-    parts = ", ".join(f"k={k}: {ce['model'][k - 1]['value']:.3f} vs "
-                      f"{ce['motion_oracle'][k - 1]['value']:.3f}" for k in ks)
+    oracles = [name for name in ("memory_oracle", "motion_oracle") if name in rollout["predictors"]]
+    ce = {name: rollout["predictors"][name]["view_ce"] for name in ("model", *oracles)}
+    parts = ", ".join(f"k={k}: " + " vs ".join(f"{ce[name][k - 1]['value']:.3f}" for name in ce) for k in ks)
     goal = rollout_goal(rollout)
-    verdict = "; ".join(f"{f}: " + ("beats the oracle at every k" if g["every_k"]
-                                     else f"behind from k={g['first_miss']}") for f, g in goal.items())
-    return f"rollout view CE, model vs motion oracle, {parts} ({verdict})"
+    verdict = "; ".join(f"{f}: " + ("beats the motion oracle at every k" if g["every_k"]
+                                     else f"behind the motion oracle from k={g['first_miss']}")
+                        for f, g in goal.items())
+    names = " vs ".join(name.replace("_", " ") for name in oracles)
+    return f"rollout view CE, model vs {names}, {parts} ({verdict})"
 
 
 def _rollout_section(rollout: dict) -> list[str]:
@@ -317,11 +326,14 @@ def _rollout_section(rollout: dict) -> list[str]:
             cells = [fmt_interval(figures[f][k - 1]) if f in figures else "-" for f in ROLLOUT_FIGURES]
             lines.append(f"| {name} | {k} | " + " | ".join(cells) + " |")
     lines.append("")
-    for figure, g in rollout_goal(rollout).items():
-        marks = "".join({"yes": "+", "point": "~", "no": "-", None: "?"}[v] for v in g["per_k"])
-        state = "better at every k" if g["every_k"] else f"behind from k = {g['first_miss']}"
-        lines.append(f"- Model vs motion oracle on `{figure}`: {state} (per k: {marks}; + paired interval "
-                     "better, ~ point estimate better, - worse).")
+    for reference in ("memory_oracle", "motion_oracle"):
+        if reference not in rollout["model_minus"]:  # written before the memory oracle was rolled out
+            continue
+        for figure, g in rollout_goal(rollout, reference).items():
+            marks = "".join({"yes": "+", "point": "~", "no": "-", None: "?"}[v] for v in g["per_k"])
+            state = "better at every k" if g["every_k"] else f"behind from k = {g['first_miss']}"
+            lines.append(f"- Model vs {reference.replace('_', ' ')} on `{figure}`: {state} (per k: {marks}; "
+                         "+ paired interval better, ~ point estimate better, - worse).")
     return [*lines, ""]
 
 
