@@ -23,8 +23,13 @@ the same way in both worlds:
   last sighting of those cells, by the frames' own moves (the map a dream keeps, in its geometry);
 - ``wall_breaks``: where impossible wall layouts began (the cells a move brought in, or cells
   carried over from the frame before);
+- ``whole_games_valid``: the share of whole episodes with no impossible frame;
 - ``return``: points per episode after the opening, imagined and real, their gap and the gap as a
-  share of the real return.
+  share of the real return;
+- ``rollout`` (with ``--rollout-data``, the file the models learned from): open-loop rollouts from
+  the openings of its held-out games to the episode's end on the recorded actions, view CE, item
+  F1 and return error at every k beside the memory and motion oracles and copy
+  (`rpg_worldmodel.evaluation.rollouts`).
 
 Every figure carries a 95% bootstrap interval over worlds. Policies: ``greedy``, ``random``,
 ``dqn`` (the shipped expert whose games the model learned) and ``dream`` (the agent trained in
@@ -37,7 +42,7 @@ drawn as the game can show them (``--views game``: the learner at the centre, at
     python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--views game cells]
         [--samplers sampled argmax] [--rounds 1 8 81] [--doubt 0.2] [--floor 0 0.001]
         [--policies greedy random dqn dream]
-        [--worlds 64] [--seed 0]
+        [--worlds 64] [--seed 0] [--rollout-data runs/pipeline/data/dqn.h5 [--rollout-horizon 95]]
 
 Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png`` (validity by turn).
 """
@@ -49,6 +54,7 @@ from pathlib import Path
 
 from rpg_base.cli import (
     ArgumentParser,
+    existing_file,
     float_in,
     non_negative_int,
     output_file,
@@ -60,7 +66,8 @@ from rpg_base.results import pyplot, save_figure, write_results
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 from rpg_worldmodel.envs.imagination import VIEWS
 from rpg_worldmodel.envs.whole_games import JUDGING_POLICIES, dream_and_real, judging_policy, reference_of
-from rpg_worldmodel.report.text import dream_line
+from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
+from rpg_worldmodel.report.text import dream_line, rollout_line
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = JUDGING_POLICIES
@@ -108,6 +115,16 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
             out["rows"][f"{sampler}/{name}"] = row
             print(line(checkpoint, views, sampler, name, row), flush=True)
     return out
+
+
+def rollouts(ev: Evaluation, horizon: int) -> dict:
+    """Open-loop rollouts of ``ev``'s world model from the openings of the held-out games of its file
+    (the one it was trained on: its recorded split says which), every k = 1..``horizon``, beside the
+    memory and motion oracles and copy (`rpg_worldmodel.evaluation.rollouts`)."""
+    ev.evaluate_file(ev.data[0])
+    table = ev.rollout(horizon)
+    print(f"{ev.checkpoint}: {rollout_line(table)}", flush=True)
+    return table
 
 
 def line(checkpoint: str, views: str, sampler: str, name: str, row: dict) -> str:
@@ -163,6 +180,12 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch CPU threads (one is fastest for these small steps)")
+    parser.add_argument("--rollout-data", type=existing_file, default=None, metavar="FILE",
+                        help="the trajectory file the world models were trained on: adds their open-loop "
+                             "rollouts from its held-out games beside the memory and motion oracles "
+                             "(python -m rpg_worldmodel.pipeline records it as DIR/data/dqn.h5)")
+    parser.add_argument("--rollout-horizon", type=positive_int, default=95,
+                        help="steps rolled out (95: to the last turn of a 100-turn game after 5 real views)")
     parser.add_argument("--out", type=output_file, default=RESULTS / "imagination_fidelity.json")
     return parser
 
@@ -173,11 +196,20 @@ def main(argv: list[str] | None = None) -> None:
         if checkpoint != "pretrained":
             choose_checkpoint(checkpoint)
     with pinned_torch_threads(args.threads):  # and the caller's setting back after
+        # a file another model learned from is refused before the first world is played
+        evaluations = {ck: Evaluation(ck, [args.rollout_data], EvalOptions(seed=args.seed))
+                       for ck in dict.fromkeys(args.checkpoint)} if args.rollout_data else {}
         samplers = sampler_names(args.samplers, args.rounds, args.floor)
         results = [compare(ck, views, samplers, args.policies, args.worlds, args.seed, args.doubt)
                    for ck in args.checkpoint for views in args.views]
+        tables = {ck: rollouts(ev, args.rollout_horizon) for ck, ev in evaluations.items()}
+        for result in results:  # one table a world model: its rollouts do not depend on --views
+            if result["checkpoint"] in tables:
+                result["rollout"] = tables[result["checkpoint"]]
     record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
                         rounds=args.rounds, doubt=args.doubt, floor=args.floor,
+                        rollout_data=str(args.rollout_data) if args.rollout_data else None,
+                        rollout_horizon=args.rollout_horizon if args.rollout_data else None,
                         threads=args.threads, results=results)
     write_results(args.out, record, lambda png: plot(results, png))
 

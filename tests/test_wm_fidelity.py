@@ -490,3 +490,28 @@ def test_the_imagination_benchmark_times_an_episodes_last_turns_against_its_firs
     assert rates["early_turns_3_7"] > 0 and rates["last_5_turns"] > 0
     assert rates["late_over_early"] == pytest.approx(rates["last_5_turns"] / rates["early_turns_3_7"])
     venv.close()
+
+
+def test_the_fidelity_benchmark_adds_the_rollouts_of_each_model_once(tiny_world_model, tmp_path):
+    """``--rollout-data``: the open-loop rollout table from the held-out games of the file the model
+    learned from, every k beside the memory and motion oracles; one table a model, whatever its views."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    run, data = tiny_world_model
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "imagination_fidelity.py"
+    spec = importlib.util.spec_from_file_location("benchmark_imagination_fidelity_rollouts", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "fidelity.json"
+    module.main(["--checkpoint", str(run), "--views", "game", "cells", "--worlds", "1", "--policies", "random",
+                 "--samplers", "argmax", "--rollout-data", str(data), "--rollout-horizon", "3", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    game, cells = saved["results"]
+    assert game["rollout"] == cells["rollout"] and game["rollout"]["horizon"] == 3
+    assert {"memory_oracle", "motion_oracle", "copy"} <= set(game["rollout"]["model_minus"])
+    assert len(game["rollout"]["predictors"]["memory_oracle"]["view_ce"]) == 3
+    assert saved["rollout_horizon"] == 3 and saved["rollout_data"] == str(data)
