@@ -103,8 +103,9 @@ def dream_line(row: dict) -> str:
     notes = []
     if im.get("whole_games_valid") is not None:
         notes.append(f"whole games valid {value(im['whole_games_valid'], '.3f')}")
-    if im.get("wall_breaks") is not None:
-        notes.append(f"breaks: {im['wall_breaks']['entered']} entered, {im['wall_breaks']['carried']} carried")
+    breaks = im.get("wall_breaks")
+    if breaks is not None:
+        notes.append(f"breaks: {breaks['entered']} entered, {breaks['carried']} carried")
     where = f" ({'; '.join(notes)})" if notes else ""
     return (f"valid frames {fmt_interval(im['frame_validity'])}{where}, "
             f"consistent {fmt_interval(im['geometric_consistency'])}{ceiling}{own_map}, "
