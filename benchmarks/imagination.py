@@ -117,9 +117,10 @@ def steps_per_second(venv, steps: int, seed: int) -> float:
 
 
 def rates_by_turn(venv, seed: int, turns: int = 10) -> dict[str, float]:
-    """Agent-steps/s over ``turns`` turns early in an episode (from its third: the first two warm up)
-    and over its last ``turns``, random actions from a reset to the episode's end: does turn 100
-    cost what turn 1 does, with the map holding the whole episode?"""
+    """Agent-steps/s over ``turns`` imagined steps early in an episode (from its third: the first two
+    warm up) and over its last ``turns``, random actions from a reset to the episode's end (an
+    imagined episode's steps follow the real opening's ``num_frames - 1`` turns: the last is the
+    game's last turn): does turn 100 cost what turn 1 does, with the map holding the whole episode?"""
     rng = np.random.default_rng(seed)
     venv.reset(seed=seed)
     seconds, done = [], False
@@ -130,8 +131,8 @@ def rates_by_turn(venv, seed: int, turns: int = 10) -> dict[str, float]:
         seconds.append(time.perf_counter() - start)
         done = bool((terminated | truncated).all())
     early, late = sum(seconds[2 : 2 + turns]), sum(seconds[-turns:])
-    return {"turns": len(seconds), f"early_turns_3_{2 + turns}": venv.num_envs * turns / early,
-            f"last_{turns}_turns": venv.num_envs * turns / late, "late_over_early": early / late}
+    return {"steps": len(seconds), f"steps_3_{2 + turns}": venv.num_envs * turns / early,
+            f"last_{turns}_steps": venv.num_envs * turns / late, "late_over_early": early / late}
 
 
 def measure(checkpoint: Path | str, sizes: tuple[int, ...], steps: int, repeats: int, device: str,
@@ -161,7 +162,7 @@ def measure(checkpoint: Path | str, sizes: tuple[int, ...], steps: int, repeats:
             whole = [rates_by_turn(envs["cached"], seed=r) for r in range(repeats)]
             by_turn = {"worlds": n, **{k: statistics.median(w[k] for w in whole) for k in whole[0]}}
             print(f"N={n}, cached, one episode to its end: {by_turn['late_over_early']:.2f}x as fast over "
-                  f"its last 10 turns as early on", flush=True)
+                  f"its last 10 steps as early on", flush=True)
         for venv in envs.values():
             venv.close()
     return {**{name: {str(n): {"median": statistics.median(v), "best": max(v), "rounds": v}

@@ -61,9 +61,11 @@ from rpg_base.cli import (
     positive_int,
     run_command,
 )
+from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, provenance
 from rpg_base.results import pyplot, save_figure, write_results
-from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
+from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint, read_checkpoint_record
+from rpg_worldmodel.data.sources import DataSource
 from rpg_worldmodel.envs.imagination import VIEWS
 from rpg_worldmodel.envs.whole_games import JUDGING_POLICIES, dream_and_real, judging_policy, reference_of
 from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
@@ -115,6 +117,20 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
             out["rows"][f"{sampler}/{name}"] = row
             print(line(checkpoint, views, sampler, name, row), flush=True)
     return out
+
+
+def rollout_horizon(checkpoint: str, data: Path, asked: int | None) -> int:
+    """The steps ``checkpoint`` is rolled out on ``data``: ``asked``, or to the episode's last turn (the
+    game's ``max_turns`` less the model's real views); a horizon no episode holds is refused here,
+    before anything is fitted or played."""
+    turns = int((DataSource.open(data).meta.get("env_kwargs") or {}).get("max_turns", 0))
+    frames = read_checkpoint_record(checkpoint).config.model.num_frames
+    if asked is None and not turns:
+        raise InputError(f"{data} does not say how long its games are: give --rollout-horizon")
+    if turns and (asked or 0) > turns - frames:
+        raise InputError(f"--rollout-horizon {asked} is longer than a game of {turns} turns holds after the "
+                         f"model's {frames} real views: at most {turns - frames}")
+    return asked or turns - frames
 
 
 def rollouts(ev: Evaluation, horizon: int) -> dict:
@@ -184,32 +200,37 @@ def build_parser() -> ArgumentParser:
                         help="the trajectory file the world models were trained on: adds their open-loop "
                              "rollouts from its held-out games beside the memory and motion oracles "
                              "(python -m rpg_worldmodel.pipeline records it as DIR/data/dqn.h5)")
-    parser.add_argument("--rollout-horizon", type=positive_int, default=95,
-                        help="steps rolled out (95: to the last turn of a 100-turn game after 5 real views)")
+    parser.add_argument("--rollout-horizon", type=positive_int, default=None,
+                        help="steps rolled out with --rollout-data (default: to the episode's last turn, 95 "
+                             "in a 100-turn game after 5 real views)")
     parser.add_argument("--out", type=output_file, default=RESULTS / "imagination_fidelity.json")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.rollout_horizon is not None and args.rollout_data is None:
+        parser.error("--rollout-horizon is how far the rollouts of --rollout-data go: give that file too")
     for checkpoint in args.checkpoint:  # every world model is found before the first is played
         if checkpoint != "pretrained":
             choose_checkpoint(checkpoint)
     with pinned_torch_threads(args.threads):  # and the caller's setting back after
-        # a file another model learned from is refused before the first world is played
-        evaluations = {ck: Evaluation(ck, [args.rollout_data], EvalOptions(seed=args.seed))
-                       for ck in dict.fromkeys(args.checkpoint)} if args.rollout_data else {}
+        # a horizon no game holds, or a file another model learned from, is refused before any play
+        models = list(dict.fromkeys(args.checkpoint)) if args.rollout_data else []
+        horizons = {ck: rollout_horizon(ck, args.rollout_data, args.rollout_horizon) for ck in models}
+        evaluations = {ck: Evaluation(ck, [args.rollout_data], EvalOptions(seed=args.seed)) for ck in models}
         samplers = sampler_names(args.samplers, args.rounds, args.floor)
         results = [compare(ck, views, samplers, args.policies, args.worlds, args.seed, args.doubt)
                    for ck in args.checkpoint for views in args.views]
-        tables = {ck: rollouts(ev, args.rollout_horizon) for ck, ev in evaluations.items()}
+        tables = {ck: rollouts(ev, horizons[ck]) for ck, ev in evaluations.items()}
         for result in results:  # one table a world model: its rollouts do not depend on --views
             if result["checkpoint"] in tables:
                 result["rollout"] = tables[result["checkpoint"]]
     record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
                         rounds=args.rounds, doubt=args.doubt, floor=args.floor,
                         rollout_data=str(args.rollout_data) if args.rollout_data else None,
-                        rollout_horizon=args.rollout_horizon if args.rollout_data else None,
+                        rollout_horizon=horizons or None,
                         threads=args.threads, results=results)
     write_results(args.out, record, lambda png: plot(results, png))
 

@@ -15,8 +15,9 @@ Stages (each a function, so tests and notebooks can run them one by one):
 6. probes    masking table: the model and its mask-fine-tuned probe x masks at evaluation.
 7. rollouts  the model rolled open-loop 15 steps from held-out starts, scored at every step.
 8. dream     its dream beside the real game over whole episodes, from the same real opening, under
-             greedy and random play: frames the game could show, walls that fit the moves, items
-             kept, spawn rate, return gap (`rpg_worldmodel.envs.whole_games`).
+             greedy and random play, the shipped DQN expert and the shipped dream agent, at
+             temperature 1 and at arg-max: frames the game could show, walls that fit the moves,
+             items kept, spawn rate, return gap (`rpg_worldmodel.envs.whole_games`).
 9. seeds     with ``--seeds A B C``: one more model per further training seed (``run_seed_B``...),
              each scored on the same held-out and cross games; every headline figure per seed,
              its mean and a seeds-and-games bootstrap interval (`rpg_worldmodel.evaluation.seeds`).
@@ -395,10 +396,18 @@ def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
 
     loaded = load_checkpoint(checkpoint)
     ref, worlds = reference_of(loaded), 8 if s.quick else DREAM_WORLDS
-    out: dict = {"worlds": worlds, "sampler": "temperature 1, game views"}
+    out: dict = {"worlds": worlds, "sampler": "temperature 1, game views", "skipped": {}}
+    names = []
+    for name in JUDGING_POLICIES:  # a shipped agent removed from the install costs its rows, not the run
+        try:
+            judging_policy(name)
+            names.append(name)
+        except FileNotFoundError as exc:
+            out["skipped"][name] = str(exc)
+            print(f"    {name}: skipped ({exc})", flush=True)
     for key, sample in (("policies", True), ("argmax", False)):
         out[key] = {}
-        for name in JUDGING_POLICIES:
+        for name in names:
             row = dream_and_real(loaded, ref, partial(judging_policy, name), sample=sample, views="game",
                                  worlds=worlds, seed=s.seed)
             print(f"    {name}{'' if sample else ', arg-max'}: " + dream_line(row), flush=True)

@@ -170,3 +170,23 @@ def test_overrides_the_pipeline_would_ignore_are_refused(tmp_path):
     with pytest.raises(InputError, match="the pipeline sets data.path"):
         run_pipeline(PipelineSettings(out=str(tmp_path / "p"), train_overrides=["data.path=x.h5"]))
     assert not (tmp_path / "p").exists()  # refused before anything was written
+
+
+def test_the_dream_stage_skips_a_shipped_agent_that_is_missing(tiny_world_model, monkeypatch):
+    """A shipped agent removed from the install costs the dream stage its rows, said in the JSON,
+    not the pipeline run it ends."""
+    from rpg_worldmodel.envs import whole_games
+    from rpg_worldmodel.pipeline import stage_dream
+
+    run, _ = tiny_world_model
+    found = whole_games.judging_policy
+
+    def without_the_dream_agent(name):
+        if name == "dream":
+            raise FileNotFoundError("the shipped dream is missing at /nowhere/model.zip")
+        return found(name)
+
+    monkeypatch.setattr(whole_games, "judging_policy", without_the_dream_agent)
+    dream = stage_dream(run, PipelineSettings.quick_settings())
+    assert set(dream["policies"]) == set(dream["argmax"]) == {"greedy", "random", "dqn"}
+    assert "missing" in dream["skipped"]["dream"]

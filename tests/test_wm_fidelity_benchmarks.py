@@ -8,8 +8,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 from rpg_env.policies.registry import make_policy
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -64,24 +62,31 @@ def test_the_imagination_benchmark_times_an_episodes_last_turns_against_its_firs
     worlds = venv.unwrapped.worlds
     rates = module.rates_by_turn(venv, seed=0, turns=5)
     # the opening's real turns are played before the dream's first frame
-    assert rates["turns"] == worlds.max_turns - (worlds.num_frames - 1)
-    assert rates["early_turns_3_7"] > 0 and rates["last_5_turns"] > 0
-    assert rates["late_over_early"] == pytest.approx(rates["last_5_turns"] / rates["early_turns_3_7"])
+    assert rates["steps"] == worlds.max_turns - (worlds.num_frames - 1)
+    assert rates["steps_3_7"] > 0 and rates["last_5_steps"] > 0 and rates["late_over_early"] > 0
     venv.close()
 
 
-def test_the_fidelity_benchmark_adds_the_rollouts_of_each_model_once(tiny_world_model, tmp_path):
+def test_the_fidelity_benchmark_adds_the_rollouts_of_each_model_once(tiny_world_model, tmp_path, monkeypatch):
     """``--rollout-data``: the open-loop rollout table from the held-out games of the file the model
-    learned from, every k beside the memory and motion oracles; one table a model, whatever its views."""
+    learned from, every k beside the memory and motion oracles; one table a model, whatever its views,
+    by default to the game's last turn."""
+    from rpg_worldmodel.checkpoint import load_checkpoint
+
     run, data = tiny_world_model
     module = benchmark("imagination_fidelity", "benchmark_imagination_fidelity_rollouts")
+    made = []
+    monkeypatch.setattr(module, "rollouts", lambda ev, horizon, made_by=module.rollouts: made.append(horizon)
+                        or made_by(ev, horizon))
     out = tmp_path / "fidelity.json"
-    module.main(["--checkpoint", str(run), "--views", "game", "cells", "--worlds", "1", "--policies",
-                 "random", "--samplers", "argmax", "--rollout-data", str(data), "--rollout-horizon", "3",
-                 "--out", str(out)])
+    common = ["--checkpoint", str(run), "--worlds", "1", "--policies", "random", "--samplers", "argmax",
+              "--rollout-data", str(data), "--out", str(out)]
+    module.main([*common, "--views", "game", "cells", "--rollout-horizon", "3"])
     saved = json.loads(out.read_text())
     game, cells = saved["results"]
-    assert game["rollout"] == cells["rollout"] and game["rollout"]["horizon"] == 3
+    assert made == [3] and game["rollout"] == cells["rollout"] and game["rollout"]["horizon"] == 3
     assert {"memory_oracle", "motion_oracle", "copy"} <= set(game["rollout"]["model_minus"])
     assert len(game["rollout"]["predictors"]["memory_oracle"]["view_ce"]) == 3
-    assert saved["rollout_horizon"] == 3 and saved["rollout_data"] == str(data)
+    assert saved["rollout_horizon"] == {str(run): 3} and saved["rollout_data"] == str(data)
+    module.main(common)  # to the last turn: the game's 100 turns less the model's real views
+    assert made[-1] == 100 - load_checkpoint(run).config.model.num_frames

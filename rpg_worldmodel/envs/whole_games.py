@@ -118,7 +118,8 @@ def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, sta
     shares = fidelity(codes, actions, ref, start=start_cells)
     shares["consistency_any_start"] = geometric_consistency(codes, actions, ref).share
     valid = shares["frame_validity"]
-    whole = Share((valid.hits == valid.total).astype(np.int64), np.ones_like(valid.total))
+    every_frame = (valid.hits == valid.total) & (valid.total > 0)
+    whole = Share(every_frame.astype(np.int64), np.ones_like(valid.total))
     return {**{m: share_interval(shares[m], seed) for m in MEASURES},
             "whole_games_valid": share_interval(whole, seed),
             "failed": {k: int(v) for k, v in shares["failed"].items()},

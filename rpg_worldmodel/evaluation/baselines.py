@@ -197,7 +197,6 @@ class FittedBaselines:
         return memory_predictions(codes, actions, action_deltas(self.action_names), empty=c["empty"],
                                   agent=c["agent"], blocking=[c["wall"], c["agent"]])
 
-
     def roll_memory(self, opening: np.ndarray, opening_actions: np.ndarray, horizon: int) -> RolledMemory:
         """The memory oracle rolled out from the real ``opening`` (S, T, V, V) codes and the
         ``opening_actions`` (S, T - 1) between them (`RolledMemory`), with the file's vocabulary."""

@@ -55,6 +55,7 @@ def shift_view(
     empty: int,
     agent: int,
     blocking: Sequence[int],
+    known: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The motion oracle's next view.
 
@@ -64,6 +65,8 @@ def shift_view(
         deltas: ``(A, 2)`` displacement of each action (see `action_deltas`).
         empty, agent: the class codes of an empty cell and of an agent.
         blocking: class codes a move cannot enter (the agent stays; e.g. wall and agent).
+        known: ``(N, V, V)`` bool, False where ``codes`` holds a guess (a cell never seen, in a
+            rolled-out view): a guessed cell never blocks a move. None: every cell is known.
 
     Returns:
         pred ``(N, V, V)`` int64 predicted codes, revealed ``(N, V, V)`` bool (cells scrolled
@@ -83,6 +86,8 @@ def shift_view(
     d = deltas[actions]  # (N, 2)
     target = codes[np.arange(n), r + d[:, 0], r + d[:, 1]]
     blocked = np.isin(target, np.asarray(blocking, dtype=np.int64))
+    if known is not None:
+        blocked &= known[np.arange(n), r + d[:, 0], r + d[:, 1]]
     pred, revealed = scroll(codes, d * ~blocked[:, None])
     idx = np.flatnonzero(~blocked)
     pred[idx, r, r] = agent
@@ -165,8 +170,10 @@ class RolledMemory:
     opening, then predicts each next view from its own previous one, as `memory_predictions` does from
     the real one: the motion rule, and a cell scrolling into view that it has seen before (in the
     opening, or carried in its own view since) predicted as it was last seen. A placeholder for a
-    cell it never saw stays unknown while it is carried in view (its region stays `REGION_NEVER_SEEN`)
-    and is never remembered, so the oracle only ever recalls what the real opening showed it.
+    cell it never saw stays unknown while it is carried in view (its region stays `REGION_NEVER_SEEN`),
+    never blocks a move (it is a copy of its neighbour, not a sighting) and is never remembered, so
+    the oracle only ever recalls what the real opening showed it. A remembered cell's age counts from
+    the last view that showed it, its own views included (they carry it unchanged).
 
     ``opening`` (S, T, V, V) class codes of the real views, ``opening_actions`` (S, T - 1) the actions
     between them; `step` then takes the action at the last view held and returns ``(pred, region)``,
@@ -176,14 +183,18 @@ class RolledMemory:
     def __init__(self, opening: np.ndarray, opening_actions: np.ndarray, horizon: int, deltas: np.ndarray, *,
                  empty: int, agent: int, blocking: Sequence[int]):
         opening = np.asarray(opening).astype(np.int64)
+        opening_actions = np.asarray(opening_actions)
+        if opening.ndim != 4 or opening_actions.shape != (len(opening), opening.shape[1] - 1):
+            raise ValueError(f"an opening is (S, T, V, V) views and (S, T - 1) actions between them, got "
+                             f"{opening.shape} and {opening_actions.shape}")
         s, t, side = opening.shape[0], opening.shape[1], opening.shape[-1]
         self.deltas, self.empty, self.agent, self.blocking = np.asarray(deltas), empty, agent, blocking
         size = 2 * (t + horizon + 1) + side  # the agent moves at most one cell a step
-        self.seen = np.full((s, size, size), -1, dtype=np.int64)
-        self.when = np.zeros((s, size, size), dtype=np.int64)
+        self.seen = np.full((s, size, size), -1, dtype=np.int32)
+        self.when = np.zeros((s, size, size), dtype=np.int32)
         self.at = np.full((s, 2), size // 2, dtype=np.int64)
         self.offsets = np.arange(side) - side // 2
-        self.step_index = 0
+        self.step_index, self.last_step, self.horizon = 0, t + horizon, horizon
         for k in range(t):
             self.view, self.known = opening[:, k], np.ones(opening[:, k].shape, dtype=bool)
             self._write()
@@ -211,8 +222,11 @@ class RolledMemory:
         return moves
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.step_index >= self.last_step:
+            raise ValueError(f"the memory was sized for {self.horizon} steps after the opening; give a "
+                             "longer horizon")
         pred, revealed, blocked = shift_view(self.view, actions, self.deltas, empty=self.empty,
-                                             agent=self.agent, blocking=self.blocking)
+                                             agent=self.agent, blocking=self.blocking, known=self.known)
         known, _ = scroll(self.known, self._move(actions, blocked))
         known &= ~revealed
         known[:, self.view.shape[-1] // 2, self.view.shape[-1] // 2] = True  # the agent itself

@@ -202,7 +202,7 @@ class Evaluation:
 
     def rollout(self, horizon: int = DEFAULT_HORIZON) -> dict:
         """Open-loop rollouts of ``horizon`` steps from held-out starts of the self file, scored at
-        every horizon beside the motion oracle, copy and the teacher-forced model
+        every horizon beside the memory and motion oracles, copy and the teacher-forced model
         (`rpg_worldmodel.evaluation.rollouts`)."""
         if horizon < 1:
             raise InputError(f"the rollout horizon must be >= 1 step, got {horizon}")
