@@ -391,7 +391,13 @@ def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
     (``argmax``): what the one-step figures cannot see (frames the game could not show, a map not
     kept, items lost)."""
     from rpg_worldmodel.checkpoint import load_checkpoint
-    from rpg_worldmodel.envs.whole_games import JUDGING_POLICIES, dream_and_real, judging_policy, reference_of
+    from rpg_worldmodel.envs.whole_games import (
+        JUDGING_POLICIES,
+        dream_and_real,
+        judging_policy,
+        judging_source,
+        reference_of,
+    )
     from rpg_worldmodel.report.text import dream_line
 
     loaded = load_checkpoint(checkpoint)
@@ -400,7 +406,7 @@ def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
     names = []
     for name in JUDGING_POLICIES:  # a shipped agent removed from the install costs its rows, not the run
         try:
-            judging_policy(name)
+            judging_source(name)
             names.append(name)
         except FileNotFoundError as exc:
             out["skipped"][name] = str(exc)

@@ -179,14 +179,14 @@ def test_the_dream_stage_skips_a_shipped_agent_that_is_missing(tiny_world_model,
     from rpg_worldmodel.pipeline import stage_dream
 
     run, _ = tiny_world_model
-    found = whole_games.judging_policy
+    found = whole_games.judging_source
 
     def without_the_dream_agent(name):
         if name == "dream":
             raise FileNotFoundError("the shipped dream is missing at /nowhere/model.zip")
         return found(name)
 
-    monkeypatch.setattr(whole_games, "judging_policy", without_the_dream_agent)
+    monkeypatch.setattr(whole_games, "judging_source", without_the_dream_agent)
     dream = stage_dream(run, PipelineSettings.quick_settings())
     assert set(dream["policies"]) == set(dream["argmax"]) == {"greedy", "random", "dqn"}
     assert "missing" in dream["skipped"]["dream"]

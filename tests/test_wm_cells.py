@@ -120,7 +120,9 @@ def test_the_floor_and_the_categories(recorded):
     assert np.allclose(exact.cells.floor[spawned], -math.log(p / 3))
 
 
-def test_the_memory_oracle_remembers_what_scrolled_out_of_view():
+def _walked(moves: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Class codes ``(len(moves) + 1, 5, 5)`` of the views of a walk by ``moves`` (up, down, left,
+    right) on a small map with no spawns, and the moves as an array."""
     env = gym.make(rpg_env.ENV_ID, height=12, width=20, spawn_prob=0.0, vision_radius=2, co_policy="random")
     layout = ["####################",
               "#..................#",
@@ -135,14 +137,14 @@ def test_the_memory_oracle_remembers_what_scrolled_out_of_view():
               "#.................B#",
               "####################"]
     obs, _ = env.reset(seed=0, options={"layout": layout})
-    views, actions = [obs], []
-    for a in [3, 3, 3, 2, 2, 2, 2, 2]:  # right x3, then back left past the start
-        obs, *_ = env.step(a)
-        views.append(obs)
-        actions.append(a)
-    codes = np.stack(views).argmax(1)
+    views = [obs] + [env.step(a)[0] for a in moves]
+    return np.stack(views).argmax(1), np.array(moves)
+
+
+def test_the_memory_oracle_remembers_what_scrolled_out_of_view():
+    codes, actions = _walked([3, 3, 3, 2, 2, 2, 2, 2])  # right x3, then back left past the start
     deltas = action_deltas(["up", "down", "left", "right"])
-    pred, region = memory_predictions(codes, np.array(actions), deltas, empty=0, agent=5, blocking=[1, 5])
+    pred, region = memory_predictions(codes, actions, deltas, empty=0, agent=5, blocking=[1, 5])
     nxt = codes[1:]
     remembered = region >= 2
     # Walking back, the columns that scroll in were seen before and come back exactly as they were.
@@ -155,26 +157,8 @@ def test_the_memory_oracle_remembers_what_scrolled_out_of_view():
 
 
 def test_the_rolled_out_memory_oracle_recalls_only_what_the_real_opening_showed():
-    env = gym.make(rpg_env.ENV_ID, height=12, width=20, spawn_prob=0.0, vision_radius=2, co_policy="random")
-    layout = ["####################",
-              "#..................#",
-              "#..g.....f.........#",
-              "#..................#",
-              "#.......A..........#",
-              "#..................#",
-              "#....b.............#",
-              "#..................#",
-              "#..................#",
-              "#..................#",
-              "#.................B#",
-              "####################"]
-    obs, _ = env.reset(seed=0, options={"layout": layout})
-    views, actions = [obs], []
-    for a in [3, 3, 3, 2, 2, 2, 2, 2, 3, 2]:  # right x3 (the opening); open loop: back left, right, left
-        obs, *_ = env.step(a)
-        views.append(obs)
-        actions.append(a)
-    codes, actions = np.stack(views).argmax(1), np.array(actions)
+    # right x3 (the opening); open loop: back left, right, left
+    codes, actions = _walked([3, 3, 3, 2, 2, 2, 2, 2, 3, 2])
     deltas = action_deltas(["up", "down", "left", "right"])
     vocab = {"empty": 0, "agent": 5, "blocking": [1, 5]}
     memory = RolledMemory(codes[None, :4], actions[None, :3], 7, deltas, **vocab)

@@ -131,17 +131,23 @@ def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, sta
 JUDGING_POLICIES = ("greedy", "random", "dqn", "dream")
 
 
-def judging_policy(name: str) -> BatchPolicy:
-    """A fresh policy of `JUDGING_POLICIES` (or any registry name): ``dqn`` is the shipped DQN
-    expert, ``dream`` the shipped dream agent."""
+def judging_source(name: str) -> str:
+    """What `make_policy` takes for a policy of `JUDGING_POLICIES` (or any registry name): ``dqn`` is
+    the shipped DQN expert's file, ``dream`` the shipped dream agent's; FileNotFoundError when a
+    shipped file is missing, before anything is loaded."""
     from rpg_env.experts import pretrained_path as expert_path
     from rpg_worldmodel.shipped import pretrained_path as shipped_path
 
     if name == "dqn":
-        return make_policy(str(expert_path("dqn")))
+        return str(expert_path("dqn"))
     if name == "dream":
-        return make_policy(str(shipped_path("dream")))
-    return make_policy(name)
+        return str(shipped_path("dream"))
+    return name
+
+
+def judging_policy(name: str) -> BatchPolicy:
+    """A fresh policy of `JUDGING_POLICIES` (see `judging_source`)."""
+    return make_policy(judging_source(name))
 
 
 def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Callable[[], BatchPolicy],

@@ -116,19 +116,18 @@ def _baseline_rollouts(fb: FittedBaselines, starts: Starts, num_frames: int,
     log-probs."""
     opening = views_to_codes(starts.views[:, :num_frames])
     memory = fb.roll_memory(opening, starts.actions[:, : num_frames - 1], horizon)
-    last = codes = memory_view = opening[:, -1]
+    last = codes = opening[:, -1]
     out: dict[str, tuple[list, list]] = {name: ([], []) for name in REFERENCES}
     for k in range(horizon):
         act = starts.actions[:, num_frames - 1 + k]
+        if fb.reward_rule is not None:  # each predictor's reward for the action in its own view
+            for name, view in (("memory_oracle", memory.view), ("motion_oracle", codes), ("copy", last)):
+                out[name][1].append(fb.reward_rule.log_probs(view, act))
         pred, revealed, _ = fb.shift(codes, act)
-        remembered, region = memory.step(act)
-        out["memory_oracle"][0].append(fb.memory_cal.log_probs(remembered, region))
+        out["memory_oracle"][0].append(fb.memory_cal.log_probs(*memory.step(act)))
         out["motion_oracle"][0].append(fb.shift_cal.log_probs(pred, revealed))
         out["copy"][0].append(fb.copy_cal.log_probs(*copy_view(last)))
-        if fb.reward_rule is not None:
-            for name, view in (("memory_oracle", memory_view), ("motion_oracle", codes), ("copy", last)):
-                out[name][1].append(fb.reward_rule.log_probs(view, act))
-        codes, memory_view = pred, remembered
+        codes = pred
     return {name: (np.stack(v, 1), np.stack(r, 1) if r else None) for name, (v, r) in out.items()}
 
 
