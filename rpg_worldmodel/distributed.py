@@ -11,7 +11,10 @@ progress bar, tensorboard, metrics.csv, config, provenance and checkpoints.
 
 The global batch (``train.batch_size``) is cut into one equal slice per rank
 (`rpg_worldmodel.data.windows.EpochBatchSampler`), so the mean of the ranks' losses is the loss of the
-global batch; `balanced_weights` keeps that exact for the item-weighted view loss.
+global batch; `balanced_weights` keeps that exact for the item-weighted view loss. The random
+draws of a step (input masks, the cell refiner's views and reveal masks: `shared_generator`) are
+made for the whole global batch on every rank, each rank taking its slice, so a run of N processes
+trains as one process does; only dropout's masks (off by default) come from each rank's own stream.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from torch import nn
 
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.models.moves import view_codes
+from rpg_worldmodel.models.refiner import BatchPart
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
 
@@ -118,6 +122,17 @@ class Processes:
                 f"train.batch_size={batch_size} is the global batch and must be divisible by the "
                 f"{self.world_size} processes (WORLD_SIZE); choose a multiple of {self.world_size}")
 
+    def rows(self, batch_size: int) -> tuple[int, int] | None:
+        """``(first, total)``: this rank's slice of a global batch of ``batch_size`` is rows
+        ``first`` .. ``first + batch_size // world_size - 1`` of ``total``; None in one process."""
+        return (self.rank * batch_size // self.world_size, batch_size) if self.world_size > 1 else None
+
+    def part(self, batch_size: int, draws: torch.Generator | None) -> BatchPart | None:
+        """This rank's `rows` and the ranks' shared generator ``draws`` (`shared_generator`), for
+        the cell refiner's draws; None in one process (it draws from torch's default generator)."""
+        rows = self.rows(batch_size)
+        return None if rows is None or draws is None else BatchPart(*rows, draws)
+
     def gather(self, value: Any) -> list[Any]:
         """``value`` of every rank, in rank order (a collective: every rank must call it)."""
         if not self.launched:
@@ -182,6 +197,16 @@ def rank_seed(seed: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 
+def shared_generator(device: torch.device) -> torch.Generator:
+    """A generator in the state ``device``'s default generator is in now. Made by every rank
+    before a rank reseeds its own stream (`rank_seed`), it is the same on every rank and draws what
+    one process's default generator would: the cell refiner's training draws, made for the whole
+    global batch (`rpg_worldmodel.models.refiner.BatchPart`), so that they are the same on every
+    rank and the same as one process's. (The dropout masks stay on each rank's own stream.)"""
+    state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+    return torch.Generator(device=device).set_state(state)
+
+
 class LossModule(nn.Module):
     """``model.loss`` as a module's ``forward``: DistributedDataParallel synchronises the
     gradients of what runs inside its wrapped module's forward, so the loss is computed there."""
@@ -191,9 +216,9 @@ class LossModule(nn.Module):
         self.model = model
 
     def forward(self, batch: dict[str, torch.Tensor], weights: LossWeights,
-                input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self.model.loss(batch, weights, input_mask)
+                input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                part: BatchPart | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.model.loss(batch, weights, input_mask, part)
 
 
 def wrap(model: WorldModel, procs: Processes) -> nn.Module:

@@ -202,15 +202,19 @@ def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
 
 
 def training_state(device: torch.device, scaler: torch.amp.GradScaler,
-                   rank_states: list[dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
+                   rank_states: list[dict[str, torch.Tensor]] | None = None,
+                   draws: torch.Generator | None = None) -> dict[str, Any]:
     """RNG and grad-scaler state saved beside a checkpoint, so a resumed run draws exactly the
     dropout and masks an uninterrupted one would have; under torchrun ``rank_states`` holds
-    every rank's `rng_state`, in rank order."""
+    every rank's `rng_state`, in rank order, and ``draws`` the ranks' shared generator
+    (`rpg_worldmodel.distributed.shared_generator`)."""
     state: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda_rng"] = torch.cuda.get_rng_state_all()
     if rank_states is not None:
         state["rank_rng"] = rank_states
+    if draws is not None:
+        state["draw_rng"] = draws.get_state()
     if scaler.is_enabled():
         state["scaler"] = scaler.state_dict()
     return state
@@ -223,9 +227,12 @@ def restore_training(
     scaler: torch.amp.GradScaler,
     device: torch.device,
     rank: int | None = None,
+    draws: torch.Generator | None = None,
 ) -> None:
     """Load the weights, optimizer, RNG and grad-scaler states of ``resume`` into a fresh run;
-    rank ``rank`` of a torchrun launch takes that rank's random state when it was saved."""
+    rank ``rank`` of a torchrun launch takes that rank's random state when it was saved, and the
+    ranks' shared generator ``draws`` its saved state (a checkpoint of one process, or from
+    before it was saved, has none: ``draws`` then goes on from the run's seed)."""
     state = resume.training
     load_model_weights(model, resume.folder, device, resume.record)
     optimizer.load_state_dict(state["optimizer"])
@@ -238,5 +245,7 @@ def restore_training(
         torch.set_rng_state(state["torch_rng"])
         if device.type == "cuda" and "cuda_rng" in state:
             torch.cuda.set_rng_state_all(list(state["cuda_rng"]))
+    if draws is not None and "draw_rng" in state:
+        draws.set_state(state["draw_rng"])
     if "scaler" in state:
         scaler.load_state_dict(state["scaler"])

@@ -15,7 +15,9 @@ batch (``train.batch_size``) inside DistributedDataParallel, and rank 0 alone wr
 
 Determinism: the batch order is a pure function of ``(seed, step)`` and the random input
 masks of ``(seed, step)``, and checkpoints carry the optimizer and RNG states, so
-``--resume`` continues with exactly the losses an uninterrupted run would have had.
+``--resume`` continues with exactly the losses an uninterrupted run would have had. Every process
+of a torchrun launch draws the refiner's views and masks for the global batch, so its losses are
+one process's (but for dropout, off by default, whose masks are each rank's own).
 
 Reading order: `setup` (config, seeds, data, model, optimizer, resume), then `train`'s loop
 (`train_step`: learning rate, batch, loss, backward / clip / step; `after_step`: log, evaluate,
@@ -56,7 +58,7 @@ from rpg_worldmodel.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from rpg_worldmodel.config import WorldModelConfig, load_config, save_config
+from rpg_worldmodel.config import WorldModelConfig, load_world_model_config, save_config
 from rpg_worldmodel.data.masks import apply_input_mask, check_mask
 from rpg_worldmodel.data.shards import (
     DataFiles,
@@ -75,6 +77,7 @@ from rpg_worldmodel.distributed import (
     pinned,
     process_group,
     rank_seed,
+    shared_generator,
     to_device,
     wrap,
 )
@@ -181,6 +184,7 @@ class Run:
     weights: LossWeights
     record: RunRecord  # what every checkpoint records besides the weights, step, config and metrics
     data_summary: dict[str, Any]  # files, memory estimate, streamed or not (summary.json)
+    draws: torch.Generator | None = None  # several processes: the refiner's, shared (shared_generator)
 
     @property
     def device(self) -> torch.device:
@@ -196,9 +200,8 @@ class Run:
         t, procs = self.cfg.train, self.procs
         if t.train_mask == "none":
             return None
-        rows = (procs.rank * t.batch_size // procs.world_size, t.batch_size) if procs.world_size > 1 else None
         return functools.partial(apply_input_mask, kind=t.train_mask, prob=t.mask_prob, generator=generator,
-                                 channel_names=self.record.data.channel_names, rows=rows)
+                                 channel_names=self.record.data.channel_names, rows=procs.rows(t.batch_size))
 
 
 def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[str, np.ndarray], DataRecord]:
@@ -237,6 +240,8 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     model = WorldModel(cfg.model).to(device)
     if start is not None:
         load_model_weights(model, start, device)
+    # several processes share a copy of the default generator the refiner of one process draws from
+    draws = shared_generator(device) if procs.world_size > 1 else None
     if procs.rank > 0:  # the same dropout masks on every rank's slice would correlate their noise
         torch.manual_seed(rank_seed(cfg.train.seed, procs.rank))
     optimizer = torch.optim.AdamW(
@@ -247,13 +252,14 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     )
     scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(device, cfg.train.amp) == torch.float16)
     if resumed is not None:
-        restore_training(resumed, model, optimizer, scaler, device, procs.rank if procs.launched else None)
+        restore_training(resumed, model, optimizer, scaler, device, procs.rank if procs.launched else None,
+                         draws)
     started = resumed.started_from if resumed is not None else (str(start) if start is not None else None)
     run_record = RunRecord(splits={k: tuple(int(i) for i in v) for k, v in splits.items()}, data=record,
                            seed=cfg.train.seed, versions=package_versions(), init_from=started or None)
     return Run(cfg, procs, run_dir, resumed.step if resumed else 0, model, wrap(model, procs), optimizer,
                scaler, train_set, val_set, val_idx, loss_weights(cfg, record.channel_names), run_record,
-               data_summary)
+               data_summary, draws)
 
 
 def start_run_folder(run: Run, resumed: bool) -> None:
@@ -302,7 +308,7 @@ def save(run: Run, step: int, val: dict[str, float]) -> Path | None:
     return save_checkpoint(run.checkpoint_dir, model=run.model,
                            record=CheckpointRecord.of(run.record, step=step, config=run.cfg, metrics=val),
                            optimizer=run.optimizer,
-                           training_state=training_state(run.device, run.scaler, states))
+                           training_state=training_state(run.device, run.scaler, states, run.draws))
 
 
 def train_step(run: Run, batch: dict[str, torch.Tensor], step: int, mask_gen: torch.Generator
@@ -315,7 +321,7 @@ def train_step(run: Run, batch: dict[str, torch.Tensor], step: int, mask_gen: to
     batch = to_device(batch, run.device)
     with autocast_context(run.device, t.amp):
         loss, stats = run.engine(batch, balanced_weights(batch["views"], run.weights, run.procs),
-                                 run.input_mask(mask_gen))
+                                 run.input_mask(mask_gen), run.procs.part(t.batch_size, run.draws))
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(loss).backward()
     if t.grad_clip > 0:
@@ -471,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         cfg = resume_config(args.resume, list(args.overrides))
     else:
-        cfg = load_config(args.config, list(args.overrides))
+        cfg = load_world_model_config(args.config, list(args.overrides))
     if data:
         cfg.data.path = data[0] if len(data) == 1 else data
     if args.out:

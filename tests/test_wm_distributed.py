@@ -18,16 +18,16 @@ from rpg_env.record import record
 from rpg_worldmodel import distributed as D
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import load_checkpoint
-from rpg_worldmodel.config import load_config
+from rpg_worldmodel.config import load_world_model_config
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.resume import Resume, restore_training
 
-# Items weigh double and cells are masked at random: the two ways a rank's slice could differ
-# from its share of the global batch (a weighted mean, a mask drawn per batch). The cell refiner
-# is off: each rank draws its own reveal masks from torch's generator, so with it a two-process run
-# matches a one-process run in distribution, not bit for bit (docs/worldmodel.md, "Distributed").
+# Items weigh double, cells are masked at random and the cell refiner (on by default) draws which
+# next views it learns from and which of their cells it is shown: the ways a rank's slice could
+# differ from its share of the global batch (a weighted mean, masks drawn per batch, a loss over
+# views drawn from the batch).
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
-        "model.refiner_layers=0", "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1",
+        "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1",
         "train.eval_every=3",
         "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=64", "train.num_threads=1",
         "train.max_steps=6", "train.item_weight=2", "train.train_mask=random_cells",
@@ -41,10 +41,14 @@ def _torchrun(*args: str) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
+LOSSES = ("loss", "view_ce", "action_ce", "reward_ce", "refiner_ce")
+
+
 def _losses(run_dir):
+    """``(step, split, the total loss and each component)`` of every row of metrics.csv."""
     with open(run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    return [(int(r["step"]), r["split"], float(r["loss"]), float(r["view_ce"])) for r in rows]
+    return [(int(r["step"]), r["split"], *(float(r[k]) for k in LOSSES)) for r in rows]
 
 
 def _weights(run_dir, step):
@@ -57,7 +61,7 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     data = root / "greedy.h5"
     record("greedy", data, 12, seed=0, num_envs=6, mode="w", progress=False, env_kwargs={"max_turns": 30})
-    T.train(load_config(None, [*TINY, f"data.path={data}", f"out_dir={root / 'one'}"]))
+    T.train(load_world_model_config(None, [*TINY, f"data.path={data}", f"out_dir={root / 'one'}"]))
     (root / "two").mkdir()  # an existing, empty run folder is fine for every rank
     _torchrun("--data", str(data), "--out", str(root / "two"), *TINY)
     _torchrun("--data", str(data), "--out", str(root / "cut"), *TINY, "--stop-at", "3")
@@ -65,11 +69,13 @@ def runs(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one(runs):
     one, two = _losses(runs / "one"), _losses(runs / "two")
     assert [r[:2] for r in one] == [r[:2] for r in two] and len(one) == 6 + 2
-    for a, b in zip(one, two, strict=True):  # per-step losses of the global batch
+    for a, b in zip(one, two, strict=True):  # per-step losses of the global batch, refiner's included
         assert a[2:] == pytest.approx(b[2:], rel=1e-5), (a, b)
+    assert all(r[-1] > 0 for r in one)  # the refiner was trained and scored
     a, b = _weights(runs / "one", 6), _weights(runs / "two", 6)
     assert a.keys() == b.keys()
     for k in a:
@@ -89,7 +95,7 @@ def test_a_resumed_two_process_run_matches_the_uninterrupted_one(runs):
 
 def test_every_rank_resumes_its_own_random_stream(runs):
     """Dropout draws from each rank's own stream (seeded apart): the checkpoint holds all of them
-    and a resumed rank takes its own."""
+    and a resumed rank takes its own, and every rank the refiner's shared generator."""
     folder = runs / "cut" / "checkpoints" / "step_00000003"
     state = torch.load(folder / "training.pt", weights_only=True)
     ranks = state["rank_rng"]
@@ -101,8 +107,10 @@ def test_every_rank_resumes_its_own_random_stream(runs):
     scaler = torch.amp.GradScaler("cuda", enabled=False)
     resume = Resume(folder, ck.record, {k: np.asarray(v) for k, v in ck.record.splits.items()}, state)
     for rank in (1, None):
-        restore_training(resume, model, optimizer, scaler, torch.device("cpu"), rank)
+        draws = torch.Generator()
+        restore_training(resume, model, optimizer, scaler, torch.device("cpu"), rank, draws)
         assert torch.equal(torch.get_rng_state(), ranks[1]["torch"] if rank else state["torch_rng"])
+        assert torch.equal(draws.get_state(), state["draw_rng"])
 
 
 def test_a_global_batch_the_processes_cannot_share_is_refused(monkeypatch, tmp_path):
@@ -197,7 +205,7 @@ def test_backend_and_pinned_copies():
 def test_the_loader_pins_memory_for_cuda(tmp_path):
     data = tmp_path / "g.h5"
     record("greedy", data, 4, seed=0, num_envs=4, mode="w", progress=False, env_kwargs={"max_turns": 20})
-    cfg = load_config(None, [*TINY, f"data.path={data}", f"out_dir={tmp_path / 'r'}"])
+    cfg = load_world_model_config(None, [*TINY, f"data.path={data}", f"out_dir={tmp_path / 'r'}"])
     run = T.setup(cfg, D.Processes())
     assert not T.batches(run, 2).pin_memory
     cuda = T.Run(**{**run.__dict__, "procs": D.Processes(device=torch.device("cuda", 0))})

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from rpg_base.errors import InputError
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.refiner import CellRefiner, joint_sample, refiner_loss, truncated
+from rpg_worldmodel.models.refiner import BatchPart, CellRefiner, joint_sample, refiner_loss, truncated
 from rpg_worldmodel.models.world_model import LossWeights, WorldModel
 
 V, C, WALL, EMPTY = 9, 6, 1, 0
@@ -169,25 +169,55 @@ def test_the_refiner_trains_beside_the_view_head_without_changing_its_gradients(
         torch.testing.assert_close(grads[0][name], grads[1][name], msg=name)
 
 
+def _refiner_grads(module: CellRefiner, loss: torch.Tensor) -> list[torch.Tensor]:
+    module.zero_grad()
+    loss.backward()
+    return [p.grad.clone() for p in module.parameters()]
+
+
+@pytest.mark.parametrize("views", [256, 2])
+def test_slices_of_a_global_batch_give_the_refiner_loss_of_the_whole(views):
+    """Under torchrun each process scores its rows of the draws made for the global batch
+    (`BatchPart`, every process's generator in one state): the mean of the slices' losses and
+    gradients is one process's on the whole batch from that state (what DDP averages). With 2 views
+    drawn among 8 rows some slice has none: it scores 0 and still gives every weight a gradient."""
+    torch.manual_seed(0)
+    module = CellRefiner(ModelConfig(refiner_layers=1, refiner_width=32, refiner_heads=4)).train()
+    logits, targets = torch.randn(8, 6, C, V, V), torch.randint(0, C, (8, 6, V, V))
+    torch.manual_seed(5)
+    whole = refiner_loss(module, logits, targets, first=2, views=views)
+    expected = _refiner_grads(module, whole)
+    losses, grads = [], []
+    for first in range(0, 8, 2):
+        part = BatchPart(first, 8, torch.Generator().manual_seed(5))
+        loss = refiner_loss(module, logits[first : first + 2], targets[first : first + 2], 2, views, part)
+        losses.append(loss.detach())
+        grads.append(_refiner_grads(module, loss))
+    torch.testing.assert_close(torch.stack(losses).mean(), whole.detach())
+    for i, grad in enumerate(expected):
+        torch.testing.assert_close(torch.stack([g[i] for g in grads]).mean(0), grad)
+    assert (min(losses) == 0) == (views == 2)
+
+
 def test_bad_refiner_settings_are_refused(tiny_world_model):
     import gymnasium as gym
 
     from rpg_base.typed_config.values import ConfigError
-    from rpg_worldmodel.envs.world_model_env import ENV_ID
+    from rpg_worldmodel import IMAGINED_ENV_ID
 
     with pytest.raises(ConfigError, match="sample_rounds must be in 1..81"):
         ModelConfig(sample_rounds=0).validate()
     with pytest.raises(ConfigError, match="not divisible by model.refiner_heads"):
         ModelConfig(refiner_width=30, refiner_heads=4).validate()
     with pytest.raises(InputError, match="sample_rounds must be an int in 1..81"):
-        gym.make_vec(ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_rounds=82)
+        gym.make_vec(IMAGINED_ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_rounds=82)
     with pytest.raises(ConfigError, match="sample_doubt must be a number >= 0"):
         ModelConfig(sample_doubt=-0.5).validate()
     for doubt in (-0.1, True, "0.2", float("nan")):
         with pytest.raises(InputError, match="sample_doubt must be a number >= 0"):
-            gym.make_vec(ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_doubt=doubt)
+            gym.make_vec(IMAGINED_ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_doubt=doubt)
     with pytest.raises(ConfigError, match=r"sample_floor must be a probability in \[0, 1\)"):
         ModelConfig(sample_floor=1.0).validate()
     for floor in (-0.001, 1.0, True, "0.001", float("nan")):
         with pytest.raises(InputError, match=r"sample_floor must be a probability in \[0, 1\)"):
-            gym.make_vec(ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_floor=floor)
+            gym.make_vec(IMAGINED_ENV_ID, num_envs=1, checkpoint=tiny_world_model[0], sample_floor=floor)

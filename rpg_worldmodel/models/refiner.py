@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -73,8 +74,19 @@ def refiner(cfg: ModelConfig, init: Callable[[nn.Module], None]) -> CellRefiner 
     return CellRefiner(cfg).apply(init) if cfg.refiner_layers else None
 
 
+@dataclass(frozen=True)
+class BatchPart:
+    """A batch that is rows ``first`` .. ``first + B - 1`` of a global batch of ``total`` (a
+    process's slice under torchrun), and the ``generator`` the refiner's training draws come from,
+    in the same state on every process (`rpg_worldmodel.distributed.shared_generator`)."""
+
+    first: int
+    total: int
+    generator: torch.Generator
+
+
 def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.Tensor, first: int,
-                 views: int = 256) -> torch.Tensor:
+                 views: int = 256, part: BatchPart | None = None) -> torch.Tensor:
     """The refiner's cross-entropy (nats) on the cells it was not shown: ``view_logits`` (B, T, C,
     V, V) from the view head (read detached), ``targets`` (B, T, V, V) the true kinds. It is
     scored on ``views`` next views drawn at random among steps ``first`` .. T-1 (pass
@@ -82,22 +94,39 @@ def refiner_loss(module: CellRefiner, view_logits: torch.Tensor, targets: torch.
     predicts), each showing a random share of its cells,
     ``1 - cos(pi u / 2)`` for u uniform in [0, 1). In training the draws come from torch's global
     generator; in eval mode from a fixed one, so a validation loss is a function of the weights
-    alone."""
+    alone. With ``part`` (training under torchrun) they are made for the whole global batch from
+    ``part.generator``, every process the same, and each process scores the drawn views of its own
+    rows, over the hidden cells of them all: the mean of the processes' losses (and of their
+    gradients) is the loss one process gives the global batch."""
     first = min(first, view_logits.shape[1] - 1)
     g = None if module.training else torch.Generator(view_logits.device).manual_seed(0)
+    if part is not None and module.training:
+        g = part.generator
     b, t, c = view_logits.shape[:3]
-    device = targets.device
-    pick = torch.randint(b * (t - first), (min(views, b * (t - first)),), generator=g, device=device)
-    rows, steps = pick // (t - first), first + pick % (t - first)
+    first_row, total = (0, b) if part is None else (part.first, part.total)
+    span, device = t - first, targets.device
+    pick = torch.randint(total * span, (min(views, total * span),), generator=g, device=device)
+    # MaskGIT's cosine schedule: most views show few cells, where a draw starts and errs most
+    share = 1 - torch.cos(torch.rand(len(pick), 1, generator=g, device=device) * (math.pi / 2))
+    shown = torch.rand((len(pick), targets[0, 0].numel()), generator=g, device=device) < share
+    hidden = (~shown).float()
+    rows, steps = pick // span - first_row, first + pick % span
+    if part is None:
+        return _hidden_ce(module, view_logits, targets, rows, steps, shown) / hidden.sum().clamp_min(1.0)
+    mine = (rows >= 0) & (rows < b)  # possibly none: the refiner then runs on no view and scores 0
+    ce = _hidden_ce(module, view_logits, targets, rows[mine], steps[mine], shown[mine])
+    return ce * (total / b) / hidden.sum().clamp_min(1.0)
+
+
+def _hidden_ce(module: CellRefiner, view_logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor,
+               steps: torch.Tensor, shown: torch.Tensor) -> torch.Tensor:
+    """The summed cross-entropy of the refiner on the cells not ``shown`` (M, L) of the next views
+    at ``(rows, steps)`` (M each)."""
     logits = view_logits[rows, steps].detach().movedim(1, -1).flatten(1, 2)  # (M, L, C)
     target = targets[rows, steps].flatten(1)  # (M, L)
-    # MaskGIT's cosine schedule: most views show few cells, where a draw starts and errs most
-    share = 1 - torch.cos(torch.rand(target.shape[0], 1, generator=g, device=device) * (math.pi / 2))
-    shown = torch.rand(target.shape, generator=g, device=device) < share
-    refined = module(logits, torch.where(shown, target, c))
+    refined = module(logits, torch.where(shown, target, view_logits.shape[2]))
     ce = F.cross_entropy(refined.transpose(1, 2), target, reduction="none")
-    hidden = (~shown).float()
-    return (ce * hidden).sum() / hidden.sum().clamp_min(1.0)
+    return (ce * (~shown).float()).sum()
 
 
 def truncated(probs: torch.Tensor, floor: float) -> torch.Tensor:

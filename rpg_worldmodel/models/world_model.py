@@ -47,8 +47,8 @@ from rpg_worldmodel.models.embedding import StepEmbedding
 from rpg_worldmodel.models.fast_weights import step_layers
 from rpg_worldmodel.models.heads import move_conv, predict_reward, reward_head, rule_prior, start_rule_prior
 from rpg_worldmodel.models.memory import memory_map
-from rpg_worldmodel.models.moves import move_outcome, move_rules, view_codes
-from rpg_worldmodel.models.refiner import refiner, refiner_loss
+from rpg_worldmodel.models.moves import move_outcome, movement_table, view_codes
+from rpg_worldmodel.models.refiner import BatchPart, refiner, refiner_loss
 from rpg_worldmodel.models.state import Imagination
 from rpg_worldmodel.models.steps import Steps, imagined_steps, window_steps
 from rpg_worldmodel.models.variants import action_head, slide_window, step_positions, two_step_conv
@@ -132,7 +132,7 @@ class WorldModel(nn.Module):
         # game's movement table the motion prior and the memory map read (models/moves.py).
         self.action_conv = move_conv(cfg)
         self.memory_conv = two_step_conv(cfg)
-        self.moves = move_rules(cfg)
+        self.moves = movement_table(cfg)
         self.memory_map = memory_map(cfg, self.moves)
         self.move_outcome = move_outcome(cfg, self.moves)
         priors = (self.action_conv, self.memory_conv, self.memory_map)
@@ -204,7 +204,7 @@ class WorldModel(nn.Module):
         return match.float().argmax(-1)
 
     def loss(self, batch: dict[str, torch.Tensor], weights: LossWeights = LossWeights(),
-             input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None
+             input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None, part: BatchPart | None = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training loss of one batch of windows, and detached per-batch statistics.
 
@@ -218,7 +218,7 @@ class WorldModel(nn.Module):
         The view loss is the per-cell cross-entropy over entity kinds (nats), weighted as
         ``weights`` says; ``stats``: ``view_ce`` (plain, unweighted), ``action_ce`` and
         ``reward_ce`` (nats), ``action_acc``, ``cell_acc`` and ``reward_acc`` (fractions), and with
-        a cell refiner ``refiner_ce`` (nats, on the cells it was not shown).
+        a cell refiner ``refiner_ce`` (nats, on the cells it was not shown; ``part``: `refiner_loss`).
         """
         views = batch["views"].float()
         actions = batch["actions"]
@@ -247,7 +247,7 @@ class WorldModel(nn.Module):
             }
         if self.refiner is not None:
             refiner_ce = refiner_loss(self.refiner, view_logits, target_codes, self.cfg.num_frames - 1,
-                                      self.cfg.refiner_views)
+                                      self.cfg.refiner_views, part)
             loss = loss + weights.refiner * refiner_ce
             stats["refiner_ce"] = refiner_ce.detach()
         if out.reward is not None:
