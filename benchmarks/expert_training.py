@@ -32,7 +32,7 @@ from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
 from rpg_base.provenance import pinned_torch_threads, provenance
 from rpg_base.results import write_results
 from rpg_env.experts import pretrained_path
-from rpg_env.experts.config import load_config
+from rpg_env.experts.config import load_expert_config
 from rpg_env.experts.train import build_model, make_training_env
 from rpg_env.policies.sb3 import SB3Policy
 from rpg_env.policies.scripted import GreedyPolicy
@@ -88,7 +88,7 @@ def time_learning(steps: int) -> tuple[float, float]:
     """Learner steps per second: DQN on treasurehunt (default config), and on CartPole (reference)."""
     from stable_baselines3 import DQN
 
-    cfg = load_config("dqn")
+    cfg = load_expert_config("dqn")
     venv = make_training_env(cfg, cfg.n_envs, seed=0)
     treasure = time_learn(build_model(cfg, venv, tensorboard_log=None), steps)
     cartpole = time_learn(DQN("MlpPolicy", "CartPole-v1", learning_starts=1000, seed=0, device="cpu"), steps)

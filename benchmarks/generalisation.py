@@ -29,19 +29,21 @@ import json
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive_int, run_command
 from rpg_base.provenance import provenance
 from rpg_base.results import pyplot, save_figure, write_results
-from rpg_env.experts.config import load_config
-from rpg_env.experts.evaluate import MAX_BATCH, compare, mean_interval
+from rpg_env.experts.config import load_expert_config
+from rpg_env.experts.evaluate import MAX_BATCH, compare, mean_t_interval
 from rpg_env.experts.train import train
 from rpg_env.level_split import add_level_split_arguments, level_split
 
 RESULTS = Path(__file__).resolve().parent / "results" / "generalisation.json"
-ALGOS = ("dqn", "ppo")
+#: The agents this benchmark can train (the frame-stacked SB3 experts' algorithms).
+GENERALISATION_ALGOS = ("dqn", "ppo")
 #: Seed s plays its evaluation games on env seeds ``EVAL_SEED_BASE + EVAL_SEED_STRIDE * s`` on
 #: (one per batch of `rpg_env.experts.evaluate.MAX_BATCH` games).
 EVAL_SEED_BASE, EVAL_SEED_STRIDE = 200_000, 1_000
@@ -58,10 +60,10 @@ def gap(train_return: float, unseen_return: float) -> float | None:
 def run_one(algo: str, seed: int, steps: int, sets: dict[str, dict[str, Any]], episodes: int,
             root: Path) -> dict[str, Any]:
     """Train one agent on the training levels, play it, greedy and random on both level sets."""
-    overrides = [f"seed={seed}", f"total_timesteps={steps}", f"eval.final_episodes={episodes}",
-                 f"eval.seed={EVAL_SEED_BASE + EVAL_SEED_STRIDE * seed}",
-                 *(f"env.{key}={value}" for key, value in sets["train"].items())]
-    cfg = load_config(algo, overrides=overrides)
+    base = load_expert_config(algo)
+    cfg = replace(base, seed=seed, total_timesteps=steps, env={**base.env, **sets["train"]},
+                  eval=replace(base.eval, final_episodes=episodes,
+                               seed=EVAL_SEED_BASE + EVAL_SEED_STRIDE * seed)).validate()
     run_dir = train(cfg, out=root / f"{algo}-s{seed}")
     train_seconds = json.loads((run_dir / "provenance.json").read_text())["train_seconds"]
     on_train = json.loads((run_dir / "eval.json").read_text())  # `compare` on the training levels
@@ -83,11 +85,11 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [(algo, "model", [r for r in runs if r["algo"] == algo]) for algo in algos]
     rows += [(who, who, [r for r in runs if r["algo"] == algos[0]]) for who in ("greedy", "random")]
     for name, key, mine in rows:
-        summary[name] = {f"{where}_return": mean_interval([r[where][key]["mean"] for r in mine])
+        summary[name] = {f"{where}_return": mean_t_interval([r[where][key]["mean"] for r in mine])
                          for where in ("train", "unseen")}
-        summary[name]["gap"] = mean_interval([r["gap"][key] for r in mine])
+        summary[name]["gap"] = mean_t_interval([r["gap"][key] for r in mine])
         if key == "model":
-            summary[name]["gap_minus_greedy"] = mean_interval([r["gap_minus_greedy"] for r in mine])
+            summary[name]["gap_minus_greedy"] = mean_t_interval([r["gap_minus_greedy"] for r in mine])
             summary[name]["train_wall_minutes_per_agent"] = statistics.fmean(r["train_seconds"]
                                                                              for r in mine) / 60
     return summary
@@ -137,7 +139,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/generalisation.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--algos", nargs="+", choices=ALGOS, default=["dqn"], help="agents to train")
+    parser.add_argument("--algos", nargs="+", choices=GENERALISATION_ALGOS, default=["dqn"],
+                        help="agents to train")
     parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2],
                         help=f"one trained agent per seed and algorithm (distinct, 0..{MAX_SEED})")
     parser.add_argument("--steps", type=positive_int, default=200_000,

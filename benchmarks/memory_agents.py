@@ -21,22 +21,29 @@ env steps per wall second.
     python benchmarks/memory_agents.py --quick            # 1 seed, a few thousand steps: a smoke check
 
 Writes ``benchmarks/results/memory_agents.json`` and ``.png`` (``--out``); the run folders stay in
-``--runs`` (default ``runs/memory_agents``). Goals: TrXL-PPO >= 0.95 on the proof task, memoryless
+``--runs`` (default ``runs/memory_agents``; ``--quick`` writes no results, and its agents go to
+``--runs`` if given, else to a temporary folder it removes). Killed, or its caller killed, it stops
+within seconds (`rpg_base.cli.end_with_caller`). Goals: TrXL-PPO >= 0.95 on the proof task, memoryless
 PPO at chance; on the variant TrXL-PPO >= 1.2x the best memoryless agent; TrXL-PPO >= 1,500 env
 steps/s while training.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import rpg_env
 from rpg_base.cli import (
     ArgumentParser,
+    end_with_caller,
     non_negative_int,
     output_file,
     output_folder,
@@ -46,32 +53,34 @@ from rpg_base.cli import (
 from rpg_base.errors import InputError
 from rpg_base.provenance import provenance
 from rpg_base.results import pyplot, save_figure, write_results
-from rpg_env.experts.config import ALGOS, CONFIG_DIR, load_config
-from rpg_env.experts.evaluate import mean_interval, run_episodes
+from rpg_env.experts.config import EXPERT_CONFIG_DIR, TRAINABLE_ALGOS, ExpertConfig, load_expert_config
+from rpg_env.experts.evaluate import mean_t_interval, run_episodes
 from rpg_env.experts.train import train
 from rpg_env.policies.registry import load_expert_policy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "memory_agents.json"
+DEFAULT_RUNS = Path("runs") / "memory_agents"
 TASKS = ("proof", "variant")
 MEMORYLESS = ("ppo", "dqn")
 EVAL_SEED_BASE, EVAL_SEED_STRIDE = 300_000, 1_000
 
 
-def config_overrides(task: str, seed: int, steps: int | None, visible_turns: int, episodes: int) -> list[str]:
-    overrides = [f"seed={seed}", f"eval.final_episodes={episodes}", "progress_bar=false",
-                 f"eval.seed={EVAL_SEED_BASE + EVAL_SEED_STRIDE * seed}"]
-    if steps is not None:
-        overrides.append(f"total_timesteps={steps}")
-    if task == "variant":
-        overrides.append(f"env.item_visible_turns={visible_turns}")
-    return overrides
+def run_config(task: str, algo: str, seed: int, steps: int | None, visible_turns: int,
+               episodes: int) -> ExpertConfig:
+    """``algo``'s config for ``task`` (its shipped file), with this benchmark's settings."""
+    base = load_expert_config(None, EXPERT_CONFIG_DIR / (f"memorycue-{algo}.yaml" if task == "proof"
+                                                         else f"{algo}.yaml"))
+    env = {**base.env, "item_visible_turns": visible_turns} if task == "variant" else base.env
+    return replace(base, seed=seed, progress_bar=False, env=env,
+                   total_timesteps=base.total_timesteps if steps is None else steps,
+                   eval=replace(base.eval, final_episodes=episodes,
+                                seed=EVAL_SEED_BASE + EVAL_SEED_STRIDE * seed)).validate()
 
 
 def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: int, episodes: int,
             root: Path) -> dict[str, Any]:
     """Train one agent on ``task`` and score it (and, on the variant, greedy and random beside it)."""
-    path = CONFIG_DIR / (f"memorycue-{algo}.yaml" if task == "proof" else f"{algo}.yaml")
-    cfg = load_config(None, path, config_overrides(task, seed, steps, visible_turns, episodes))
+    cfg = run_config(task, algo, seed, steps, visible_turns, episodes)
     run_dir = root / task / f"{algo}-s{seed}"
     times = run_dir / "benchmark_times.json"  # this script's CPU and wall time of the run
     if not (run_dir / "eval.json").is_file():  # finished runs (--resume) are read, not trained again
@@ -82,7 +91,7 @@ def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: i
     measured = json.loads(times.read_text()) if times.is_file() else {}
     cpu_seconds, wall_seconds = measured.get("cpu_seconds"), measured.get("wall_seconds")
     record = json.loads((run_dir / "provenance.json").read_text())
-    if load_config(path=run_dir / "config.yaml").to_dict() != cfg.to_dict():
+    if load_expert_config(path=run_dir / "config.yaml").to_dict() != cfg.to_dict():
         raise InputError(f"{run_dir} was trained with other settings than this command asks for; "
                          f"use another --runs folder")
     row = {"task": task, "algo": algo, "seed": seed, "steps": record["total_timesteps"],
@@ -110,15 +119,16 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for algo in dict.fromkeys(r["algo"] for r in mine):
             agent = [r for r in mine if r["algo"] == algo]
             figure = [r["success"] if task == "proof" else r["eval"]["model"]["mean"] for r in agent]
-            rows[algo] = {"figure": mean_interval(figure),
-                          "steps_per_second": mean_interval([r["steps_per_second"] for r in agent]),
-                          "cpu_minutes": mean_interval([None if r["cpu_seconds_with_eval"] is None
-                                                        else r["cpu_seconds_with_eval"] / 60 for r in agent]),
+            rows[algo] = {"figure": mean_t_interval(figure),
+                          "steps_per_second": mean_t_interval([r["steps_per_second"] for r in agent]),
+                          "cpu_minutes": mean_t_interval([
+                              None if r["cpu_seconds_with_eval"] is None else r["cpu_seconds_with_eval"] / 60
+                              for r in agent]),
                           "seeds": [r["seed"] for r in agent]}
         if task == "variant":
             first = [r for r in mine if r["algo"] == mine[0]["algo"]]
             for who in ("greedy", "random"):
-                rows[who] = {"figure": mean_interval([r["eval"][who]["mean"] for r in first])}
+                rows[who] = {"figure": mean_t_interval([r["eval"][who]["mean"] for r in first])}
             memoryless = [rows[a]["figure"]["mean"] for a in MEMORYLESS if a in rows]
             best = max(memoryless) if memoryless else None
             for algo in rows:
@@ -176,7 +186,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/memory_agents.py", description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="which tasks to run")
-    parser.add_argument("--algos", nargs="+", choices=ALGOS,
+    parser.add_argument("--algos", nargs="+", choices=TRAINABLE_ALGOS,
                         default=["trxl-ppo", "recurrent-ppo", "ppo", "dqn"],
                         help="agents to train (dqn has no memory-task config and is skipped there)")
     parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2],
@@ -188,14 +198,37 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--episodes", type=positive_int, default=100,
                         help="evaluation games per agent (>= 2)")
     parser.add_argument("--quick", action="store_true",
-                        help="1 seed, 4,096 steps, 10 games: a smoke check (writes no results)")
-    parser.add_argument("--runs", type=output_folder, default=Path("runs") / "memory_agents",
-                        help="where the agents' run folders go (must not hold them already)")
+                        help="1 seed, 4,096 steps, 10 games: a smoke check (writes no results; its agents go "
+                             "to --runs if given, else to a temporary folder removed at the end)")
+    parser.add_argument("--runs", type=output_folder, default=None,
+                        help=f"where the agents' run folders go (must not hold them already; default "
+                             f"{DEFAULT_RUNS}, or a temporary folder with --quick)")
     parser.add_argument("--resume", action="store_true",
                         help="read the agents already finished in --runs (same settings) and train the rest; "
                              "their CPU time is not known again (their training seconds are)")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
     return parser
+
+
+@contextlib.contextmanager
+def runs_folder(parser: ArgumentParser, quick: bool, runs: Path | None, resume: bool) -> Iterator[Path]:
+    """Where the agents' run folders go: ``--runs``, with or without ``--quick`` (a researcher who
+    names a folder means to look in it), else the default, or with ``--quick`` a temporary folder
+    removed at the end, also when the benchmark is killed (`end_with_caller`). A used folder needs
+    ``--resume``; ``--resume`` with ``--quick`` needs the folder of the quick run it resumes."""
+    if runs is None and quick:
+        if resume:
+            parser.error("--resume reads the agents already finished in --runs: with --quick, give the "
+                         "--runs folder of the quick run to resume (without --runs a quick run trains in "
+                         "a temporary folder, removed at the end)")
+        with tempfile.TemporaryDirectory(prefix="memory_agents_") as tmp:
+            yield Path(tmp)
+        return
+    runs = runs or DEFAULT_RUNS
+    if runs.exists() and any(runs.iterdir()) and not resume:
+        parser.error(f"--runs {runs} already holds run folders; choose another, or --resume to read "
+                     f"the finished ones and train the rest (runs are never overwritten)")
+    yield runs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -206,24 +239,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.refuse_repeats(args, "seeds", "algos", "tasks")
     if args.quick:
         args.seeds, args.steps, args.episodes = args.seeds[:1], 4_096, 10
-        args.runs = Path(tempfile.mkdtemp(prefix="memory_agents_"))
-    elif args.runs.exists() and any(args.runs.iterdir()) and not args.resume:
-        parser.error(f"--runs {args.runs} already holds run folders; choose another, or --resume to read "
-                     f"the finished ones and train the rest (runs are never overwritten)")
     started = time.perf_counter()
-    runs = []
-    for task in args.tasks:
-        for algo in args.algos:
-            if task == "proof" and not (CONFIG_DIR / f"memorycue-{algo}.yaml").is_file():
-                continue
-            for seed in args.seeds:
-                steps = args.steps if task == "variant" or args.quick else None
-                runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs))
-                last = runs[-1]
-                figure = last["success"] if task == "proof" else last["eval"]["model"]["mean"]
-                cpu = last["cpu_seconds_with_eval"]
-                print(f"{task} {algo} seed {seed}: {figure:.3f} ({last['steps_per_second']:.0f} steps/s, "
-                      f"{'-' if cpu is None else f'{cpu / 60:.1f}'} CPU min)", flush=True)
+    with runs_folder(parser, args.quick, args.runs, args.resume) as args.runs:
+        runs = train_all(args)
     summary = summarize_runs(runs)
     print_table(summary)
     if args.quick:
@@ -239,5 +257,25 @@ def main(argv: list[str] | None = None) -> None:
     write_results(args.out, record, lambda png: plot(summary, png))
 
 
+def train_all(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every agent ``args`` asks for, trained (or read, with ``--resume``) in ``args.runs`` and scored:
+    a row each, printed as it comes."""
+    runs = []
+    for task in args.tasks:
+        for algo in args.algos:
+            if task == "proof" and not (EXPERT_CONFIG_DIR / f"memorycue-{algo}.yaml").is_file():
+                continue
+            for seed in args.seeds:
+                steps = args.steps if task == "variant" or args.quick else None
+                runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs))
+                last = runs[-1]
+                figure = last["success"] if task == "proof" else last["eval"]["model"]["mean"]
+                cpu = last["cpu_seconds_with_eval"]
+                print(f"{task} {algo} seed {seed}: {figure:.3f} ({last['steps_per_second']:.0f} steps/s, "
+                      f"{'-' if cpu is None else f'{cpu / 60:.1f}'} CPU min)", flush=True)
+    return runs
+
+
 if __name__ == "__main__":
+    end_with_caller()  # killed, or its caller killed: it stops, its temporary folder removed
     run_command(main)

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rpg_base.cli import ArgumentParser, output_file, positive_int, run_command
+from rpg_base.cli import ArgumentParser, output_file, output_folder, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_base.results import write_results
 
@@ -39,18 +40,18 @@ def train_row(data: Path, frames: int, steps: int, folder: Path) -> tuple[Path, 
     """The default world model with ``frames`` of context on ``data`` (a finished run in ``folder``
     is reused): its best checkpoint and training seconds (a reused run's, from its summary.json)."""
     from rpg_worldmodel.checkpoint import resolve_checkpoint
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import WorldModelConfig
     from rpg_worldmodel.train import train
 
     summary = folder / "summary.json"
     if summary.exists():
         return resolve_checkpoint(folder, "best"), json.loads(summary.read_text()).get("wall_s")
-    cfg = load_config(None, [f"model.num_frames={frames}", f"train.batch_size={max(4, 320 // frames)}",
-                             "model.train_window=0", f"train.max_steps={steps}",
-                             f"train.eval_every={max(steps // 4, 1)}",
-                             f"train.checkpoint_every={max(steps // 4, 1)}",
-                             f"train.warmup_steps={min(100, steps // 4)}", "train.progress=false"])
-    cfg.data.path, cfg.out_dir = str(data), str(folder)
+    base = WorldModelConfig()
+    cfg = replace(base, data=replace(base.data, path=str(data)), out_dir=str(folder),
+                  model=replace(base.model, num_frames=frames, train_window=0),
+                  train=replace(base.train, batch_size=max(4, 320 // frames), max_steps=steps,
+                                eval_every=max(steps // 4, 1), checkpoint_every=max(steps // 4, 1),
+                                warmup_steps=min(100, steps // 4), progress=False)).validate()
     started = time.perf_counter()
     result = train(cfg)
     return result.best, time.perf_counter() - started
@@ -76,7 +77,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--data-memoryless", type=Path, required=True, help="the memoryless expert's games")
     parser.add_argument("--frames", type=positive_int, nargs="+", default=[5, 20], help="context lengths")
     parser.add_argument("--steps", type=positive_int, default=800, help="training steps of every model")
-    parser.add_argument("--runs", type=Path, default=Path("runs/remembering_agents"),
+    parser.add_argument("--runs", type=output_folder, default=Path("runs/remembering_agents"),
                         help="run folders, one per agent and context (finished ones are reused)")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path")
     return parser

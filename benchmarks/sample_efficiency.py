@@ -39,26 +39,31 @@ import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 from rpg_base.cli import (
     ArgumentParser,
+    end_with_caller,
     existing_file,
     non_negative_int,
     output_file,
+    output_folder,
     positive_int,
     run_command,
 )
 from rpg_base.errors import InputError
 from rpg_base.provenance import portable_path, provenance
 from rpg_base.results import pyplot, save_figure, write_results
-from rpg_env.experts.evaluate import mean_interval
+from rpg_env.experts.evaluate import mean_t_interval
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sample_efficiency.json"
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("learn", "learn-no-rules", "dqn", "ppo", "dreamer")
+#: What every row of ``runs`` holds, so a merged file's rows join the summary like this run's own.
+MERGED_KEYS = frozenset({"method", "seed", "steps", "return", "cpu_minutes"})
 #: First seed of the evaluation games: far from training envs (seed + i), the experts' in-training
 #: evaluation (seed + 1,000,003) and collection (hashed wave seeds).
 EVAL_SEED = 900_000
@@ -68,10 +73,12 @@ EVAL_SEED = 900_000
 def run_learn(seed: int, budgets: list[int], episodes: int, rules: bool, root: Path,
               overrides: list[str]) -> list[dict[str, Any]]:
     """One `rpg_worldmodel.learn` run to the largest budget; a row per budget."""
-    from rpg_worldmodel.learn import learn, load_learn_config
+    from rpg_base.typed_config.config import with_overrides
+    from rpg_worldmodel.learn import learn
+    from rpg_worldmodel.learn_config import LearnConfig
 
-    cfg = load_learn_config(None, [f"seed={seed}", f"real_steps={max(budgets)}", f"eval_episodes={episodes}",
-                                   f"eval_seed={EVAL_SEED}", f"rules={str(rules).lower()}", *overrides])
+    cfg = with_overrides(LearnConfig(seed=seed, real_steps=max(budgets), eval_episodes=episodes,
+                                     eval_seed=EVAL_SEED, move_rules=rules), overrides).validate()
     out = learn(cfg, root / f"learn-{'rules' if rules else 'no-rules'}-s{seed}")
     return learn_rows(out, budgets)
 
@@ -82,7 +89,7 @@ def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
     point (wall; CPU where the run recorded it) and the processor they were spent on (``processor``,
     where the run's ``provenance.json`` names it: minutes compare only on one). A budget that a
     further iteration of the run would have ended within has no row."""
-    curve = json.loads((run / "curve.json").read_text())
+    curve = read_curve(run)
     made = run / "provenance.json"
     recorded = json.loads(made.read_text()) if made.is_file() else {}
     points, collect_steps = curve["points"], curve["config"]["collect_steps"]
@@ -107,24 +114,68 @@ def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
 def learn_method(run: Path) -> tuple[str, int]:
     """Which method a finished learn run measured, and its seed: ``learn`` or ``learn-no-rules``, with
     its agent's imagined worlds and steps an iteration where they differ from today's defaults."""
-    from rpg_worldmodel.learn import LearnConfig, run_config
+    from rpg_worldmodel.learn_config import LearnConfig, run_config
 
-    cfg = run_config(json.loads((run / "curve.json").read_text())["config"], str(run / "curve.json"))
+    cfg = run_config(read_curve(run)["config"], str(run / "curve.json"))
     agent, default = cfg.agent_config(0), LearnConfig().agent_config(0)
-    method = "learn" if cfg.rules else "learn-no-rules"
+    method = "learn" if cfg.move_rules else "learn-no-rules"
     if (agent.n_envs, agent.total_timesteps) != (default.n_envs, default.total_timesteps):
         method += f" ({agent.n_envs} worlds, {agent.total_timesteps // 1000}k)"
     return method, cfg.seed
 
 
+def read_curve(run: Path) -> dict[str, Any]:
+    """The ``curve.json`` of a learn run given to ``--learn-from``; an `InputError` naming the option
+    where the folder holds none (a missing folder, a file, a run with no finished iteration)."""
+    fix = "give the --out folder of a python -m rpg_worldmodel.learn run"
+    if not (run / "curve.json").is_file():
+        raise InputError(f"--learn-from {run} is not a learn run with a finished iteration (no curve.json); "
+                         f"{fix}")
+    curve = _json_of(run / "curve.json", f"--learn-from {run}: its curve.json", fix)
+    if not isinstance(curve, dict) or not isinstance(curve.get("config"), dict) or not isinstance(
+            curve.get("points"), list):
+        raise InputError(f"--learn-from {run}: its curve.json is not a learn run's (no config and points); "
+                         f"{fix}")
+    return curve
+
+
+def merged_runs(path: Path) -> list[dict[str, Any]]:
+    """The ``runs`` of an earlier result of this script given to ``--merge``; an `InputError` where
+    the file is not one (not JSON, empty, or JSON without a list of runs this table can hold)."""
+    fix = "give a JSON file this script wrote (its --out)"
+    record = _json_of(path, f"--merge {path}", fix)
+    runs = record.get("runs") if isinstance(record, dict) else None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and MERGED_KEYS <= r.keys() for r in runs):
+        raise InputError(f"--merge {path} is not a result of benchmarks/sample_efficiency.py (no list of "
+                         f"runs, each with {', '.join(sorted(MERGED_KEYS))}); {fix}")
+    return runs
+
+
+def _json_of(path: Path, subject: str, fix: str) -> Any:
+    """The JSON in file ``path``; an `InputError` "``subject`` is empty / not valid JSON ...; ``fix``"
+    where it cannot be read as JSON (a raw OS or decoder error would not say which option is wrong)."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(f"{subject} cannot be read ({err.strerror or err}); {fix}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{subject} is not valid JSON (not UTF-8 text); {fix}") from None
+    if not text.strip():
+        raise InputError(f"{subject} is empty; {fix}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{subject} is not valid JSON ({err}); {fix}") from None
+
+
 def run_expert(algo: str, seed: int, budget: int, episodes: int, root: Path) -> dict[str, Any]:
     """SB3 ``algo`` with the project's config for ``budget`` real steps, evaluated on the games."""
-    from rpg_env.experts.config import load_config
+    from rpg_env.experts.config import load_expert_config
     from rpg_env.experts.train import train
 
-    cfg = load_config(algo, overrides=[f"seed={seed}", f"total_timesteps={budget}",
-                                       f"eval.final_episodes={episodes}", f"eval.seed={EVAL_SEED}",
-                                       "progress_bar=false"])
+    base = load_expert_config(algo)
+    cfg = replace(base, seed=seed, total_timesteps=budget, progress_bar=False,
+                  eval=replace(base.eval, final_episodes=episodes, seed=EVAL_SEED)).validate()
     cpu = time.process_time()
     run_dir = train(cfg, out=root / f"{algo}-{budget}-s{seed}")
     cpu = time.process_time() - cpu
@@ -193,7 +244,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             if not at:
                 continue
             cpu = [r["cpu_minutes"] for r in at]
-            cell = {"return": mean_interval([r["return"] for r in at]),
+            cell = {"return": mean_t_interval([r["return"] for r in at]),
                     "cpu_minutes": None if None in cpu else statistics.fmean(cpu)}
             if all("wall_minutes" in r for r in at):
                 cell["wall_minutes"] = statistics.fmean(r["wall_minutes"] for r in at)
@@ -207,7 +258,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     baselines = [r for r in runs if "greedy" in r]
     for who in ("greedy", "random"):
         if baselines:
-            summary[who] = {"any": {"return": mean_interval([r[who] for r in baselines])}}
+            summary[who] = {"any": {"return": mean_t_interval([r[who] for r in baselines])}}
     return summary
 
 
@@ -295,7 +346,7 @@ def build_parser() -> ArgumentParser:
                              "stopped run counts to the budgets it reached; no CPU minutes)")
     parser.add_argument("--merge", type=existing_file, nargs="*", default=[], metavar="JSON",
                         help="earlier results of this script whose runs join this table (e.g. DreamerV3's)")
-    parser.add_argument("--keep", type=Path, default=None,
+    parser.add_argument("--keep", type=output_folder, default=None,
                         help="keep every run folder here (default: a temp folder)")
     parser.add_argument("--quick", action="store_true", help="1 seed, tiny budgets and models: a smoke check "
                                                              "(writes nothing)")
@@ -314,7 +365,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.episodes < 2:
         parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
     parser.refuse_repeats(args, "seeds", "budgets", "methods")
-    dreamer_seeds = [dreamer_seed(logs) for logs in args.dreamer_from]  # a wrong folder fails before any work
+    # A wrong folder or file fails before any work.
+    dreamer_seeds = [dreamer_seed(logs) for logs in args.dreamer_from]
+    learned = [learn_method(run) for run in args.learn_from]
+    merged = [row for earlier in args.merge for row in merged_runs(earlier)]
     if "dreamer" in args.methods and args.dreamer_python is None and not dreamer_seeds:
         parser.error("--methods dreamer needs --dreamer-python (a virtualenv with sheeprl==0.8.4, "
                      "ANCHORS.md)")
@@ -327,13 +381,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        for run in args.learn_from:
-            method, seed = learn_method(run)
+        for run, (method, seed) in zip(args.learn_from, learned, strict=True):
             runs += [{"method": method, "seed": seed, **row} for row in learn_rows(run, budgets)]
         for logs, seed in zip(args.dreamer_from, dreamer_seeds, strict=True):
             runs += [{"method": "dreamer", "seed": seed, **row} for row in dreamer_rows(logs, budgets)]
-        for earlier in args.merge:
-            runs += json.loads(earlier.read_text())["runs"]
+        runs += merged
         read_from = {"learn": args.learn_from, "learn-no-rules": args.learn_from,
                      "dreamer": args.dreamer_from}
         for method in args.methods:
@@ -366,4 +418,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    end_with_caller()  # killed, or its caller killed: sheeprl's DreamerV3 process and the run folders go too
     run_command(main)

@@ -28,6 +28,7 @@ import json
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -66,18 +67,19 @@ def train_and_score(data: Path, frames: int, steps: int, root: Path, quick: bool
     """Train the default config with ``frames`` of context (and the ``extra`` overrides); its
     held-out figures and seconds, and with ``transfer`` (another agent's games) its figures there
     and the self-vs-cross table with intervals."""
-    from rpg_worldmodel.config import load_config
+    from rpg_base.typed_config.config import with_overrides
+    from rpg_worldmodel.config import WorldModelConfig
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
     from rpg_worldmodel.train import train
 
-    batch = max(4, 320 // frames)
-    overrides = [f"model.num_frames={frames}", f"train.batch_size={batch}", "model.train_window=0",
-                 f"train.max_steps={steps}",
-                 f"train.eval_every={max(steps // 4, 1)}", f"train.checkpoint_every={max(steps // 4, 1)}",
-                 f"train.warmup_steps={min(100, steps // 4)}", "train.progress=false"]
-    if quick:
-        overrides += ["model.width=32", "model.num_heads=2", "model.num_layers=1", "data.max_val_windows=64"]
-    cfg = load_config(None, [*overrides, *extra])
+    base, batch = WorldModelConfig(), max(4, 320 // frames)
+    small = {"width": 32, "num_heads": 2, "num_layers": 1} if quick else {}
+    cfg = replace(base, data=replace(base.data, max_val_windows=64) if quick else base.data,
+                  model=replace(base.model, num_frames=frames, train_window=0, **small),
+                  train=replace(base.train, batch_size=batch, max_steps=steps,
+                                eval_every=max(steps // 4, 1), checkpoint_every=max(steps // 4, 1),
+                                warmup_steps=min(100, steps // 4), progress=False))
+    cfg = with_overrides(cfg, extra).validate()
     label = label or f"T{frames}"
     cfg.data.path, cfg.out_dir = str(data), str(root / label)
     started = time.perf_counter()
@@ -170,7 +172,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--frames", type=positive_int, nargs="+", default=[5, 10, 20, 50])
     parser.add_argument("--steps", type=positive_int, default=1200,
                         help="training steps of every row (the default's)")
-    parser.add_argument("--data", type=Path, default=None,
+    parser.add_argument("--data", type=output_file, default=None,
                         help=f"trajectory file, recorded once if missing (default {DEFAULT_DATA}; "
                              "with --quick a temporary one)")
     parser.add_argument("--transfer-data", type=Path, default=None,
@@ -193,7 +195,8 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     from rpg_base.provenance import pinned_torch_threads
-    from rpg_worldmodel.config import load_config
+    from rpg_base.typed_config.config import with_overrides
+    from rpg_worldmodel.config import WorldModelConfig
 
     args = build_parser().parse_args(argv)
     if args.transfer_data is not None and not args.transfer_data.is_file():
@@ -201,8 +204,9 @@ def main(argv: list[str] | None = None) -> None:
                          "games first (python -m rpg_env.record)")
     runs = [(5, [*args.set, *args.baseline], BASELINE_LABEL)] if args.baseline else []
     runs += [(frames, args.set, "") for frames in args.frames]
+    base = WorldModelConfig()
     for frames, extra, _ in runs:  # every row's overrides are checked before the first is trained
-        load_config(None, [f"model.num_frames={frames}", *extra])
+        with_overrides(replace(base, model=replace(base.model, num_frames=frames)), extra).validate()
     with pinned_torch_threads(args.threads):  # and the caller's setting back after
         measure(args, runs)
 

@@ -44,7 +44,7 @@ PREDICTORS = ("model", "memory_oracle", "motion_oracle", "copy")
 
 def train_model(data: Path, root: Path, quick: bool, extra: list[str]) -> tuple[Path, float]:
     """The default world model trained on ``data``: (best checkpoint, seconds)."""
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
     from rpg_worldmodel.train import train
 
     overrides = ["train.progress=false"]
@@ -52,7 +52,7 @@ def train_model(data: Path, root: Path, quick: bool, extra: list[str]) -> tuple[
         overrides += ["model.width=32", "model.num_heads=2", "model.num_layers=1", "model.refiner_layers=0",
                       "train.max_steps=20", "train.eval_every=10", "train.checkpoint_every=10",
                       "train.warmup_steps=2", "data.max_val_windows=64"]
-    cfg = load_config(None, [*overrides, *extra])
+    cfg = load_world_model_config(None, [*overrides, *extra])
     cfg.data.path, cfg.out_dir = str(data), str(root / "model")
     result = train(cfg)
     return result.best, result.wall_s
@@ -158,7 +158,7 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     from rpg_env.policies.registry import make_policy
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         make_policy(args.policy)
     except (TypeError, ValueError) as err:
         raise InputError(f"--policy: {err}") from err
-    load_config(None, args.set)  # as do unknown overrides
+    load_world_model_config(None, args.set)  # as do unknown overrides
     games, unseen_games = (40, 10) if args.quick else (args.games, args.unseen_games)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, pinned_torch_threads(args.threads):

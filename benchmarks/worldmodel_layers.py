@@ -68,10 +68,10 @@ def rows_to_run(no_map: bool) -> dict[str, list[str]]:
 
 def train_row(data: Path, folder: Path, overrides: list[str]) -> tuple[Path, float, list[dict[str, float]]]:
     """(best checkpoint, training seconds, validation curve: step, seconds, view CE)."""
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
     from rpg_worldmodel.train import train
 
-    cfg = load_config(None, overrides)
+    cfg = load_world_model_config(None, overrides)
     cfg.data.path, cfg.out_dir = str(data), str(folder)
     result = train(cfg)
     with open(folder / "metrics.csv", newline="") as f:
@@ -272,7 +272,7 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     from rpg_env.policies.registry import make_policy
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = {name: [*(QUICK if args.quick else []), "train.progress=false", "train.eval_every=200",
                    *args.set, *extra] for name, extra in rows_to_run(args.no_map).items()}
     for overrides in plan.values():
-        load_config(None, overrides)
+        load_world_model_config(None, overrides)
     games, unseen_games = (40, 10) if args.quick else (args.games, args.unseen_games)
     worlds = min(args.worlds, unseen_games)
     started = time.perf_counter()

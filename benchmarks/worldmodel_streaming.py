@@ -74,12 +74,12 @@ class Trainer:
     def __init__(self, device: str):
         import torch
 
-        from rpg_worldmodel.config import load_config
+        from rpg_worldmodel.config import load_world_model_config
         from rpg_worldmodel.distributed import autocast_dtype, resolve_device
         from rpg_worldmodel.models.world_model import WorldModel
 
         self.torch = torch
-        self.cfg = load_config(None, [])
+        self.cfg = load_world_model_config(None, [])
         self.device = resolve_device(device)
         torch.manual_seed(0)
         self.model = WorldModel(self.cfg.model).to(self.device).train()

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "worldmodel_throughput.json"
@@ -148,7 +149,7 @@ class Ours:
         import torch
 
         from rpg_env.game.constants import vocabulary
-        from rpg_worldmodel.config import load_config
+        from rpg_worldmodel.config import WorldModelConfig
         from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows
         from rpg_worldmodel.distributed import autocast_context, to_device
         from rpg_worldmodel.models.world_model import WorldModel
@@ -158,9 +159,10 @@ class Ours:
             torch.set_num_threads(threads)
         self.torch, self.autocast, self.to_device = torch, autocast_context, to_device
         # The default model at the reference (Sorrel's) size: the default grew past it since.
-        shape = [f"model.{k}={REFERENCE[k]}"
-                 for k in ("width", "num_layers", "num_heads", "num_frames", "patch_size")]
-        self.cfg = load_config(None, [f"data.path={data}", *shape])
+        shape = {k: REFERENCE[k] for k in ("width", "num_layers", "num_heads", "num_frames", "patch_size")}
+        base = WorldModelConfig()
+        self.cfg = replace(base, data=replace(base.data, path=str(data)),
+                           model=replace(base.model, **shape)).validate()
         self.weights = loss_weights(self.cfg, vocabulary().cell_names)
         from rpg_env.trajectories.reader import TrajectoryFile
 

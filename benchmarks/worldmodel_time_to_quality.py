@@ -12,11 +12,16 @@ chunk timed alone (evaluation is not timed), so load from other processes hits a
 Sorrel's ``ViTOneHot`` trains in its own virtualenv (``--sorrel-python``, see shared/ANCHORS.md)
 on the same train games and is scored on the same windows; it runs after ours (not interleaved)
 and is reported for the record. ``--sorrel-from RESULT.json`` reuses the Sorrel row of an earlier
-result instead of training it again (the JSON says which file it came from).
+result instead of training it again (the JSON says which file it came from); ``--reference-from
+RESULT.json`` likewise reuses the reference config's row, so a run on another device (``--device
+cuda``) times the default to the same target CE without training the reference again.
 
     python benchmarks/worldmodel_time_to_quality.py [--candidates reference default ...]
         [--sorrel-python /work/sorrel-venv/bin/python] [--quick]
     python benchmarks/worldmodel_time_to_quality.py --candidates "w96=model.width=96 model.num_heads=3"
+    python benchmarks/worldmodel_time_to_quality.py --device cuda --candidates default \
+        --reference-from benchmarks/results/worldmodel_time_to_quality.json \
+        --out benchmarks/results/worldmodel_time_to_quality_gpu.json
 
 A candidate is a named config file of ``rpg_worldmodel/configs`` (``reference``, ``default``) or
 ``name=key=value ...`` overrides of the default config. Writes
@@ -105,18 +110,20 @@ class Candidate:
     step: int = 0
     seconds: float = 0.0
 
-    def start(self, data: Path) -> None:
-        """`rpg_worldmodel.train.setup` on ``data``: seeds, split, model, optimizer, as a run has them."""
+    def start(self, data: Path, device: str = "cpu") -> None:
+        """`rpg_worldmodel.train.setup` on ``data``: seeds, split, model, optimizer, as a run has them,
+        on ``device``."""
         from rpg_worldmodel.data.windows import EpochBatchSampler
         from rpg_worldmodel.distributed import Processes
         from rpg_worldmodel.train import setup
 
         self.cfg.data.path = str(data)
         self.cfg.out_dir = tempfile.mkdtemp(prefix=f"ttq_{self.name}_")  # nothing is written there
-        self.run = setup(self.cfg, Processes.from_env("cpu"))
+        self.cfg.train.device = device
+        self.run = setup(self.cfg, Processes.from_env(device))
         self.batches = iter(EpochBatchSampler(len(self.run.train_set), self.cfg.train.batch_size,
                                               self.cfg.train.seed, 0, self.cfg.train.max_steps))
-        self.mask_gen = torch.Generator()
+        self.mask_gen = torch.Generator(device=self.run.device)  # as rpg_worldmodel.train makes it
         self.model = self.run.model
 
     @property
@@ -134,11 +141,19 @@ class Candidate:
             batch = self.run.train_set.get_batch(next(self.batches))
             train_step(self.run, batch, self.step, self.mask_gen)
             self.step += 1
+        if self.run.device.type == "cuda":  # the clock stops when the GPU's queued work is done
+            torch.cuda.synchronize(self.run.device)
         self.seconds += time.perf_counter() - tick
 
     def evaluate(self, windows: HeldOut) -> None:
         self.model.eval()
-        figures = score(lambda v, a: tuple(self.model(v, a))[:2], windows)
+        device = self.run.device
+
+        def predict(views: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            view_logits, action_logits = tuple(self.model(views.to(device), actions.to(device)))[:2]
+            return view_logits.cpu(), action_logits.cpu()
+
+        figures = score(predict, windows)
         self.curve.append({"step": self.step, "sequences": self.step * self.cfg.train.batch_size,
                            "train_seconds": round(self.seconds, 3), **figures})
         print(f"  {self.name:>12} step {self.step:>5}  {self.seconds:7.1f} s  "
@@ -147,14 +162,14 @@ class Candidate:
 
 def make_candidate(spec: str, quick: bool):
     from rpg_base.errors import InputError
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
 
     name, _, overrides = spec.partition("=")
     path = CONFIGS / f"{name}.yaml"
     if not overrides and name == "default":  # the config dataclasses' defaults: no file holds them
-        cfg = load_config(None)
+        cfg = load_world_model_config(None)
     elif not overrides and path.is_file():
-        cfg = load_config(path)
+        cfg = load_world_model_config(path)
     elif not overrides:
         # dream_*.yaml there configure the agents trained in imagination, not a world model
         names = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
@@ -162,17 +177,17 @@ def make_candidate(spec: str, quick: bool):
         raise InputError(f"--candidates {spec!r}: no config of that name; use one of {shipped} or "
                          "name=key=value ... (overrides of the default)")
     else:
-        cfg = load_config(None, overrides.split())
+        cfg = load_world_model_config(None, overrides.split())
     if quick:
         cfg.train.max_steps = 40
     return Candidate(name, cfg)
 
 
 def run_ours(candidates: list[Candidate], data: Path, eval_every: int, chunk: int,
-             eval_windows: int = 0) -> None:
+             eval_windows: int = 0, device: str = "cpu") -> None:
     windows: dict[int, HeldOut] = {}
     for c in candidates:
-        c.start(data)
+        c.start(data, device)
         windows.setdefault(c.cfg.model.num_frames, held_out(data, c.cfg.model.num_frames, eval_windows))
     while not all(c.done for c in candidates):
         for c in candidates:
@@ -334,18 +349,30 @@ def ensure_data(path: Path) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     # rpg_env is imported here, not at the top: the Sorrel worker runs this file in Sorrel's own
     # virtualenv, where only torch, numpy and sorrel are installed.
-    from rpg_base.cli import ArgumentParser, existing_file, non_negative_int, output_file, positive_int
+    from rpg_base.cli import (
+        ArgumentParser,
+        device_name,
+        existing_file,
+        non_negative_int,
+        output_file,
+        positive_int,
+    )
 
     parser = ArgumentParser(prog="python benchmarks/worldmodel_time_to_quality.py",
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidates", nargs="+", default=["reference", "default"],
                         help="config names or name=key=value ... overrides of the default")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="recorded once if missing")
+    parser.add_argument("--data", type=output_file, default=DEFAULT_DATA, help="recorded once if missing")
     parser.add_argument("--sorrel-python", type=existing_file, default=None,
                         help="python of a virtualenv with sorrel==1.6.0")
     parser.add_argument("--sorrel-steps", type=positive_int, default=2000)
     parser.add_argument("--sorrel-from", type=existing_file, default=None,
                         help="reuse the Sorrel row of an earlier result JSON instead of training it")
+    parser.add_argument("--reference-from", type=existing_file, default=None,
+                        help="reuse the reference row of an earlier result JSON (its final view CE is "
+                             "the target) instead of training it")
+    parser.add_argument("--device", type=device_name, default="cpu",
+                        help="cpu (the recorded comparison) or cuda[:N]: where our candidates train")
     parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between scoring points")
     parser.add_argument("--chunk", type=positive_int, default=50, help="steps per interleaved turn")
     parser.add_argument("--threads", type=positive_int, default=2)
@@ -366,40 +393,57 @@ def worker_main(argv: list[str] | None = None) -> None:
     sorrel_worker(args.sorrel_worker, args.sorrel_steps, args.eval_every, args.threads)
 
 
-def earlier_sorrel_row(path: Path) -> dict:
-    """The Sorrel row of an earlier result JSON (`--sorrel-from`), marked as reused."""
+def earlier_row(path: Path, name: str, flag: str, instead: str) -> dict:
+    """Row ``name`` of an earlier result JSON (``flag``), marked as reused."""
     from rpg_base.errors import InputError
     from rpg_base.provenance import portable_path
 
     try:
         earlier = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"--sorrel-from {path} is not valid JSON ({err})") from None
-    if not isinstance(earlier, dict) or "sorrel" not in earlier.get("rows", {}):
-        raise InputError(f"{path} has no sorrel row; run with --sorrel-python instead")
-    return {**earlier["rows"]["sorrel"], "reused_from": {
-        "file": portable_path(path), "created": earlier.get("created"), "data": earlier.get("data")}}
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{flag} {path} is not valid JSON ({err})") from None
+    rows = earlier.get("rows") if isinstance(earlier, dict) else None
+    if not isinstance(rows, dict) or not isinstance(rows.get(name), dict) or not rows[name].get("curve"):
+        raise InputError(f"{flag} {path} has no {name} row with a curve; {instead}")
+    return {**rows[name], "reused_from": {
+        "file": portable_path(path), "created": earlier.get("created"), "data": earlier.get("data"),
+        "device": earlier.get("device", "cpu")}}
+
+
+def device_label(device: str) -> str:
+    """The hardware behind ``device``: the GPU's name, or "cpu"."""
+    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
 
 
 def main(argv: list[str] | None = None) -> None:
+    from rpg_base.errors import InputError
     from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
     from rpg_base.results import write_results
 
     args = build_parser().parse_args(argv)
     eval_every = 20 if args.quick else args.eval_every
     candidates = [make_candidate(spec, args.quick) for spec in args.candidates]
-    sorrel = earlier_sorrel_row(args.sorrel_from) if args.sorrel_from else None
+    sorrel = (earlier_row(args.sorrel_from, "sorrel", "--sorrel-from", "run with --sorrel-python instead")
+              if args.sorrel_from else None)
+    reference = (earlier_row(args.reference_from, "reference", "--reference-from",
+                             "name reference in --candidates instead") if args.reference_from else None)
+    if reference is not None and any(c.name == "reference" for c in candidates):
+        raise InputError("--reference-from reuses the reference row: leave reference out of --candidates")
     data = ensure_data(args.data)
     with pinned_torch_threads(args.threads):  # and the caller's setting back after
-        run_ours(candidates, data, eval_every, args.chunk, args.eval_windows)
+        run_ours(candidates, data, eval_every, args.chunk, args.eval_windows, args.device)
     rows = {c.name: {"config": {**c.cfg.to_dict(), "out_dir": portable_path(c.cfg.out_dir)},
                      "parameters": c.model.num_parameters(), "curve": c.curve} for c in candidates}
+    if reference is not None:
+        rows = {"reference": reference, **rows}
     if sorrel is not None:
         rows["sorrel"] = sorrel
     elif args.sorrel_python:
         steps = 40 if args.quick else args.sorrel_steps
         rows["sorrel"] = run_sorrel(str(args.sorrel_python), data, steps, eval_every, args.threads)
     summary = summarise(rows)
+    if reference is not None:  # its seconds were timed where its run was (the row says where)
+        summary["reference_reused_from"] = reference["reused_from"]
     print(f"\n{'candidate':>12} {'params':>9} {'steps':>6} {'train s':>8} {'view CE':>8} {'cell acc':>8} "
           f"{'act acc':>7}")
     for name, row in rows.items():
@@ -409,6 +453,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(summary, indent=1))
     if not args.quick:
         record_ = provenance(seed=0, data=portable_path(data), threads=args.threads, chunk=args.chunk,
+                             device=args.device, device_name=device_label(args.device),
                              eval_every=eval_every, eval_windows=args.eval_windows, rows=rows,
                              summary=summary,
                              held_out="test split (150 games), every transition once, full history")

@@ -9,10 +9,14 @@ of an input error too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -149,10 +153,15 @@ def output_file(text: str) -> Path:
 
 
 def output_folder(text: str) -> Path:
-    """An argparse type: a path a command may create a folder at: not an existing file."""
+    """An argparse type: a path a command may create a folder at: not an existing file, and not
+    under a file (which would fail only at the first write, as a raw "Not a directory")."""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file: name a folder")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{parent} is a file, so no folder can be made at {text}: "
+                                             "name a folder elsewhere")
     return path
 
 
@@ -212,6 +221,60 @@ def command_status(main: Callable[[Sequence[str] | None], Any], argv: Sequence[s
         print("interrupted", file=sys.stderr)
         return 130
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+# --------------------------------------------------------------------------- a long command's lifetime
+#: Seconds between two looks at whether the caller of a long command still lives.
+CALLER_POLL_SECONDS = 0.5
+
+
+def end_with_caller() -> None:
+    """Tie this process (a long command: a benchmark that trains for an hour) to its caller.
+
+    SIGTERM (a ``kill``, ``timeout``, a harness's time limit) ends it as Ctrl-C would: its child
+    processes are sent SIGTERM, then `SystemExit` (status 143) unwinds the main thread, so
+    ``finally`` blocks and context managers run (temporary folders removed, env workers closed, a
+    ``subprocess.run`` child killed). And when the caller dies (killed by its own time limit, without
+    passing the signal on), a watcher thread sees this process handed to another parent and sends it
+    that SIGTERM: the command does not train on for nobody. The watcher polls rather than use Linux's
+    ``PR_SET_PDEATHSIG``, which fires when the caller's *thread* that started this process ends, not
+    the caller. A command started to outlive its caller (under ``nohup``, which ignores SIGHUP, or
+    ``setsid``, which makes it a session leader) is not watched: leaving it running was asked for.
+    Call it from the main thread in the script's ``__main__`` block, before `run_command` (``main``
+    itself stays free of process-wide settings, for tests that call it).
+    """
+    caller = os.getppid()
+    signal.signal(signal.SIGTERM, _terminated)
+    detached = signal.getsignal(signal.SIGHUP) == signal.SIG_IGN or os.getsid(0) == os.getpid()
+    if not detached:
+        threading.Thread(target=_watch_caller, args=(caller,), name="watch-caller", daemon=True).start()
+
+
+def _watch_caller(caller: int) -> None:
+    while os.getppid() == caller:
+        time.sleep(CALLER_POLL_SECONDS)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def child_pids() -> list[int]:
+    """The ids of this process's live child processes (from Linux's ``/proc``; none elsewhere)."""
+    pids: list[int] = []
+    for task in Path("/proc/self/task").glob("*"):
+        with contextlib.suppress(OSError):
+            pids += [int(pid) for pid in (task / "children").read_text().split()]
+    return pids
+
+
+def _terminated(signum: int, frame: Any) -> NoReturn:
+    # Ignore further SIGTERMs (the watcher's, a caller's second) so they do not cut the unwinding
+    # short; a caller that cannot wait still has SIGKILL.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for pid in child_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    with contextlib.suppress(OSError):  # a caller gone with the pipe it read
+        print("terminated", file=sys.stderr)
+    raise SystemExit(128 + signum)
 
 
 def run_command(main: Callable[[Sequence[str] | None], Any], argv: Sequence[str] | None = None) -> NoReturn:

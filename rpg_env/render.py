@@ -80,7 +80,6 @@ def render_rgb(grid: np.ndarray, agent_rc: np.ndarray, params: WorldParams,
     if grid.shape != (params.height, params.width):
         raise ValueError(f"grid has shape {grid.shape}, expected (height, width) = "
                          f"{(params.height, params.width)}")
-    vocab = vocabulary()
     frame = codes_to_rgb(grid, tile)
     top, left, bottom, right = (v * tile for v in view_box(agent_rc, params))
     bottom, right = bottom + tile - 1, right + tile - 1
@@ -88,16 +87,10 @@ def render_rgb(grid: np.ndarray, agent_rc: np.ndarray, params: WorldParams,
     frame[:] = (frame * OUTSIDE_VIEW_BRIGHTNESS).astype(np.uint8)
     frame[top : bottom + 1, left : right + 1] = inside
 
-    body = tile_atlas(tile)[vocab.agent].reshape(-1, 3)
-    body_mask = (body == vocab.palette[vocab.agent]).all(axis=1).reshape(tile, tile)
     for k, (row, col) in enumerate(agent_rc):
         cell = frame[row * tile : (row + 1) * tile, col * tile : (col + 1) * tile]
         dim = not (top <= row * tile <= bottom and left <= col * tile <= right)
-        colour = np.asarray(agent_rgb(k), dtype=np.float64) * (OUTSIDE_VIEW_BRIGHTNESS if dim else 1.0)
-        cell[body_mask] = colour.astype(np.uint8)
-        if k == 0:  # the learner's dark centre tells it apart even in greyscale
-            a, b = tile // 3, tile - tile // 3
-            cell[a:b, a:b] = LEARNER_MARK_RGB
+        paint_agent(cell, k, OUTSIDE_VIEW_BRIGHTNESS if dim else 1.0)
     frame[top : bottom + 1, [left, right]] = VIEW_OUTLINE_RGB
     frame[[top, bottom], left : right + 1] = VIEW_OUTLINE_RGB
     return frame
@@ -112,17 +105,35 @@ def render_view(codes: np.ndarray, tile: int = RGB_TILE) -> np.ndarray:
         raise ValueError(f"an egocentric view is a square (V, V) with odd V, got shape {codes.shape}")
     frame = codes_to_rgb(codes, tile)
     c = side // 2
-    if codes[c, c] == vocabulary().agent:
-        a, b = c * tile + tile // 3, (c + 1) * tile - tile // 3
-        frame[a:b, a:b] = LEARNER_MARK_RGB
+    if codes[c, c] == vocabulary().agent:  # a view does not tell agents apart: only its centre is known
+        _mark_learner(frame[c * tile : (c + 1) * tile, c * tile : (c + 1) * tile])
     frame[:, [0, -1]] = VIEW_OUTLINE_RGB
     frame[[0, -1], :] = VIEW_OUTLINE_RGB
     return frame
 
 
-def game_legend(params: WorldParams | None = None, num_agents: int = 2,
-                tile: int = 18) -> list[tuple[np.ndarray, str]]:
-    """``(icon, label)`` rows for a window's legend: every kind with its points, then the agents."""
+def paint_agent(cell: np.ndarray, index: int, brightness: float = 1.0) -> None:
+    """Draw agent ``index`` on a ``(tile, tile, 3)`` map cell, in place, as `render_rgb` draws it: the
+    agent sprite's body in `agent_rgb` (times ``brightness``), the learner with its dark centre."""
+    vocab, tile = vocabulary(), cell.shape[0]
+    body = (tile_atlas(tile)[vocab.agent] == vocab.palette[vocab.agent]).all(axis=-1)
+    cell[body] = (np.asarray(agent_rgb(index), dtype=np.float64) * brightness).astype(np.uint8)
+    if index == 0:
+        _mark_learner(cell)
+
+
+def _mark_learner(cell: np.ndarray) -> None:
+    # The learner's dark centre tells it apart even in greyscale.
+    tile = cell.shape[0]
+    cell[tile // 3 : tile - tile // 3, tile // 3 : tile - tile // 3] = LEARNER_MARK_RGB
+
+
+def game_legend(params: WorldParams | None = None, num_agents: int = 2, tile: int = 18, *,
+                views: bool = False) -> list[tuple[np.ndarray, str]]:
+    """``(icon, label)`` rows for a window's legend: every kind with its points, then the agents as
+    the frames shown draw them: on the map (`render_rgb`) each co-player in its own colour; in
+    egocentric ``views`` (`render_view`) every agent in the agent kind's colour, the learner at the
+    centre marked."""
     vocab = vocabulary()
     atlas, values = tile_atlas(tile), vocab.values(params)
     rows = []
@@ -131,17 +142,30 @@ def game_legend(params: WorldParams | None = None, num_agents: int = 2,
             continue
         verb = "" if kind.passable else " (bump)"
         rows.append((atlas[code], f"{kind.name}  {values[code]:+g}{verb}"))
-    rows.append((_agent_icon(tile, 0), "A  the learner"))
-    if num_agents > 1:
-        rows.append((_agent_icon(tile, 1), "B..  co-players"))
+    return rows + (_view_agents(tile, num_agents) if views else _map_agents(tile, num_agents))
+
+
+def _map_agents(tile: int, num_agents: int) -> list[tuple[np.ndarray, str]]:
+    """The learner, then a row per co-player colour naming the co-players drawn in it."""
+    rows = []
+    for index in range(min(num_agents, len(CO_PLAYER_RGB) + 1)):
+        icon = tile_atlas(tile)[vocabulary().agent].copy()
+        paint_agent(icon, index)
+        letters = AGENT_LETTERS[index:num_agents:len(CO_PLAYER_RGB)] if index else "A"
+        who = "the learner" if index == 0 else "co-player" + ("s" if len(letters) > 1 else "")
+        rows.append((icon, f"{', '.join(letters)}  {who}"))
     return rows
 
 
-def _agent_icon(tile: int, index: int) -> np.ndarray:
-    vocab = vocabulary()
-    icon = tile_atlas(tile)[vocab.agent].copy()
-    icon[(icon == vocab.palette[vocab.agent]).all(axis=-1)] = agent_rgb(index)
-    return icon
+def _view_agents(tile: int, num_agents: int) -> list[tuple[np.ndarray, str]]:
+    """The learner at the view's centre, and the co-players as a view draws them: like the learner,
+    without the mark (a view's cells say only that an agent is there)."""
+    learner = tile_atlas(tile)[vocabulary().agent].copy()
+    _mark_learner(learner)
+    rows = [(learner, "A  the learner (centre)")]
+    if num_agents > 1:
+        rows.append((tile_atlas(tile)[vocabulary().agent].copy(), f"{AGENT_LETTERS[1]}..  co-players"))
+    return rows
 
 
 # --------------------------------------------------------------------------- annotated frames

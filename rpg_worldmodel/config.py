@@ -1,7 +1,7 @@
 """One typed configuration for the world model: dataclasses, YAML files and ``key=value`` overrides.
 
-    cfg = load_config(None, ["train.max_steps=500", "lr=3e-4"])   # the default run, two changes
-    cfg = load_config(CONFIG_DIR / "reference.yaml")              # a shipped variant
+    cfg = load_world_model_config(None, ["train.max_steps=500", "lr=3e-4"])  # the default run, two changes
+    cfg = load_world_model_config(CONFIG_DIR / "reference.yaml")             # a shipped variant
 
 The dataclasses below hold every default; a YAML file lists only what differs from them
 (``configs/reference.yaml``), and a run folder's ``config.yaml`` records every value the run used.
@@ -26,11 +26,12 @@ from rpg_base.typed_config.config import section, setting
 from rpg_base.typed_config.values import ConfigError
 
 __all__ = ["CONFIG_DIR", "DataConfig", "ModelConfig", "TrainConfig",
-           "WorldModelConfig", "SECTIONS", "apply_override", "load_config", "save_config"]
+           "WorldModelConfig", "SECTIONS", "apply_override", "load_world_model_config", "save_config"]
 
 POSITIONS = ("rope", "learned")
 LAYERS = ("attention", "srwm")
-#: Shipped variants of the default run, each listing only what differs from the defaults.
+#: Shipped configs: variants of the default run, each listing only what differs from the defaults,
+#: and the dream agents' (``dream_<algo>.yaml``, `rpg_worldmodel.dream.dream_config_path`).
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
@@ -400,11 +401,12 @@ def apply_override(cfg: WorldModelConfig, override: str) -> None:
         setattr(cfg, f.name, getattr(updated, f.name))
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> WorldModelConfig:
+def load_world_model_config(path: str | Path | None = None,
+                            overrides: Sequence[str] = ()) -> WorldModelConfig:
     """The dataclass defaults <- YAML file at ``path`` (if given) <- ``overrides``; validated."""
     return tc.load(WorldModelConfig, path, overrides)
 
 
 def save_config(cfg: WorldModelConfig, path: str | Path) -> None:
-    """Write the config as YAML; `load_config` reads it back to an equal config."""
+    """Write the config as YAML; `load_world_model_config` reads it back to an equal config."""
     tc.write_yaml(cfg, path)

@@ -34,9 +34,9 @@ import numpy as np
 from rpg_base.cli import ArgumentParser, output_folder, positive_float, positive_int, run_command
 from rpg_base.provenance import portable_command
 from rpg_worldmodel import IMAGINED_ENV_ID
+from rpg_worldmodel.config import CONFIG_DIR
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 #: The shipped expert the dream agent is compared with in the real game (the world model's data).
 DREAM_EXPERT = "dqn"
 
@@ -68,7 +68,7 @@ class World:
                             torch_threads=self.torch_threads, **kwargs)
 
 
-def default_config_path(algo: str) -> Path:
+def dream_config_path(algo: str) -> Path:
     """The shipped dream config of ``algo``: ``rpg_worldmodel/configs/dream_<algo>.yaml``."""
     return CONFIG_DIR / f"dream_{algo}.yaml"
 
@@ -180,13 +180,13 @@ def dream(cfg, world: World, out: str | Path | None = None, command: str | None 
 
 def build_parser() -> argparse.ArgumentParser:
     from rpg_base.typed_config.config import format_keys
-    from rpg_env.experts.config import ALGOS, ExpertConfig
+    from rpg_env.experts.config import TRAINABLE_ALGOS, ExpertConfig
 
     parser = ArgumentParser(prog="python -m rpg_worldmodel.dream", description=__doc__.split("\n\n")[0],
                             formatter_class=argparse.RawDescriptionHelpFormatter,
                             epilog="config keys (as python -m rpg_env.experts train):\n\n"
                                    + format_keys(ExpertConfig))
-    parser.add_argument("--algo", choices=ALGOS, default="ppo")
+    parser.add_argument("--algo", choices=TRAINABLE_ALGOS, default="ppo")
     parser.add_argument("--checkpoint", default=PRETRAINED_NAME,
                         help="world model: a run folder, a checkpoint, or 'pretrained' (the shipped one)")
     parser.add_argument("--config", default=None, help="YAML config (default: configs/dream_<algo>.yaml)")
@@ -202,10 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rpg_env.experts.config import load_config
+    from rpg_env.experts.config import load_expert_config
 
     args = build_parser().parse_args(argv)
-    cfg = load_config(args.algo, args.config or default_config_path(args.algo), args.overrides)
+    cfg = load_expert_config(args.algo, args.config or dream_config_path(args.algo), args.overrides)
     world = World(args.checkpoint, sample=not args.argmax, temperature=args.temperature,
                   torch_threads=args.threads)
     out = str(args.out) if args.out else str(Path("runs") / "dream" / f"{cfg.algo}-{_stamp()}-s{cfg.seed}")

@@ -1,6 +1,6 @@
 """Learn the game from nothing: the IRIS loop of collecting, fitting the world model and dreaming.
 
-    python -m rpg_worldmodel.learn [--steps 10000] [--no-rules] [--seed S] [--out DIR] [key=value ...]
+    python -m rpg_worldmodel.learn [--steps 10000] [--no-move-rules] [--seed S] [--out DIR] [key=value ...]
     python -m rpg_worldmodel.learn --resume DIR [--steps N]
 
 It starts with no expert, no recorded file and no pretrained weights, and only orchestrates what
@@ -18,7 +18,7 @@ exists. Iteration k:
              random: one point of the curve (real return against real steps used).
 
 It stops when ``real_steps`` are spent (the last iteration collects what is left, whole games).
-``rules=false`` (``--no-rules``) also learns the movement table and the reward prior.
+``move_rules=false`` (``--no-move-rules``) also learns the movement table and the reward prior.
 
 Run folder: ``config.yaml``, ``provenance.json``, ``iter_000/`` ... (``games.h5``, ``world_model/``,
 ``agent/``, ``iteration.json``), ``curve.json`` (every point, and ``final``: the last agent's
@@ -52,132 +52,13 @@ from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, portable_command, portable_path, provenance, write_whole
 from rpg_base.results import pyplot, save_figure
 from rpg_base.typed_config import config as tc
-from rpg_base.typed_config.config import setting
-from rpg_base.typed_config.values import ConfigError
+from rpg_base.typed_config.config import note_renamed
+from rpg_worldmodel.learn_config import CONFIG_FILE, LearnConfig, load_run_config
 
 DEFAULT_OUT_ROOT = "runs/learn"
-CONFIG_FILE = "config.yaml"
 CURVE_FILE = "curve.json"
 #: What a learn run writes into its folder; a new run refuses a folder holding anything else.
 LEARN_OUTPUTS = (CONFIG_FILE, "provenance.json", "iter_*", CURVE_FILE, "curve.png", "tb", ".*.tmp")
-#: The world model's settings that hold the game's rules (`rpg_worldmodel.models.moves`): off with
-#: ``rules=false``, where the movement table and the reward prior are learned too.
-RULES_OFF = ("model.move_rules=false",)
-
-
-@dataclass
-class LearnConfig:
-    """Every setting of a learn run (``key=value`` overrides; ``config.yaml`` records them)."""
-
-    seed: int = setting(0, "seed of everything: collection waves, world model, agent")
-    real_steps: int = setting(10_000, "budget of real learner steps (the learner's env steps in the real "
-                                      "game, summed over games)")
-    collect_steps: int = setting(2_000, "real learner steps collected per iteration (whole games of "
-                                        "max_turns steps)")
-    collect_envs: int = setting(10, "real games played together while collecting")
-    rules: bool = setting(True, "the world model conditions on the game's movement table and reward prior "
-                                "(model.move_rules); false: both learned")
-    world_model_steps: int = setting(400, "world-model optimisation steps of the first iteration")
-    world_model_steps_later: int = setting(200, "world-model optimisation steps of each later iteration "
-                                                "(from the last iteration's weights)")
-    world_model: list[str] = setting([], "world-model config overrides (key=value, rpg_worldmodel.train's "
-                                         "keys)")
-    agent_steps: int = setting(120_000, "imagined steps the agent trains in each iteration")
-    imagined_worlds: int = setting(64, "imagined worlds the agent steps together (PPO's n_envs): one batched "
-                                       "forward pass of the world model steps them all")
-    rollout_steps: int = setting(32, "imagined steps of each world between PPO updates (n_steps): "
-                                     "imagined_worlds x rollout_steps steps an update")
-    horizon: int = setting(0, "most imagined turns of an episode the agent trains in, from its real start "
-                              "(IRIS: 20); 0: to the game's last turn")
-    agent: list[str] = setting([], "agent config overrides (key=value, rpg_env.experts train's keys, "
-                                   "on configs/dream_ppo.yaml)")
-    eval_episodes: int = setting(32, "real games of each evaluation (the agent, greedy and random on the "
-                                     "same seeds)")
-    eval_seed: int = setting(900_000, "first seed of the evaluation games (collection seeds are hashed "
-                                      "and never fall on them)")
-    torch_threads: int = setting(2, "torch's CPU threads in every stage (part of what makes a run "
-                                    "reproducible)")
-    sample_floor: float = setting(0.001, "the joint draw's floor in every world model's dreams "
-                                         "(model.sample_floor; 0: none, as runs before it drew)")
-    imagination_threads: int = setting(1, "torch's CPU threads of each imagined step the agent trains on: "
-                                          "2 is faster on idle cores, 1 holds its speed beside other "
-                                          "load (docs/learn.md)")
-
-    def validate(self) -> LearnConfig:
-        for name in ("real_steps", "collect_steps", "collect_envs", "world_model_steps",
-                     "world_model_steps_later", "agent_steps", "imagined_worlds", "rollout_steps",
-                     "torch_threads", "imagination_threads"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.horizon < 0:
-            raise ConfigError(f"horizon must be >= 0 (0: to the game's last turn), got {self.horizon}")
-        if self.eval_episodes < 2:
-            raise ConfigError(f"eval_episodes must be >= 2 (for the 95% interval), got {self.eval_episodes}")
-        for key, overrides in (("world_model", self.world_model), ("agent", self.agent)):
-            bad = [o for o in overrides if "=" not in o]
-            if bad:
-                raise ConfigError(f"{key} takes key=value overrides, got {bad}")
-        self.world_model_config(0, [], Path("."))  # a bad world-model override fails before any work
-        self.agent_config(0)
-        return self
-
-    # -------------------------------------------------------------------- what each stage runs
-    def games_per_iteration(self, max_turns: int) -> int:
-        return max(1, round(self.collect_steps / max_turns))
-
-    def iteration_games(self, max_turns: int) -> list[int]:
-        """Games each iteration collects: full iterations while the budget lasts, then one that
-        collects what is left of it (``real_steps`` rounded up to whole games of ``max_turns``)."""
-        total, full = -(-self.real_steps // max_turns), self.games_per_iteration(max_turns)
-        return [full] * (total // full) + ([total % full] if total % full else [])
-
-    def world_model_config(self, k: int, files: list[Path], out: Path, start: Path | None = None):
-        """Iteration ``k``'s world-model config: ``files`` so far, into ``out``, from ``start``."""
-        from rpg_worldmodel.config import load_config
-
-        steps = self.world_model_steps if k == 0 else self.world_model_steps_later
-        overrides = [f"train.seed={self.seed}", f"train.max_steps={steps}",
-                     f"train.warmup_steps={max(1, min(100, steps // 4))}",
-                     f"train.eval_every={steps}", f"train.checkpoint_every={steps}",
-                     f"train.num_threads={self.torch_threads}", "data.agent_id=0",
-                     f"model.sample_floor={self.sample_floor}",
-                     *(() if self.rules else RULES_OFF), *self.world_model]
-        cfg = load_config(None, overrides)
-        cfg.data.path = [str(f) for f in files] or "unset"
-        cfg.out_dir = str(out)
-        cfg.train.init_from = str(start) if start is not None else ""
-        return cfg.validate()
-
-    def agent_config(self, k: int):
-        """Iteration ``k``'s agent config: the dream PPO config, ``agent_steps`` long."""
-        from rpg_env.experts.config import load_config
-        from rpg_worldmodel.dream import default_config_path
-
-        overrides = [f"seed={self.seed * 1000 + k}", f"total_timesteps={self.agent_steps}",
-                     f"n_envs={self.imagined_worlds}", f"hyperparams.n_steps={self.rollout_steps}",
-                     f"eval.freq={self.agent_steps}", f"checkpoint_freq={self.agent_steps}",
-                     f"eval.final_episodes={self.eval_episodes}", f"eval.seed={self.eval_seed}",
-                     f"torch_threads={self.torch_threads}", *self.agent]
-        return load_config("ppo", default_config_path("ppo"), overrides)
-
-
-#: Settings added after runs were made, with the value that a run made before them used: a
-#: resumed run whose config.yaml lacks one keeps running as it began.
-ADDED_SETTINGS = {"imagined_worlds": 16, "rollout_steps": 128, "sample_floor": 0.0}
-
-
-def load_learn_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> LearnConfig:
-    return tc.load(LearnConfig, path, overrides).validate()
-
-
-def run_config(recorded: dict[str, Any], source: str | None = None) -> LearnConfig:
-    """A run's recorded config (``config.yaml``, ``curve.json``'s), settings it predates as it ran."""
-    return tc.resolve(LearnConfig, {**ADDED_SETTINGS, **recorded}, (), source).validate()
-
-
-def load_run_config(out: Path) -> LearnConfig:
-    """The config of the run in ``out``: `run_config` of its ``config.yaml``."""
-    return run_config(tc.read_yaml(out / CONFIG_FILE), str(out / CONFIG_FILE))
 
 
 # ------------------------------------------------------------------------------------- stages
@@ -272,6 +153,7 @@ def stage_agent(cfg: LearnConfig, it: Iteration, world_model: Path, previous: Pa
     iteration's games; evaluated in the real game. Its ``eval.json``."""
     from rpg_env.experts.evaluate import compare
     from rpg_env.experts.train import train
+    from rpg_worldmodel.distributed import resolve_device
     from rpg_worldmodel.dream import World, imagined_envs
 
     done = it.agent / "eval.json"
@@ -280,7 +162,8 @@ def stage_agent(cfg: LearnConfig, it: Iteration, world_model: Path, previous: Pa
         agent_cfg = cfg.agent_config(it.k)
         agent_cfg.progress_bar = False
         world = World(str(world_model), reset_from=str(it.games), reset_split="all",
-                      horizon=cfg.horizon or None, torch_threads=cfg.imagination_threads)
+                      horizon=cfg.horizon or None, torch_threads=cfg.imagination_threads,
+                      device=str(resolve_device(cfg.device)))
 
         def real_game(model_zip: Path) -> dict[str, dict[str, Any]]:
             return compare(model_zip, episodes=agent_cfg.eval.final_episodes, seed=agent_cfg.eval.seed)
@@ -418,7 +301,7 @@ def _write_curve(out: Path, cfg: LearnConfig, curve: Curve, new: bool) -> None:
 
     _write_json(out / CURVE_FILE, curve.to_dict(cfg))
     plot_curve(curve.points, out / "curve.png", title=f"learn from scratch, seed {cfg.seed}, "
-                                                      f"rules {'on' if cfg.rules else 'off'}")
+                                                      f"rules {'on' if cfg.move_rules else 'off'}")
     if not new:
         return
     point = curve.points[-1]
@@ -455,8 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=positive_int, default=None,
                         help="real learner steps (config real_steps)")
     parser.add_argument("--seed", type=int, default=None, help="seed (config seed)")
-    parser.add_argument("--no-rules", action="store_true",
-                        help="learn the movement table and the reward prior too (config rules=false)")
+    parser.add_argument("--no-move-rules", action="store_true",
+                        help="learn the movement table and the reward prior too (config move_rules=false)")
+    parser.add_argument("--no-rules", action="store_true", help=argparse.SUPPRESS)  # its old name
     parser.add_argument("--config", default=None, help="YAML file of LearnConfig keys")
     parser.add_argument("--out", type=output_folder, default=None,
                         help="run folder (default: runs/learn/<time>-s<seed>)")
@@ -472,25 +356,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     words = list(argv) if argv is not None else sys.argv[1:]
     command = "python -m rpg_worldmodel.learn " + portable_command(words)
+    if args.no_rules:
+        note_renamed("--no-rules", "--no-move-rules", "flag")
+    no_move_rules = args.no_move_rules or args.no_rules
     if args.resume is not None:
         given = [name for name in ("seed", "config", "out") if getattr(args, name) is not None]
-        if given or args.no_rules or args.overrides:
+        if given or no_move_rules or args.overrides:
             parser.error("--resume takes no other argument but --steps: the run keeps its config.yaml")
-        if not (args.resume / CONFIG_FILE).is_file():
-            raise InputError(f"--resume {args.resume}: no learn run there ({CONFIG_FILE} missing); start one "
-                             "with --out DIR")
+        if missing := [n for n in (CONFIG_FILE, "provenance.json") if not (args.resume / n).is_file()]:
+            raise InputError(f"--resume {args.resume}: no learn run there ({' and '.join(missing)} missing); "
+                             "start one with --out DIR")  # both are written before any stage runs
         cfg = load_run_config(args.resume)
         if args.steps is not None and args.steps != cfg.real_steps:
             cfg = extend_budget(args.resume, cfg, args.steps, command)
         print(f"run folder: {learn(cfg, args.resume, resume=True)}")
         return 0
-    overrides = list(args.overrides)
-    for flag, key in ((args.steps, "real_steps"), (args.seed, "seed")):
-        if flag is not None:
-            overrides.append(f"{key}={flag}")
-    if args.no_rules:
-        overrides.append("rules=false")
-    cfg = load_learn_config(args.config, overrides)
+    flags = {"real_steps": args.steps, "seed": args.seed, "move_rules": False if no_move_rules else None}
+    cfg = tc.load(LearnConfig, args.config, args.overrides, {k: v for k, v in flags.items() if v is not None})
     out = args.out or Path(DEFAULT_OUT_ROOT) / f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-s{cfg.seed}"
     print(f"run folder: {learn(cfg, out, command)}")
     return 0

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -50,7 +50,7 @@ from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads
 from rpg_worldmodel.config import WorldModelConfig
 
-DEFAULT_OUT_ROOT = "runs/pipeline"
+PIPELINE_OUT_ROOT = "runs/pipeline"
 #: Imagined worlds (and as many real games) of the dream stage.
 DREAM_WORLDS = 32
 #: What a pipeline run writes into its folder (all of it is replaced by --overwrite, nothing else).
@@ -60,7 +60,7 @@ PIPELINE_OUTPUTS = ("data", "run", "run_mask_*", "run_seed_*", "metrics.json", "
 
 def default_out() -> str:
     """A fresh run folder: ``runs/pipeline/YYYYmmdd-HHMMSS`` (UTC), so reruns never collide."""
-    return f"{DEFAULT_OUT_ROOT}/{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    return f"{PIPELINE_OUT_ROOT}/{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
@@ -199,10 +199,10 @@ def training_config(overrides: Sequence[str], seed: int, quick: bool = False) ->
     The pipeline chooses the data file and the run folders itself, so overriding ``data.path``
     or ``out_dir`` is refused rather than ignored.
     """
-    from rpg_worldmodel.config import load_config
+    from rpg_base.typed_config.config import with_overrides
 
-    cfg = load_config(None, [f"train.seed={seed}", *overrides])
-    default = load_config(None, [f"train.seed={seed}"])
+    default = WorldModelConfig()
+    cfg = with_overrides(replace(default, train=replace(default.train, seed=seed)), overrides).validate()
     settings = (("data.path (the recorded self file)", cfg.data.path, default.data.path),
                 ("out_dir (OUT/run)", cfg.out_dir, default.out_dir))
     ignored = [what for what, value, default_value in settings if value != default_value]
@@ -454,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=output_folder, default=None,
                         help="folder for data, runs, metrics.json, report.md "
-                        f"(default: a new {DEFAULT_OUT_ROOT}/YYYYmmdd-HHMMSS)")
+                        f"(default: a new {PIPELINE_OUT_ROOT}/YYYYmmdd-HHMMSS)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier pipeline run in --out")
     parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=None, metavar="S",

@@ -245,7 +245,21 @@ def play_by_keys(worlds: Worlds, seed: int | None, max_frames: int | None = None
 
     return play(worlds.screens(), seed=seed, side_by_side=worlds.real is not None,
                 extra_keys={pygame.K_SPACE: worlds.dream.toggle_sampling}, status=status_lines,
-                help_text=KEYS_HELP, max_frames=max_frames, window=window)
+                help_text=KEYS_HELP, max_frames=max_frames, window=window, legend=views_legend(worlds))
+
+
+def views_legend(worlds: Worlds) -> list[tuple[np.ndarray, str]]:
+    """The window's legend for the views shown here (`render_view`: every agent in the agent kind's
+    colour, the learner marked at the centre), with the points of the checkpoint's game."""
+    import dataclasses
+
+    from rpg_env.game.world import WorldParams
+    from rpg_env.render import game_legend
+
+    rules = worlds.dream.env.unwrapped.metadata["rules"]
+    names = {f.name for f in dataclasses.fields(WorldParams)}
+    params = WorldParams(**{key: value for key, value in rules.items() if key in names})
+    return game_legend(params, params.num_agents, views=True)
 
 
 def play_by_agent(worlds: Worlds, agent: str, steps: int, seed: int, out: str | None, fps: float,
@@ -263,7 +277,7 @@ def play_by_agent(worlds: Worlds, agent: str, steps: int, seed: int, out: str | 
     policy = make_policy(_agent_spec(agent))
     policy.check_view_shape(screens[eyes].observation_space.shape)
     policy.seed(np.random.default_rng(seed))
-    window = PygameWindow(fps if out is None else 0,
+    window = PygameWindow(fps if out is None else 0, legend=views_legend(worlds),
                           help_text=f"watching {agent} (sees the {sees} game)  ·  close the window to stop")
     obs = {name: env.reset(seed=seed)[0] for name, env in screens.items()}  # the real opening first
     start, frames = True, []

@@ -23,13 +23,13 @@ def tiny_world_model(tmp_path_factory):
     """``(run folder, trajectory file)``: a tiny world model with a reward head, trained on 30
     greedy games."""
     from rpg_env.record import record
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
     from rpg_worldmodel.train import train
 
     root = tmp_path_factory.mktemp("tiny_world_model")
     data = root / "greedy.h5"
     record("greedy", data, 30, seed=0, num_envs=10, mode="w", progress=False)
-    cfg = load_config(None, TINY_WORLD_MODEL)
+    cfg = load_world_model_config(None, TINY_WORLD_MODEL)
     cfg.data.path, cfg.out_dir = str(data), str(root / "run")
     train(cfg)
     return root / "run", data

@@ -185,3 +185,56 @@ def test_package_faces_only_describe_their_package():
             imports = [n for n in ast.walk(ast.parse(init.read_text())) if isinstance(n, ast.ImportFrom)
                        and n.module and n.module.split(".")[0] in PACKAGES]
             assert imports == [], f"{init.relative_to(ROOT)} re-exports {[n.module for n in imports]}"
+
+
+# ------------------------------------------------------------------------------ one name per meaning
+#: Entry points every command-line module (one run by ``python -m``) defines for itself.
+COMMAND_NAMES = {"main", "build_parser"}
+#: Other public names more than one module defines on purpose: the modules, and why.
+SHARED_NAMES = {
+    "train": ({"rpg_env.experts.train", "rpg_worldmodel.train"},
+              "the entry point of each package's train module, named after it as main is: one trains an "
+              "expert from an ExpertConfig, the other a world model from a WorldModelConfig"),
+    "pretrained_path": ({"rpg_env.experts", "rpg_worldmodel.shipped"},
+                        "each package's own shipped artefacts by name: the experts; the world model and the "
+                        "agents trained in it"),
+    "PRETRAINED_DIR": ({"rpg_env.experts", "rpg_worldmodel.shipped"},
+                       "the folder of each package's shipped artefacts (pretrained_path's)"),
+}
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _is_command(path: Path) -> bool:
+    """A module run as a command: a ``__main__`` module, or one ending in ``if __name__ == "__main__"``."""
+    text = path.read_text()
+    return path.name == "__main__.py" or 'if __name__ == "__main__":' in text
+
+
+def _public_definitions() -> dict[str, set[str]]:
+    """Public (not underscore) top-level name -> the modules of the packages that define it; a
+    command-line module's `COMMAND_NAMES` are left out (and kept to such modules)."""
+    where: dict[str, set[str]] = {}
+    for folder in PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            module = _module_name(path)
+            if module in KEPT_ALIASES:
+                continue
+            names = _defined_names(path) - (COMMAND_NAMES if _is_command(path) else set())
+            for name in names:
+                if not name.startswith("_"):
+                    where.setdefault(name, set()).add(module)
+    return where
+
+
+def test_every_public_name_is_defined_in_one_module():
+    # One meaning per name: a function, class or constant of rpg_base, rpg_env or rpg_worldmodel is
+    # defined in one module, so a name says which thing it is wherever it is read.
+    defined = _public_definitions()
+    offenders = {name: sorted(modules) for name, modules in defined.items()
+                 if len(modules) > 1 and name not in SHARED_NAMES or name in COMMAND_NAMES}
+    assert offenders == {}, "define each in one module, or name each by what it is"
+    assert {name: defined.get(name) for name in SHARED_NAMES} == {
+        name: modules for name, (modules, _why) in SHARED_NAMES.items()}

@@ -40,10 +40,10 @@ def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli_inputs")
     good = root / "good.h5"
     record("greedy", good, 12, seed=0, num_envs=6, mode="w", progress=False)
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
     from rpg_worldmodel.train import train
 
-    cfg = load_config(None, TINY_MODEL)
+    cfg = load_world_model_config(None, TINY_MODEL)
     cfg.data.path, cfg.out_dir = str(good), str(root / "run")
     checkpoint = Path(train(cfg).checkpoint)
     paths = {"good": good, "run": root / "run", "checkpoint": checkpoint, "missing": root / "missing.h5"}
@@ -70,6 +70,10 @@ def inputs(tmp_path_factory):
     paths["bad_json"].write_text('{"files": {')
     paths["foreign_json"] = root / "other.json"
     paths["foreign_json"].write_text(json.dumps({"hello": "world"}))
+    paths["json_list"] = root / "list.json"
+    paths["json_list"].write_text("[1, 2, 3]\n")
+    paths["json_object"] = root / "object.json"
+    paths["json_object"].write_text("{}\n")
     paths["not_a_zip"] = root / "model.zip"
     paths["not_a_zip"].write_text("not a zip")
     paths["foreign_zip"] = root / "foreign.zip"
@@ -109,7 +113,7 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
                 ("play", kind, ["--record", f"{{{kind}}}", "--max-frames", "1"], message),
             ]
     return (cases + _input_cases() + _range_cases() + _output_cases() + _benchmark_cases()
-            + _training_benchmark_cases())
+            + _training_benchmark_cases() + _path_cases())
 
 
 def _input_cases() -> list[tuple[str, str, list[str], str]]:
@@ -254,6 +258,57 @@ def _output_cases() -> list[tuple[str, str, list[str], str]]:
         ("imitate", "JSON into a folder", ["--json", "{folder}", "--episodes", "2"], "is a folder"),
         ("learn", "folder holding other files", ["--out", "{folder}"], "does not write"),
         ("learn", "output is a file", ["--out", "{text}"], "is a file"),
+    ]
+
+
+def _path_cases() -> list[tuple[str, str, list[str], str]]:
+    """Paths under a file, and files or folders of the wrong kind: the message names the argument and
+    what to give, never a raw OS error ("[Errno 20] Not a directory"), and nothing is made first."""
+    out, under = ["--out", "{tmp}/o.json"], "{text}/sub"
+    eff = ["--methods", "dqn", *out]
+    return [
+        ("record", "output under a file", ["--policy", "random", "--episodes", "1", "--out", f"{under}.h5"],
+         "is a file, so"),
+        ("trajectories", "repair under a file", ["repair", "{good}", f"{under}.h5"], "is a file, so"),
+        ("wm_play", "recording under a file", ["--agent", "greedy", "--out", f"{under}.gif"],
+         "is a file, so"),
+        ("demo", "output under a file", ["--out", under], "is a file, so no folder can be made"),
+        ("experts", "run folder under a file", ["train", "--out", under], "is a file, so no folder"),
+        ("train", "run folder under a file", ["--data", "{good}", "--out", under, *TINY_MODEL],
+         "is a file, so no folder"),
+        ("evaluate", "output under a file",
+         ["--checkpoint", "{checkpoint}", "--data", "{good}", "--out", under], "is a file, so no folder"),
+        ("dream", "run folder under a file", ["--out", under], "is a file, so no folder"),
+        ("pipeline", "output under a file", ["--out", under, "--quick"], "is a file, so no folder"),
+        ("learn", "run folder under a file", ["--out", under], "is a file, so no folder"),
+        ("learn", "resume a folder of other files", ["--resume", "{folder}"], "no learn run there"),
+        ("learn", "resume a file", ["--resume", "{text}"], "no learn run there"),
+        ("learn", "a budget too small to split", ["--out", "{tmp}/l", "--steps", "200", "collect_steps=100"],
+         "needs 3 to fill its train and validation games"),
+        ("bench:sample_efficiency", "merge plain text", ["--merge", "{text}", *eff], "is not valid JSON"),
+        ("bench:sample_efficiency", "merge an empty file", ["--merge", "{empty}", *eff], "is empty"),
+        ("bench:sample_efficiency", "merge a JSON list", ["--merge", "{json_list}", *eff],
+         "list.json is not a result of benchmarks/sample_efficiency.py"),
+        ("bench:sample_efficiency", "merge an empty object", ["--merge", "{json_object}", *eff],
+         "is not a result of benchmarks/sample_efficiency.py"),
+        ("bench:sample_efficiency", "learn runs from a missing folder", ["--learn-from", "{tmp}/none", *eff],
+         "/none is not a learn run"),
+        ("bench:sample_efficiency", "learn runs from a file", ["--learn-from", "{text}", *eff],
+         "is not a learn run"),
+        ("bench:sample_efficiency", "run folders kept under a file", ["--keep", under, *eff],
+         "is a file, so no folder"),
+        ("bench:memory_agents", "quick resume of no folder", ["--quick", "--resume", *out],
+         "give the --runs folder of the quick run"),
+        ("bench:memory_agents", "runs under a file", ["--runs", under, *out], "is a file, so no folder"),
+        ("bench:remembering_agents", "runs under a file",
+         ["--data-memory", "{good}", "--data-memoryless", "{good}", "--runs", under, *out],
+         "is a file, so no folder"),
+        ("bench:recording", "kept files under a file", ["--quick", "--keep", under, *out],
+         "is a file, so no folder"),
+        ("bench:worldmodel_context", "data under a file", ["--quick", "--data", f"{under}.h5", *out],
+         "is a file, so"),
+        ("bench:worldmodel_time_to_quality", "data under a file", ["--quick", "--data", f"{under}.h5", *out],
+         "is a file, so"),
     ]
 
 

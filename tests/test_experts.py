@@ -13,11 +13,11 @@ from stable_baselines3.common.vec_env import VecFrameStack
 
 import rpg_env
 from rpg_base.cli import command_status
-from rpg_base.typed_config.config import read_yaml
+from rpg_base.typed_config.config import apply_overrides, read_yaml
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.experts import PRETRAINED, pretrained_path
 from rpg_env.experts.__main__ import main
-from rpg_env.experts.config import apply_overrides, from_dict, load_config
+from rpg_env.experts.config import ExpertConfig, from_dict, load_expert_config
 from rpg_env.experts.evaluate import compare, run_episodes, summarize, t_quantile_975
 from rpg_env.experts.train import stackable_views
 from rpg_env.policies.registry import make_policy
@@ -29,10 +29,10 @@ MB = 1 << 20
 
 # --------------------------------------------------------------------------- config
 def test_shipped_configs_resolve_and_overrides_apply():
-    assert load_config("dqn", overrides=["timesteps=2e5"]).total_timesteps == 200_000
-    cfg = load_config("dqn", overrides=["seed=7", "timesteps=1234", "vision_radius=3",
-                                        "learning_rate=3e-4", "hyperparams.gamma=0.95",
-                                        "net.channels=[8, 8]", "env.co_policy=greedy"])
+    assert load_expert_config("dqn", overrides=["timesteps=2e5"]).total_timesteps == 200_000
+    cfg = load_expert_config("dqn", overrides=["seed=7", "timesteps=1234", "vision_radius=3",
+                                               "learning_rate=3e-4", "hyperparams.gamma=0.95",
+                                               "net.channels=[8, 8]", "env.co_policy=greedy"])
     assert (cfg.algo, cfg.seed, cfg.total_timesteps) == ("dqn", 7, 1234)
     assert cfg.env["vision_radius"] == 3 and cfg.env["co_policy"] == "greedy"
     assert cfg.hyperparams["learning_rate"] == pytest.approx(3e-4)
@@ -42,7 +42,7 @@ def test_shipped_configs_resolve_and_overrides_apply():
     import yaml
 
     assert from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
-    assert load_config("ppo").algo == "ppo"
+    assert load_expert_config("ppo").algo == "ppo"
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -66,7 +66,7 @@ def test_shipped_configs_resolve_and_overrides_apply():
 ])
 def test_malformed_overrides_raise_clear_errors(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        load_config("dqn", overrides=overrides)
+        load_expert_config("dqn", overrides=overrides)
 
 
 def test_malformed_config_files(tmp_path):
@@ -79,11 +79,11 @@ def test_malformed_config_files(tmp_path):
     with pytest.raises(ConfigError, match="mapping at the top level"):
         read_yaml(listing)
     with pytest.raises(ConfigError, match="does not exist"):
-        load_config(path=tmp_path / "missing.yaml")
+        load_expert_config(path=tmp_path / "missing.yaml")
     ppo = tmp_path / "ppo.yaml"
     ppo.write_text("algo: ppo\n")
     with pytest.raises(ConfigError, match="conflicts with algo: ppo"):
-        load_config("dqn", ppo)
+        load_expert_config("dqn", ppo)
     # A DQN-only hyperparameter in a PPO config is named as unknown for PPO.
     with pytest.raises(ConfigError, match=r"unknown key 'hyperparams.buffer_size' \(valid PPO arguments"):
         from_dict({"algo": "ppo", "hyperparams": {"buffer_size": 10}})
@@ -93,7 +93,7 @@ def test_malformed_config_files(tmp_path):
         from_dict({"algo": "a2c"})
     # Overrides never mutate the input mapping.
     data = {"seed": 1}
-    assert apply_overrides(data, ["seed=2"]) == {"seed": 2} and data == {"seed": 1}
+    assert apply_overrides(ExpertConfig, data, ["seed=2"]) == {"seed": 2} and data == {"seed": 1}
 
 
 def test_cli_reports_config_errors_without_traceback(capsys, tmp_path):
@@ -158,7 +158,7 @@ def test_shipped_experts_are_complete_and_small(name):
     assert isinstance(prov["seed"], int) and prov["command"].startswith("python -m rpg_env.experts train")
     assert "stable-baselines3" in prov["versions"]
     assert set(json.loads((folder / "eval.json").read_text())) == {"model", "greedy", "random"}
-    assert load_config(path=folder / "config.yaml").algo == name
+    assert load_expert_config(path=folder / "config.yaml").algo == name
     with pytest.raises(ValueError, match="unknown pretrained expert"):
         pretrained_path("iqn")
 

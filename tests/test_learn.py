@@ -21,7 +21,8 @@ from rpg_base.errors import InputError
 from rpg_base.typed_config.config import to_dict as tc_to_dict
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.checkpoint import read_checkpoint_record
-from rpg_worldmodel.learn import LearnConfig, extend_budget, learn, load_learn_config, load_run_config, main
+from rpg_worldmodel.learn import extend_budget, learn, main
+from rpg_worldmodel.learn_config import LearnConfig, load_learn_config, load_run_config
 
 #: Two iterations of 10 games each, a tiny world model and a few hundred imagined steps: seconds.
 TINY = ["real_steps=2000", "collect_steps=1000", "collect_envs=5", "world_model_steps=6",
@@ -78,11 +79,32 @@ def test_the_learner_keeps_only_its_own_stream(tiny_run):
     assert collected["games"] == 10 and collected["agent_steps"] == 1000
 
 
-def test_rules_off_trains_the_world_model_without_the_movement_table(tmp_path):
-    cfg = _tiny("rules=false")
+def test_rules_off_trains_the_world_model_without_the_movement_table(tmp_path, capsys, monkeypatch):
+    from rpg_base.typed_config import config as tc
+
+    monkeypatch.setattr(tc, "_NOTED", set())  # each old name is noted once a process: this test sees it
+    cfg = _tiny("move_rules=false")
     wm = cfg.world_model_config(0, [tmp_path / "a.h5"], tmp_path / "wm")
     assert wm.model.move_rules is False
     assert _tiny().world_model_config(0, [tmp_path / "a.h5"], tmp_path / "wm").model.move_rules is True
+    # The key's old name still works, with a note; so does the old flag.
+    assert _tiny("rules=false").move_rules is False
+    assert "rules is now move_rules" in capsys.readouterr().err
+    with pytest.raises(InputError, match="--resume takes no other argument"):
+        main(["--resume", str(tmp_path), "--no-rules"])  # refused with --resume, after the note
+    assert "--no-rules is now --no-move-rules" in capsys.readouterr().err
+
+
+def test_the_world_model_and_agent_configs_take_the_loop_settings_as_typed_values(tmp_path):
+    """Each setting crosses as its typed value, and the stage's own overrides still win."""
+    cfg = _tiny("seed=3", "sample_floor=0.25", "world_model=[train.max_steps=9]", "agent=[eval.seed=5]")
+    wm = cfg.world_model_config(1, [tmp_path / "a.h5"], tmp_path / "wm", start=tmp_path / "w0")
+    assert (wm.train.seed, wm.train.max_steps, wm.train.eval_every, wm.train.warmup_steps) == (3, 9, 4, 1)
+    assert wm.model.sample_floor == 0.25 and wm.data.path == [str(tmp_path / "a.h5")]
+    assert (wm.out_dir, wm.train.init_from) == (str(tmp_path / "wm"), str(tmp_path / "w0"))
+    agent = cfg.agent_config(2)
+    assert (agent.seed, agent.total_timesteps, agent.n_envs, agent.eval.seed) == (3002, 256, 64, 5)
+    assert agent.hyperparams["n_steps"] == 32 and agent.eval.final_episodes == 4
 
 
 def _parameters(zip_path: Path) -> dict[str, torch.Tensor]:
@@ -126,6 +148,7 @@ def test_the_last_iteration_collects_only_what_is_left_of_the_budget():
     assert _tiny("real_steps=300").iteration_games(100) == [3]
 
 
+@pytest.mark.slow
 def test_a_run_extended_to_a_larger_budget_ends_as_a_run_to_it_from_the_start(tiny_run, tmp_path):
     out = tmp_path / "extended"
     learn(_tiny("real_steps=1000"), out)
@@ -204,8 +227,10 @@ def test_the_benchmark_names_a_loop_run_by_what_differs_from_the_defaults(tmp_pa
     module = _benchmark()
     default = tc_to_dict(load_learn_config(None, ["seed=2"]))
     before = {k: v for k, v in default.items() if k not in ("imagined_worlds", "rollout_steps")}
+    old = {("rules" if k == "move_rules" else k): v for k, v in default.items()}  # the key's old name
     for name, config, method in (("now", default, ("learn", 2)),
-                                 ("rules-off", {**default, "rules": False}, ("learn-no-rules", 2)),
+                                 ("rules-off", {**default, "move_rules": False}, ("learn-no-rules", 2)),
+                                 ("old-rules-off", {**old, "rules": False}, ("learn-no-rules", 2)),
                                  ("first", {**before, "agent_steps": 40_000}, ("learn (16 worlds, 40k)", 2))):
         (tmp_path / name).mkdir()
         (tmp_path / name / "curve.json").write_text(json.dumps({"config": config, "points": []}))
@@ -256,11 +281,11 @@ def test_a_learn_run_ships_its_last_agent_and_world_model(tiny_run, tmp_path):
 def test_an_agent_refuses_to_start_from_weights_that_do_not_fit(tmp_path):
     """``init_params`` of another algorithm is refused before the run folder exists."""
     from rpg_env.experts import pretrained_path
-    from rpg_env.experts.config import load_config
+    from rpg_env.experts.config import load_expert_config
     from rpg_env.experts.train import train
 
-    cfg = load_config("ppo", overrides=["total_timesteps=64", "n_envs=2", "hyperparams.n_steps=32",
-                                        "hyperparams.batch_size=64"])
+    cfg = load_expert_config("ppo", overrides=["total_timesteps=64", "n_envs=2", "hyperparams.n_steps=32",
+                                               "hyperparams.batch_size=64"])
     with pytest.raises(ConfigError, match=r"cannot start from .*dqn.*model.zip.*same algorithm"):
         train(cfg, tmp_path / "agent", init_params=pretrained_path("dqn"))
     assert not (tmp_path / "agent").exists()

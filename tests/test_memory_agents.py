@@ -14,7 +14,7 @@ import rpg_env
 from rpg_base.cli import command_status
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.experts.__main__ import main
-from rpg_env.experts.config import CONFIG_DIR, load_config
+from rpg_env.experts.config import EXPERT_CONFIG_DIR, load_expert_config
 from rpg_env.experts.evaluate import run_episodes
 from rpg_env.policies.registry import load_expert_policy, make_policy
 from rpg_env.policies.sb3 import ExpertLoadError, SB3Policy
@@ -163,14 +163,14 @@ def test_damaged_or_mismatched_trxl_files_are_refused(tmp_path):
 ])
 def test_bad_trxl_settings_are_refused_with_the_key_to_change(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        load_config("trxl-ppo", None, overrides)
+        load_expert_config("trxl-ppo", None, overrides)
 
 
 def test_memory_task_settings_are_checked_by_the_task():
     with pytest.raises(ConfigError, match="length"):
-        load_config(None, CONFIG_DIR / "memorycue-trxl-ppo.yaml", ["env.length=1"])
+        load_expert_config(None, EXPERT_CONFIG_DIR / "memorycue-trxl-ppo.yaml", ["env.length=1"])
     with pytest.raises(ConfigError, match="unknown key 'env.co_policy'"):
-        load_config(None, CONFIG_DIR / "memorycue-trxl-ppo.yaml", ["env.co_policy=greedy"])
+        load_expert_config(None, EXPERT_CONFIG_DIR / "memorycue-trxl-ppo.yaml", ["env.co_policy=greedy"])
 
 
 # --------------------------------------------------------------------------- training through the CLI
@@ -238,7 +238,7 @@ def test_recurrent_ppo_trains_loads_safely_and_keeps_a_state_per_row(tmp_path):
 
 
 def test_trxl_ppo_refuses_to_start_from_other_weights(tmp_path):
-    cfg = load_config("trxl-ppo", None, TINY)
+    cfg = load_expert_config("trxl-ppo", None, TINY)
     from rpg_env.experts.train import train
 
     with pytest.raises(ConfigError, match="fresh weights"):
@@ -261,9 +261,9 @@ def test_trxl_ppo_solves_the_memory_task_where_memoryless_ppo_stays_at_chance(tm
     quiet = ["progress_bar=false", "eval.freq=100000", "eval.final_episodes=2"]
     # One torch thread for the long run: the tests run two at a time on two cores, and more threads
     # than cores make torch spin (this test took 14 minutes instead of 2).
-    trxl = _train(tmp_path, "trxl", "--config", str(CONFIG_DIR / "memorycue-trxl-ppo.yaml"), *quiet,
+    trxl = _train(tmp_path, "trxl", "--config", str(EXPERT_CONFIG_DIR / "memorycue-trxl-ppo.yaml"), *quiet,
                   "torch_threads=1")
-    ppo = _train(tmp_path, "ppo", "--config", str(CONFIG_DIR / "memorycue-ppo.yaml"), *quiet)
+    ppo = _train(tmp_path, "ppo", "--config", str(EXPERT_CONFIG_DIR / "memorycue-ppo.yaml"), *quiet)
     assert _success(load_expert_policy(trxl / "model.zip")) >= 0.95
     assert 0.43 <= _success(load_expert_policy(ppo / "model.zip")) <= 0.57
 
@@ -278,7 +278,7 @@ def test_shipped_memory_expert_is_complete_loads_safely_and_beats_random(tmp_pat
     folder = pretrained_path("trxl").parent
     for name in ("model.zip", "config.yaml", "provenance.json", "eval.json"):
         assert (folder / name).is_file() and (folder / name).stat().st_size < 2 * 2**20, name
-    cfg = load_config(path=folder / "config.yaml")
+    cfg = load_expert_config(path=folder / "config.yaml")
     assert cfg.algo == "trxl-ppo" and cfg.env["item_visible_turns"] == 2 and cfg.frame_stack == 1
     provenance = json.loads((folder / "provenance.json").read_text())
     assert provenance["command"].startswith("python -m rpg_env.experts train --algo trxl-ppo")

@@ -135,6 +135,7 @@ def test_quick_pipeline_reports_every_headline_figure_across_seeds(quick_run):
     assert "using " in proc.stdout and "best by validation loss" in proc.stdout
 
 
+@pytest.mark.slow
 def test_quick_pipeline_is_deterministic(quick_run, tmp_path):
     out, _ = quick_run
     again = tmp_path / "quick"
@@ -172,6 +173,7 @@ def test_overrides_the_pipeline_would_ignore_are_refused(tmp_path):
     assert not (tmp_path / "p").exists()  # refused before anything was written
 
 
+@pytest.mark.slow
 def test_the_dream_stage_skips_a_shipped_agent_that_is_missing(tiny_world_model, monkeypatch):
     """A shipped agent removed from the install costs the dream stage its rows, said in the JSON,
     not the pipeline run it ends."""

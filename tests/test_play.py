@@ -464,3 +464,32 @@ def test_agent_sees_and_threads_are_checked(tiny_world_model, capsys):
         assert match in err and err.startswith("error: ")
     help_text = P.build_parser().format_help()
     assert "--agent-sees {real,dream}" in help_text and "--threads" in help_text
+
+
+def test_each_window_has_the_legend_of_what_it_draws(tiny_world_model, monkeypatch, capsys):
+    """rpg_env.play draws the map (a colour per co-player), rpg_worldmodel.play the agent's views
+    (every agent in the agent kind's colour): each window's legend is the one of its frames, whose
+    icons are checked against the drawn pixels in test_render.py."""
+    import rpg_env.render as render
+    from rpg_env.game.world import WorldParams
+    from rpg_worldmodel import play as P
+
+    legends = []
+
+    class Spy(PygameWindow):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            legends.append(self.legend)
+
+    def same(legend, expected) -> bool:
+        return [label for _, label in legend] == [label for _, label in expected] and all(
+            np.array_equal(a, b) for (a, _), (b, _) in zip(legend, expected, strict=True))
+
+    monkeypatch.setattr(render, "PygameWindow", Spy)
+    main(["--num-agents", "3", "--height", "9", "--width", "9", "--max-frames", "1"])
+    assert same(legends[-1], render.game_legend(WorldParams(num_agents=3), 3))
+    worlds = P.build_worlds(str(tiny_world_model[0]), side_by_side=False)
+    P.play_by_keys(worlds, seed=0, max_frames=1)
+    P.play_by_agent(worlds, "greedy", 1, 0, None, 1000, sees="dream")
+    assert len(legends) == 3 and all(same(legend, render.game_legend(WorldParams(), 2, views=True))
+                                     for legend in legends[1:])

@@ -313,3 +313,41 @@ def test_written_files_get_ordinary_permissions(tmp_path):
         os.umask(umask)
     assert gif.stat().st_mode & 0o777 == 0o644
     assert png.stat().st_mode & 0o777 == 0o644
+
+
+# --------------------------------------------------------------------------- the legend
+def _legend_icon(legend: list[tuple[np.ndarray, str]], letter: str) -> np.ndarray:
+    """The icon of the legend row that names agent ``letter`` ("A  the learner", "B, F  co-players")."""
+    rows = [icon for icon, label in legend if letter in label.split("  ")[0].rstrip(".").split(", ")]
+    assert len(rows) == 1, [label for _, label in legend]
+    return rows[0]
+
+
+@pytest.mark.parametrize("num_agents", [1, 2, 3, 6])
+def test_the_map_legend_shows_every_agent_in_the_pixels_the_map_draws(num_agents):
+    layout = ["#######", "#.B.C.#", "#.D.E.#", "#..A..#", "#.F...#", "#.....#", "#######"]
+    letters = "ABCDEF"[:num_agents]
+    layout = ["".join(ch if ch not in "ABCDEF" or ch in letters else "." for ch in row) for row in layout]
+    params = WorldParams(height=7, width=7, vision_radius=3, num_agents=num_agents)  # the view: all of it
+    grid, agents = parse_layout(layout, params)
+    tile = 18  # the legend's
+    frame = render_rgb(grid, agents, params, tile=tile)
+    legend = game_legend(params, num_agents, tile=tile)
+    for letter, (row, col) in zip(letters, agents, strict=True):
+        drawn = frame[row * tile:(row + 1) * tile, col * tile:(col + 1) * tile]
+        np.testing.assert_array_equal(_legend_icon(legend, letter), drawn, err_msg=f"agent {letter}")
+    assert len(legend) == 4 + min(num_agents, len(CO_PLAYER_RGB) + 1)  # B and F share a colour, and a row
+
+
+def test_the_views_legend_shows_the_agents_in_the_pixels_a_view_draws():
+    """In an egocentric view every agent has the agent kind's colour (a co-player is not purple
+    there) and only the learner, at the centre, has the dark mark."""
+    agent, empty = vocabulary().agent, vocabulary().code("empty")
+    codes = np.full((9, 9), empty)
+    codes[4, 4] = codes[2, 6] = agent
+    tile = 18
+    frame = render_view(codes, tile=tile)
+    legend = game_legend(WorldParams(), 2, tile=tile, views=True)
+    np.testing.assert_array_equal(_legend_icon(legend, "A"), frame[4 * tile:5 * tile, 4 * tile:5 * tile])
+    np.testing.assert_array_equal(_legend_icon(legend, "B"), frame[2 * tile:3 * tile, 6 * tile:7 * tile])
+    assert not any(label.startswith("B") for _, label in game_legend(WorldParams(), 1, views=True))

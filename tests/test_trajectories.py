@@ -28,7 +28,7 @@ from rpg_env.trajectories.format import (
 )
 from rpg_env.trajectories.maintenance import repair, validate
 from rpg_env.trajectories.reader import TrajectoryFile
-from rpg_env.trajectories.splits import split_episodes
+from rpg_env.trajectories.splits import fewest_games, split_episodes
 from rpg_env.trajectories.writer import TrajectoryWriter
 
 C, V = 6, 5
@@ -156,6 +156,19 @@ def test_split_by_game_deterministic_and_stable(tmp_path, written):
         after = split_episodes(tf, seed=1, stable=True)
         for k, v in after.items():  # old games keep their split when the file grows
             assert before[k] <= set(tf.episodes["game_id"][v].tolist())
+
+
+@pytest.mark.parametrize(("fractions", "need"), [((0.8, 0.1, 0.1), 3), ((0.9, 0.1, 0.0), 2),
+                                                 ((0.98, 0.01, 0.01), 3)])
+def test_fewest_games_is_the_least_that_fills_the_train_and_validation_splits(fractions, need):
+    assert fewest_games(fractions) == need
+    for games in (need - 1, need):
+        table = np.zeros(games, dtype=[("game_id", np.int64)])
+        table["game_id"] = np.arange(games) * 7 + 3  # any ids: exact counts do not depend on them
+        split = split_episodes(table, fractions)
+        assert (len(split["train"]) > 0 and len(split["val"]) > 0) == (games == need)
+    with pytest.raises(ValueError, match="validation share"):
+        fewest_games((1.0, 0.0, 0.0))
 
 
 def test_append_refuses_other_settings_and_keeps_file(written, games):

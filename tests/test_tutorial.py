@@ -5,6 +5,7 @@ run")."""
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "tutorial.ipynb"
@@ -18,6 +19,7 @@ def _execute(folder: Path) -> nbformat.NotebookNode:
     return nb
 
 
+@pytest.mark.slow
 def test_the_tutorial_notebook_runs_top_to_bottom_twice(tmp_path, monkeypatch):
     monkeypatch.setenv("TUTORIAL_DIR", str(tmp_path))
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")

@@ -194,13 +194,44 @@ def test_yaml_files_with_clear_errors(tmp_path):
     assert issubclass(ConfigError, InputError) and issubclass(ConfigError, ValueError)
 
 
+# --------------------------------------------------------------------------- renamed keys, typed values
+@dataclass
+class Renamed:
+    """A config one of whose keys was renamed."""
+
+    move_rules: bool = setting(True, "the key's name now", formerly=("rules",))
+    opt: Opt = section(Opt, "optimiser")
+
+
+def test_a_renamed_key_keeps_its_old_name_working_with_a_note(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tc, "_NOTED", set())
+    assert tc.build(Renamed, {"rules": False}).move_rules is False  # a record that names the old key
+    path = tmp_path / "old.yaml"
+    path.write_text("rules: false\n")
+    assert tc.load(Renamed, path).move_rules is False
+    assert tc.load(Renamed, path, ["rules=true"]).move_rules is True  # an override wins, either name
+    assert tc.load(Renamed, path, ["move_rules=true"]).move_rules is True
+    assert capsys.readouterr().err.count("note: config key rules is now move_rules") == 1  # noted once
+    with pytest.raises(ConfigError, match="rules is the old name of move_rules: give one"):
+        tc.build(Renamed, {"rules": False, "move_rules": True})
+    assert "(formerly: rules)" in tc.format_keys(Renamed)
+
+
+def test_typed_values_are_set_after_the_overrides_and_checked():
+    cfg = tc.load(Root, None, ["seed=3", "verbose=true"], {"seed": 5})
+    assert cfg.seed == 5 and cfg.verbose is True
+    with pytest.raises(ConfigError, match="seed"):
+        tc.load(Root, None, (), {"seed": "five"})
+
+
 # --------------------------------------------------------------------------- listing
 def test_describe_lists_every_key_with_type_default_and_help():
-    rows = {s.path: s for s in tc.describe(Root)}
+    rows = {s.path: s for s in tc.describe_settings(Root)}
     assert rows["opt.betas"] == tc.Setting("opt.betas", tuple[float, float], (0.9, 0.99), "Adam betas")
     assert rows["opt.lr"].aliases == ("learning_rate",)
     assert rows["extra.count"].type is float and rows["extra.anything"].type is Any
-    assert "extra.beta" not in rows and "extra.beta" in {s.path for s in tc.describe(Root, _load("kind=b"))}
+    assert "extra.beta" not in rows
+    assert "extra.beta" in {s.path for s in tc.describe_settings(Root, _load("kind=b"))}
     text = tc.format_keys(Root)
     assert "opt.lr" in text and "learning rate (also: learning_rate)" in text and "[0.9, 0.99]" in text
     assert len(text.splitlines()) == len(rows)
@@ -223,7 +254,7 @@ def test_project_configs_document_every_key():
     from rpg_worldmodel.config import WorldModelConfig
 
     for cls in (ExpertConfig, WorldModelConfig):
-        assert all(s.help for s in tc.describe(cls))
+        assert all(s.help for s in tc.describe_settings(cls))
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,27 +282,27 @@ def _defaults_restated(listed: dict, defaults: dict, prefix: str = "") -> list[s
 
 @pytest.mark.parametrize("path", EXPERT_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_shipped_expert_configs_list_only_what_differs(path):
-    from rpg_env.experts.config import ExpertConfig, load_config
+    from rpg_env.experts.config import ExpertConfig, load_expert_config
 
     listed = yaml.safe_load(path.read_text())
     assert _defaults_restated(listed, ExpertConfig().to_dict()) == []
-    assert load_config(path=path).to_dict() == tc.to_dict(tc.build(ExpertConfig, listed))
+    assert load_expert_config(path=path).to_dict() == tc.to_dict(tc.build(ExpertConfig, listed))
 
 
 @pytest.mark.parametrize("path", EXPERT_RECORDS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_shipped_expert_records_load_unchanged(path):
-    from rpg_env.experts.config import load_config
+    from rpg_env.experts.config import load_expert_config
 
-    cfg = load_config(path=path)
+    cfg = load_expert_config(path=path)
     assert cfg.to_dict() == yaml.safe_load(path.read_text())
     assert cfg.to_yaml() == path.read_text()  # written by to_yaml: the same text again
 
 
 def test_algorithm_configs_resolve_to_their_shipped_settings():
-    """What `load_config(algo)` gives, pinned when the files were cut down to their differences."""
-    from rpg_env.experts.config import load_config
+    """What `load_expert_config(algo)` gives, pinned when the files were cut down to their differences."""
+    from rpg_env.experts.config import load_expert_config
 
-    dqn, ppo = load_config("dqn"), load_config("ppo")
+    dqn, ppo = load_expert_config("dqn"), load_expert_config("ppo")
     def run(cfg):
         return cfg.algo, cfg.seed, cfg.total_timesteps, cfg.frame_stack, cfg.checkpoint_freq
 

@@ -15,7 +15,7 @@ from rpg_env.replay import ReplayError, replay_streams, replayable
 from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_env.trajectories.recorders import HDF5Recorder
 from rpg_worldmodel.evaluation.baselines import fit_baselines
-from rpg_worldmodel.evaluation.cells import annotate, floor_ce
+from rpg_worldmodel.evaluation.cells import annotate_cells, floor_ce
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.metrics import CELL_CATEGORIES
 from rpg_worldmodel.evaluation.oracles import (
@@ -75,9 +75,9 @@ def test_a_stream_whose_seed_was_altered_is_refused(recorded, tmp_path):
     with pytest.raises(ReplayError, match=r"does not replay: .* differs from the recording .*--floor bound"):
         replay_streams(edited, [0])
     with pytest.raises(ReplayError, match="does not replay"):  # the evaluation refuses it too
-        annotate(_eval_set(edited, [0]), fit_baselines(recorded, [1, 2]), floor="auto")
+        annotate_cells(_eval_set(edited, [0]), fit_baselines(recorded, [1, 2]), floor="auto")
     # Asked for the bound, nothing is replayed: the figures are marked as a bound.
-    bound = annotate(_eval_set(edited, [0]), fit_baselines(recorded, [1, 2]), floor="bound")
+    bound = annotate_cells(_eval_set(edited, [0]), fit_baselines(recorded, [1, 2]), floor="bound")
     assert bound.floor_method == "analytic lower bound"
 
 
@@ -92,17 +92,17 @@ def test_a_recording_without_waves_gets_the_analytic_bound(tmp_path, recorded):
     env.close()
     with TrajectoryFile(single) as tf:
         assert "seeded reset" in replayable(tf, 1) or "num_envs" in replayable(tf, 1)
-    cells = annotate(_eval_set(single), fit_baselines(recorded, [0, 1]), floor="auto")
+    cells = annotate_cells(_eval_set(single), fit_baselines(recorded, [0, 1]), floor="auto")
     assert cells.floor_method.startswith("analytic lower bound (no replay:")
     with pytest.raises(ReplayError, match="cannot be replayed"):
-        annotate(_eval_set(single), fit_baselines(recorded, [0, 1]), floor="replay")
+        annotate_cells(_eval_set(single), fit_baselines(recorded, [0, 1]), floor="replay")
 
 
 def test_the_floor_and_the_categories(recorded):
     fb = fit_baselines(recorded, [0, 1, 2])
     es = _eval_set(recorded)
-    exact = annotate(es, fb, floor="replay")
-    bound = annotate(es, fb, floor="bound")
+    exact = annotate_cells(es, fb, floor="replay")
+    bound = annotate_cells(es, fb, floor="bound")
     assert exact.floor_method == "replay (exact)"
     p = SMALL.get("spawn_prob", 0.01)
     allowed = {0.0, np.float32(-math.log1p(-p)), np.float32(-math.log(p / 3))}
@@ -236,14 +236,14 @@ def test_floor_of_a_cell():
 
 def test_theory_of_mind_ceiling_of_a_shipped_expert(tmp_path):
     from rpg_env.experts import pretrained_path
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
     from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
     from rpg_worldmodel.train import train
 
     data = tmp_path / "dqn.h5"
     record(str(pretrained_path("dqn")), data, 10, seed=0, num_envs=10, mode="w", progress=False,
            policy_id="dqn", record_co_players=False, env_kwargs=SMALL)
-    cfg = load_config(None, [
+    cfg = load_world_model_config(None, [
         "model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.max_steps=3", "train.warmup_steps=1", "train.batch_size=8", "train.progress=false",
         "data.max_val_windows=16", "data.split_fractions=[0.6, 0.2, 0.2]"])

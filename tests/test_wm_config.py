@@ -7,7 +7,13 @@ import pytest
 import yaml
 
 from rpg_base.typed_config.values import ConfigError
-from rpg_worldmodel.config import CONFIG_DIR, ModelConfig, WorldModelConfig, load_config, save_config
+from rpg_worldmodel.config import (
+    CONFIG_DIR,
+    ModelConfig,
+    WorldModelConfig,
+    load_world_model_config,
+    save_config,
+)
 
 #: sha256 of the default run's config (sorted JSON), pinned when the dataclasses became the one
 #: source of the defaults: it equalled the retired configs/default.yaml field for field. A change of
@@ -18,7 +24,7 @@ DEFAULT_RUN_DIGEST = "24b296716dc1906bc3080282784bae0ccb9db8fe83b3cc0d1ee12e9b6d
 
 def test_the_default_run_is_the_dataclass_defaults_unchanged():
     defaults = WorldModelConfig().validate().to_dict()
-    assert load_config(None).to_dict() == load_config().to_dict() == defaults
+    assert load_world_model_config(None).to_dict() == load_world_model_config().to_dict() == defaults
     digest = hashlib.sha256(json.dumps(defaults, sort_keys=True).encode()).hexdigest()
     assert digest == DEFAULT_RUN_DIGEST, f"a default changed: {defaults}"
     m = WorldModelConfig().model  # the reference architecture's shape at half its width
@@ -47,12 +53,12 @@ WORLD_MODEL_YAML = sorted(p.name for p in CONFIG_DIR.glob("*.yaml") if not p.nam
 def test_world_model_yaml_files_list_only_what_differs(name):
     listed = yaml.safe_load((CONFIG_DIR / name).read_text())
     assert _same_as_default(listed, WorldModelConfig().to_dict()) == []
-    cfg = load_config(CONFIG_DIR / name)
+    cfg = load_world_model_config(CONFIG_DIR / name)
     assert cfg.to_dict() != WorldModelConfig().to_dict()
 
 
 def test_reference_yaml_is_the_first_versions_shape():
-    reference = load_config(CONFIG_DIR / "reference.yaml")
+    reference = load_world_model_config(CONFIG_DIR / "reference.yaml")
     m, t = reference.model, reference.train
     assert (m.width, m.num_layers, m.num_heads, m.num_frames, m.patch_size) == (192, 2, 3, 5, 3)
     assert (m.position, m.reward_head, m.action_frames) == ("learned", False, 0)
@@ -61,29 +67,29 @@ def test_reference_yaml_is_the_first_versions_shape():
 
 
 def test_overrides_parse_yaml_values_and_accept_unique_bare_keys(tmp_path):
-    cfg = load_config(None, ["train.lr=3e-4", "max_steps=7", "model.agent_embedding=true",
-                             "data.split_fractions=[0.5, 0.25, 0.25]", "out_dir=x/y"])
+    cfg = load_world_model_config(None, ["train.lr=3e-4", "max_steps=7", "model.agent_embedding=true",
+                                         "data.split_fractions=[0.5, 0.25, 0.25]", "out_dir=x/y"])
     assert cfg.train.lr == pytest.approx(3e-4) and cfg.train.max_steps == 7
     assert cfg.model.agent_embedding is True and cfg.data.split_fractions == (0.5, 0.25, 0.25)
     assert cfg.out_dir == "x/y"
     # A file round-trips, then overrides win over the file.
     path = tmp_path / "c.yaml"
     save_config(cfg, path)
-    again = load_config(path, ["train.seed=3"])
+    again = load_world_model_config(path, ["train.seed=3"])
     assert again.train.seed == 3 and again.train.lr == cfg.train.lr and again.out_dir == "x/y"
     assert WorldModelConfig.from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()
 
 
 def test_patch_size_that_does_not_divide_the_view_names_the_sizes_that_do():
     with pytest.raises(ConfigError, match=r"view_size=9 is not divisible by model.patch_size=2.*\[1, 3, 9\]"):
-        load_config(None, ["model.patch_size=2"])
+        load_world_model_config(None, ["model.patch_size=2"])
     with pytest.raises(ConfigError, match=r"\[1, 2, 4, 8\]"):
         ModelConfig(view_size=8, patch_size=3).validate()
 
 
 def test_width_not_divisible_by_heads_names_head_counts():
     with pytest.raises(ConfigError, match=r"width=100 is not divisible by model.num_heads=3.*\[1, 2, 4, 5"):
-        load_config(None, ["model.width=100"])
+        load_world_model_config(None, ["model.width=100"])
 
 
 @pytest.mark.parametrize("override,message", [
@@ -106,25 +112,25 @@ def test_width_not_divisible_by_heads_names_head_counts():
 ])
 def test_bad_overrides_say_what_to_change(override, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(None, [override])
+        load_world_model_config(None, [override])
 
 
 def test_bad_yaml_files(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
-        load_config(tmp_path / "missing.yaml")
+        load_world_model_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {width: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
-        load_config(bad)
+        load_world_model_config(bad)
     bad.write_text("trian:\n  lr: 0.1\n")
     with pytest.raises(ConfigError, match=r"bad.yaml: unknown key 'trian'; did you mean 'train'"):
-        load_config(bad)
+        load_world_model_config(bad)
     bad.write_text("model:\n  num_layer: 2\n")
     with pytest.raises(ConfigError, match=r"did you mean 'model.num_layers'"):
-        load_config(bad)
+        load_world_model_config(bad)
     bad.write_text("model: 3\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
-        load_config(bad)
+        load_world_model_config(bad)
 
 
 def _keys(mapping: dict, prefix: str = "") -> set[str]:
@@ -143,8 +149,8 @@ def test_train_without_config_runs_the_defaults_and_records_every_value(tmp_path
                  "train.progress=false", "data.max_val_windows=8"]
     assert main(["--data", str(data), "--out", str(tmp_path / "run"), *overrides]) == 0
     saved = (tmp_path / "run" / "config.yaml").read_text()
-    expected = load_config(None, overrides)
+    expected = load_world_model_config(None, overrides)
     expected.data.path, expected.out_dir = str(data), str(tmp_path / "run")
     fill_game_settings(expected.model, DataSource.open(data).meta)  # the game's settings, read from the file
-    assert load_config(tmp_path / "run" / "config.yaml").to_dict() == expected.to_dict()
+    assert load_world_model_config(tmp_path / "run" / "config.yaml").to_dict() == expected.to_dict()
     assert _keys(yaml.safe_load(saved)) == _keys(WorldModelConfig().to_dict())  # a record: every key

@@ -169,11 +169,11 @@ def test_masking_table_rows_columns_and_seeded_masks(files):
 # ------------------------------------------------------------------------------ with a real checkpoint
 @pytest.fixture(scope="module")
 def trained(files, tmp_path_factory):
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
     from rpg_worldmodel.train import train
 
     greedy, _ = files
-    cfg = load_config(None, [
+    cfg = load_world_model_config(None, [
         "model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.max_steps=4", "train.warmup_steps=1", "train.batch_size=8", "train.eval_every=4",
         "train.checkpoint_every=4", "train.progress=false", "data.max_val_windows=16"])

@@ -14,7 +14,7 @@ from rpg_base.typed_config.values import ConfigError
 from rpg_env.record import record
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import load_checkpoint
-from rpg_worldmodel.config import ModelConfig, load_config
+from rpg_worldmodel.config import ModelConfig, load_world_model_config
 from rpg_worldmodel.models.fast_weights import SelfReferentialWeights, srwm_chunked, srwm_sequential
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.run_record import CheckpointError
@@ -85,18 +85,18 @@ def test_the_chunked_form_has_the_sequential_forms_gradients():
 
 
 def test_config_names_the_layer_and_refuses_what_does_not_fit():
-    assert load_config(None, ["model.layer=srwm"]).model.layer == "srwm"
+    assert load_world_model_config(None, ["model.layer=srwm"]).model.layer == "srwm"
     for overrides, message in ((["model.layer=lstm"], "model.layer must be one of attention, srwm"),
                                (["model.srwm_heads=5"], "srwm_heads must be >= 1 and divide model.width=96"),
                                (["model.layer=srwm", "model.position=learned"],
                                 "leave model.position at rope")):
         with pytest.raises(ConfigError, match=message):
-            load_config(None, overrides)
+            load_world_model_config(None, overrides)
 
 
 def test_equal_parameters_to_attention_with_one_head_of_the_full_width():
-    cfg = load_config(None, ["model.move_deltas=[-1,0,1,0,0,-1,0,1]", "model.blocking_kinds=[1,5]",
-                             "model.reward_values=[-1,0,1]"]).model
+    cfg = load_world_model_config(None, ["model.move_deltas=[-1,0,1,0,0,-1,0,1]",
+                                         "model.blocking_kinds=[1,5]", "model.reward_values=[-1,0,1]"]).model
     attention = WorldModel(cfg).num_parameters()
     cfg.layer = "srwm"
     assert abs(WorldModel(cfg).num_parameters() / attention - 1) < 0.001
@@ -163,12 +163,13 @@ def srwm_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("srwm")
     data = root / "greedy.h5"
     record("greedy", data, 12, seed=0, num_envs=6, mode="w", progress=False, env_kwargs={"max_turns": 30})
-    cfg = load_config(None, ["model.width=24", "model.num_heads=2", "model.num_layers=1",
-                             "model.num_frames=3", "model.train_window=8", "model.layer=srwm",
-                             "train.batch_size=8",
-                             "train.max_steps=6", "train.warmup_steps=2", "train.eval_every=3",
-                             "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=64",
-                             "train.num_threads=1", f"data.path={data}", f"out_dir={root / 'run'}"])
+    cfg = load_world_model_config(None, ["model.width=24", "model.num_heads=2", "model.num_layers=1",
+                                         "model.num_frames=3", "model.train_window=8", "model.layer=srwm",
+                                         "train.batch_size=8", "train.max_steps=6", "train.warmup_steps=2",
+                                         "train.eval_every=3", "train.checkpoint_every=3",
+                                         "train.progress=false", "data.max_val_windows=64",
+                                         "train.num_threads=1", f"data.path={data}",
+                                         f"out_dir={root / 'run'}"])
     return T.train(cfg), cfg
 
 

@@ -373,7 +373,7 @@ def test_bad_input_says_what_to_change(reference):
 
 def test_whole_game_shares_carry_the_evaluations_bootstrap_and_read_as_a_line():
     from rpg_worldmodel.envs.fidelity import Share
-    from rpg_worldmodel.envs.whole_games import mean_interval, share_interval
+    from rpg_worldmodel.envs.whole_games import mean_bootstrap_interval, share_interval
     from rpg_worldmodel.report.text import dream_line
 
     share = Share(np.array([9, 1, 5]), np.array([10, 10, 10]))
@@ -383,7 +383,7 @@ def test_whole_game_shares_carry_the_evaluations_bootstrap_and_read_as_a_line():
     assert share_interval(share, seed=0) == iv  # seeded
     nothing = share_interval(Share(np.zeros(3, np.int64), np.zeros(3, np.int64)), seed=0)
     assert nothing["value"] is None and nothing["total"] == 0  # no returns counted: undefined, not 0
-    gap = mean_interval(np.array([-10.0, 0.0, 10.0]), seed=0)
+    gap = mean_bootstrap_interval(np.array([-10.0, 0.0, 10.0]), seed=0)
     row = {"imagined": {"frame_validity": iv, "geometric_consistency": iv, "item_persistence": nothing,
                         "spawn_rate": iv},
            "real": {"item_persistence": iv, "spawn_rate": iv},

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from rpg_env.policies.registry import make_policy
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -67,6 +69,7 @@ def test_the_imagination_benchmark_times_an_episodes_last_turns_against_its_firs
     venv.close()
 
 
+@pytest.mark.slow
 def test_the_fidelity_benchmark_adds_the_rollouts_of_each_model_once(tiny_world_model, tmp_path, monkeypatch):
     """``--rollout-data``: the open-loop rollout table from the held-out games of the file the model
     learned from, every k beside the memory and motion oracles; one table a model, whatever its views,

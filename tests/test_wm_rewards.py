@@ -13,7 +13,7 @@ from conftest import TINY_WORLD_MODEL
 
 from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_worldmodel.checkpoint import load_checkpoint, read_checkpoint_record
-from rpg_worldmodel.config import load_config
+from rpg_worldmodel.config import load_world_model_config
 from rpg_worldmodel.data.sources import reward_classes
 from rpg_worldmodel.evaluation.baselines import RewardRule
 from rpg_worldmodel.evaluation.oracles import views_to_codes
@@ -53,7 +53,7 @@ def schema_one(tiny_world_model, tmp_path_factory):
     old_model = ["model.position=learned", "model.reward_head=false", "model.action_frames=0",
                  "model.memory_map=false", "model.move_rules=false", "train.max_steps=4",
                  "train.checkpoint_every=2"]
-    cfg = load_config(None, [*TINY_WORLD_MODEL, *old_model])
+    cfg = load_world_model_config(None, [*TINY_WORLD_MODEL, *old_model])
     cfg.data.path, cfg.out_dir = str(data), str(root / "run")
     result = train(cfg, stop_at=2)
     for meta_file in (root / "run" / "checkpoints").rglob("meta.json"):
@@ -119,7 +119,7 @@ def test_a_schema_3_checkpoint_keeps_its_linear_action_head():
     meta = migrate({"version": 3, "config": {"model": {"width": 24, "num_heads": 2}}, "data": {"files": []}})
     assert meta["migrated_from"] == 3 and meta["config"]["model"] == {
         "action_frames": 0, "memory_map": False, "move_rules": False, "width": 24, "num_heads": 2, **SCHEMA_7}
-    cfg = load_config(None, [f"model.{k}={v}" for k, v in meta["config"]["model"].items()])
+    cfg = load_world_model_config(None, [f"model.{k}={v}" for k, v in meta["config"]["model"].items()])
     model = WorldModel(cfg.model)
     assert isinstance(model.action_head, torch.nn.Linear) and model.memory_map is None and model.moves is None
     assert model.refiner is None
@@ -144,7 +144,7 @@ def test_a_schema_6_checkpoint_keeps_its_window_map_and_draws_cells_on_their_own
 
     meta = migrate({"version": 6, "config": {"model": {"width": 24, "num_heads": 2}}, "data": {"files": []}})
     assert meta["migrated_from"] == 6 and meta["config"]["model"] == {"width": 24, "num_heads": 2, **SCHEMA_7}
-    cfg = load_config(None, [f"model.{k}={v}" for k, v in meta["config"]["model"].items()])
+    cfg = load_world_model_config(None, [f"model.{k}={v}" for k, v in meta["config"]["model"].items()])
     model = WorldModel(cfg.model)
     assert model.refiner is None and model.memory_map.keep == model.memory_map.reach == 5
 

@@ -17,7 +17,7 @@ from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel import evaluate as E
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import load_checkpoint
-from rpg_worldmodel.config import DataConfig, load_config
+from rpg_worldmodel.config import DataConfig, load_world_model_config
 from rpg_worldmodel.data.shards import DataFiles, expand_paths, training_splits
 from rpg_worldmodel.data.sources import DataMismatchError
 from rpg_worldmodel.data.stores import StreamedEpisodes, views_nbytes
@@ -121,8 +121,9 @@ def test_shards_train_alike_from_memory_and_from_disk_and_evaluate_per_file(shar
     out = tmp_path / "memory"
     # --data takes several files; the overrides after it still count.
     assert T.main(["--data", *map(str, reversed(paths)), "--out", str(out), *TINY]) == 0
-    streamed = T.train(load_config(None, [*TINY, f"data.path={paths[0].parent / '*.h5'}",
-                                          f"out_dir={tmp_path / 'disk'}", "data.max_memory_mb=0"]))
+    streamed = T.train(load_world_model_config(None, [*TINY, f"data.path={paths[0].parent / '*.h5'}",
+                                                      f"out_dir={tmp_path / 'disk'}",
+                                                      "data.max_memory_mb=0"]))
     summary = [json.loads((d / "summary.json").read_text()) for d in (out, streamed.run_dir)]
     assert [s["data"]["streamed"] for s in summary] == [False, True] and summary[0]["data"]["files"] == 3
     assert (out / "metrics.csv").read_text().count("\n") == 1 + 4 + 2

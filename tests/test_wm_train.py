@@ -24,7 +24,7 @@ from rpg_worldmodel.checkpoint import (
     read_checkpoint_record,
     resolve_checkpoint,
 )
-from rpg_worldmodel.config import ModelConfig, load_config
+from rpg_worldmodel.config import ModelConfig, load_world_model_config
 from rpg_worldmodel.data.sources import check_data_matches
 from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows
 from rpg_worldmodel.evaluation.episodes import EvalSet
@@ -50,7 +50,7 @@ def files(tmp_path_factory):
 
 
 def _cfg(path, out, *extra):
-    return load_config(None, [*TINY, f"data.path={path}", f"out_dir={out}", *extra])
+    return load_world_model_config(None, [*TINY, f"data.path={path}", f"out_dir={out}", *extra])
 
 
 def _rows(run_dir, split="train"):
@@ -124,7 +124,7 @@ def test_training_run_end_to_end(files, tmp_path):
         assert (out / name).exists(), name
     assert [int(r["step"]) for r in _rows(out)] == list(range(1, 7))
     assert [int(r["step"]) for r in _rows(out, "val")] == [3, 6]
-    assert load_config(out / "config.yaml").model.width == 24
+    assert load_world_model_config(out / "config.yaml").model.width == 24
     ck = load_checkpoint(out, which="latest")  # run folder -> its last checkpoint
     assert ck.step == 6 and not ck.model.training and ck.config.model.num_frames == 3
     rec = ck.record

@@ -143,12 +143,13 @@ def test_imitate_reports_the_head_beside_the_expert_it_learned_from(tmp_path, ca
         imitate.main(["--episodes", "1"])
 
 
+@pytest.mark.slow
 def test_an_agent_trains_in_imagination_and_is_judged_in_the_real_game(tiny_world_model, tmp_path):
-    from rpg_env.experts.config import load_config
+    from rpg_env.experts.config import load_expert_config
     from rpg_worldmodel import dream as D
 
     run, _ = tiny_world_model
-    cfg = load_config("ppo", D.default_config_path("ppo"), [
+    cfg = load_expert_config("ppo", D.dream_config_path("ppo"), [
         "timesteps=256", "n_envs=4", "hyperparams.n_steps=32", "hyperparams.batch_size=64",
         "eval.freq=128", "eval.episodes=2", "eval.final_episodes=3", "progress_bar=false",
         "checkpoint_freq=1000"])

@@ -98,7 +98,7 @@ def test_figures_quality_bar_and_tables_name_every_kind():
 def test_a_file_with_a_new_kind_trains_evaluates_and_reports(ruby_file, tmp_path):
     from conftest import TINY_WORLD_MODEL
 
-    from rpg_worldmodel.config import load_config
+    from rpg_worldmodel.config import load_world_model_config
     from rpg_worldmodel.evaluation.run import run_evaluation
     from rpg_worldmodel.report.document import write_report
     from rpg_worldmodel.train import train
@@ -107,8 +107,8 @@ def test_a_file_with_a_new_kind_trains_evaluates_and_reports(ruby_file, tmp_path
     # not know a ruby's points: this model predicts views and actions only, of 7 channels.
     game_free = ["model.num_channels=7", "model.reward_head=false", "model.move_rules=false",
                  "model.memory_map=false"]
-    cfg = load_config(None, [*TINY_WORLD_MODEL, *game_free, "train.max_steps=6", "train.eval_every=6",
-                             "train.checkpoint_every=6"])
+    cfg = load_world_model_config(None, [*TINY_WORLD_MODEL, *game_free, "train.max_steps=6",
+                                         "train.eval_every=6", "train.checkpoint_every=6"])
     cfg.data.path, cfg.out_dir = str(ruby_file), str(tmp_path / "refused")
     cfg.train.train_mask = "rubies"
     with pytest.raises(ConfigError, match=r"train.train_mask='rubies'.*did you mean 'ruby'"):

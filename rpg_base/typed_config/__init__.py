@@ -17,6 +17,8 @@ returns for the config at hand (whose ordinary fields are set), typed like their
 Checks are strict: ints stand for floats, integral floats (``2e5``) for ints, and a number
 YAML 1.1 leaves as a string (``3e-4``) is read as one; nothing else is converted. Override
 keys are ``section.key``, a top-level key, an alias, or a bare key naming exactly one setting.
+A renamed key keeps its old name working (``setting(..., formerly=("old_name",))``): files,
+records and overrides that still use it set the key, with a one-line note.
 Every mistake raises `ConfigError` saying what to change ("did you mean" for unknown keys);
 an override that names nothing is refused.
 """

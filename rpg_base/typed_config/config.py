@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import sys
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,13 +38,14 @@ class DictKeys:
 
 
 class Setting(NamedTuple):
-    """One settable key, as `describe` lists it."""
+    """One settable key, as `describe_settings` lists it."""
 
     path: str
     type: Any
     default: Any
     help: str
     aliases: tuple[str, ...] = ()
+    formerly: tuple[str, ...] = ()
 
 
 class _Field(NamedTuple):
@@ -52,12 +54,15 @@ class _Field(NamedTuple):
     help: str
     aliases: tuple[str, ...]
     keys: DictKeys | None
+    formerly: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- declaring fields
-def setting(default: Any, help: str, *, aliases: Sequence[str] = ()) -> Any:
-    """A typed field with its default and one-line help; ``aliases`` are extra override keys."""
-    meta = {"help": help, "aliases": tuple(aliases)}
+def setting(default: Any, help: str, *, aliases: Sequence[str] = (), formerly: Sequence[str] = ()) -> Any:
+    """A typed field with its default and one-line help; ``aliases`` are extra override keys;
+    ``formerly`` the names the key had before: a file or an override that still uses one sets the
+    key, with a one-line note (`renamed`)."""
+    meta = {"help": help, "aliases": tuple(aliases), "formerly": tuple(formerly)}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -86,7 +91,38 @@ def _fields(cls: type) -> dict[str, _Field]:
         kind = "dict" if "keys" in f.metadata else "section" if dataclasses.is_dataclass(hints[f.name]) \
             else "value"
         out[f.name] = _Field(kind, hints[f.name], f.metadata["help"], f.metadata.get("aliases", ()),
-                             f.metadata.get("keys"))
+                             f.metadata.get("keys"), f.metadata.get("formerly", ()))
+    return out
+
+
+# --------------------------------------------------------------------------- renamed keys
+#: Old key names already noted in this process: each is noted once.
+_NOTED: set[str] = set()
+
+
+def note_renamed(old: str, new: str, what: str = "config key") -> None:
+    """Say once per process, on stderr, that ``old`` (still accepted) is now called ``new``."""
+    if old not in _NOTED:
+        _NOTED.add(old)
+        print(f"note: {what} {old} is now {new} (the old name still works)", file=sys.stderr)
+
+
+def renamed(cls: type, data: Any, prefix: str = "") -> Any:
+    """The raw mapping ``data`` (a file's, a record's) with each key under the name it has now: a
+    field's ``formerly`` names become its own (noted); anything else is left as it is."""
+    if not isinstance(data, Mapping):
+        return data
+    fields, out = _fields(cls), {}
+    old_names = {old: name for name, info in fields.items() for old in info.formerly}
+    for key, value in data.items():
+        name = old_names.get(key, key)
+        if name != key:
+            if name in data:
+                raise ConfigError(f"{_join(prefix, key)} is the old name of {_join(prefix, name)}: give one")
+            note_renamed(_join(prefix, key), _join(prefix, name))
+        info = fields.get(name)
+        section_ = info is not None and info.kind == "section"
+        out[name] = renamed(info.type, value, _join(prefix, name)) if section_ else value
     return out
 
 
@@ -127,7 +163,7 @@ def build(cls: type[T], data: Mapping[str, Any] | None, source: str | None = Non
     """
     with _named(source):
         pending: list[tuple[Any, str, DictKeys, Any, str]] = []
-        cfg = _build_section(cls, data, "", pending)
+        cfg = _build_section(cls, renamed(cls, data), "", pending)
         for owner, name, keys, values, path in pending:
             setattr(owner, name, _build_dict(cfg, keys, values, path))
         return cfg
@@ -244,13 +280,24 @@ def aliases(cls: type) -> dict[str, str]:
     return out
 
 
+def former_keys(cls: type) -> dict[str, str]:
+    """Every dotted key ``cls`` and its nested sections once had (``formerly``) -> the key now."""
+    out = {}
+    for name, info in _fields(cls).items():
+        out.update(dict.fromkeys(info.formerly, name))
+        if info.kind == "section":
+            out.update({f"{name}.{old}": f"{name}.{new}" for old, new in former_keys(info.type).items()})
+    return out
+
+
 def apply_overrides(cls: type, data: Mapping[str, Any] | None, overrides: Sequence[str],
                     source: str | None = None) -> dict[str, Any]:
     """A copy of the raw mapping ``data`` with each ``key=value`` override checked and applied.
 
     ``source`` names ``data`` in errors about the data itself.
     """
-    data = copy.deepcopy(dict(data or {}))
+    with _named(source):
+        data = copy.deepcopy(dict(renamed(cls, data or {})))
     for text in overrides:
         key, value = parse_override(text)
         with _named(source):  # dict-key callbacks get the config with its dict sections empty
@@ -262,6 +309,9 @@ def apply_overrides(cls: type, data: Mapping[str, Any] | None, overrides: Sequen
 
 def _resolve(cls: type, key: str, root: Any) -> list[str]:
     """The dotted path an override key names (see the module docstring for the rules)."""
+    if key in former_keys(cls):
+        note_renamed(key, former_keys(cls)[key])
+        key = former_keys(cls)[key]
     key = aliases(cls).get(key, key)
     if "." in key or key in _fields(cls):
         return key.split(".")
@@ -333,22 +383,28 @@ def with_overrides(cfg: T, overrides: Sequence[str]) -> T:
 
 
 def resolve(cls: type[T], data: Mapping[str, Any] | None, overrides: Sequence[str] = (),
-            source: str | None = None) -> T:
-    """Defaults <- ``data`` (named ``source`` in errors) <- ``overrides``, then ``validate()`` if any."""
+            source: str | None = None, values: Mapping[str, Any] | None = None) -> T:
+    """Defaults <- ``data`` (named ``source`` in errors) <- ``overrides`` <- ``values`` (typed
+    top-level fields a program sets, e.g. from its command-line flags), then ``validate()`` if any."""
     cfg = build(cls, data, source)  # a bad file is named as such, before any override touches it
     if overrides:
         merged = apply_overrides(cls, data, overrides, source)
         cfg = build(cls, merged, f"{source or 'config'} with its overrides")
+    if values:
+        fields = _fields(cls)
+        cfg = dataclasses.replace(cfg, **{key: check_value(value, fields[key].type, key)
+                                          for key, value in values.items()})
     validate = getattr(cfg, "validate", None)
     if callable(validate):
         validate()
     return cfg
 
 
-def load(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
-    """`resolve` the YAML file at ``path`` (defaults alone when None) with ``overrides``."""
+def load(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = (),
+         values: Mapping[str, Any] | None = None) -> T:
+    """`resolve` the YAML file at ``path`` (defaults alone when None) with ``overrides`` and ``values``."""
     data = read_yaml(path) if path is not None else {}
-    return resolve(cls, data, overrides, None if path is None else str(path))
+    return resolve(cls, data, overrides, None if path is None else str(path), values)
 
 
 # --------------------------------------------------------------------------- listing
@@ -363,7 +419,7 @@ def _settings(cls: type, root: Any, obj: Any = None, prefix: str = "") -> Iterat
             for key, default in info.keys.defaults(root).items():
                 yield Setting(f"{path}.{key}", info.keys.type_of(key, default), default, info.help)
         else:
-            yield Setting(path, info.type, getattr(obj, name), info.help, info.aliases)
+            yield Setting(path, info.type, getattr(obj, name), info.help, info.aliases, info.formerly)
 
 
 def _fixed_paths(cls: type, prefix: str = "") -> Iterator[str]:
@@ -374,7 +430,7 @@ def _fixed_paths(cls: type, prefix: str = "") -> Iterator[str]:
             yield from (f"{_join(prefix, name)}.{key}" for key in info.keys.fixed)
 
 
-def describe(cls: type, root: Any = None) -> list[Setting]:
+def describe_settings(cls: type, root: Any = None) -> list[Setting]:
     """Every key of ``cls`` with its type, default and help; dict sections list the keys their
     callback gives for ``root`` (default: the default config)."""
     root = cls() if root is None else root
@@ -382,9 +438,12 @@ def describe(cls: type, root: Any = None) -> list[Setting]:
 
 
 def format_keys(cls: type, root: Any = None) -> str:
-    """`describe` as aligned text lines (``key  type  default  help``), e.g. for a ``--help`` epilog."""
+    """`describe_settings` as aligned text lines (``key  type  default  help``), e.g. for a ``--help``
+    epilog."""
     rows = [(s.path, _type_label(s.type), _show(s.default),
-             s.help + (f" (also: {', '.join(s.aliases)})" if s.aliases else "")) for s in describe(cls, root)]
+             s.help + (f" (also: {', '.join(s.aliases)})" if s.aliases else "")
+             + (f" (formerly: {', '.join(s.formerly)})" if s.formerly else ""))
+            for s in describe_settings(cls, root)]
     widths = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r[:3], widths, strict=True)) + "  " + r[3]
                      for r in rows)

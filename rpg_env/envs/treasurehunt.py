@@ -15,7 +15,7 @@ from gymnasium.error import ResetNeeded
 
 from rpg_env.game.constants import Vocabulary, vocabulary
 from rpg_env.game.observation import codes_to_rgb, full_map_observation, observation_space_for, one_hot
-from rpg_env.game.world import WorldBatch, WorldParams, parse_layout
+from rpg_env.game.world import DEFAULT_WORLD, WorldBatch, WorldParams, parse_layout
 from rpg_env.policies.base import BatchPolicy, check_policy_actions
 from rpg_env.policies.registry import POLICY_NAMES, make_policy
 from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
@@ -118,20 +118,20 @@ class TreasurehuntEnv(gym.Env[np.ndarray, np.int64]):
 
     def __init__(
         self,
-        height: int = 20,
-        width: int = 20,
-        vision_radius: int = 4,
-        num_agents: int = 2,
-        spawn_prob: float = 0.01,
-        max_turns: int = 100,
-        gem_value: float = 10.0,
-        food_value: float = 5.0,
-        bone_value: float = -10.0,
-        wall_penalty: float = -1.0,
-        num_levels: int = 0,
-        start_level: int = 0,
-        distribution_mode: str = "easy",
-        item_visible_turns: int = 0,
+        height: int = DEFAULT_WORLD.height,
+        width: int = DEFAULT_WORLD.width,
+        vision_radius: int = DEFAULT_WORLD.vision_radius,
+        num_agents: int = DEFAULT_WORLD.num_agents,
+        spawn_prob: float = DEFAULT_WORLD.spawn_prob,
+        max_turns: int = DEFAULT_WORLD.max_turns,
+        gem_value: float = DEFAULT_WORLD.gem_value,
+        food_value: float = DEFAULT_WORLD.food_value,
+        bone_value: float = DEFAULT_WORLD.bone_value,
+        wall_penalty: float = DEFAULT_WORLD.wall_penalty,
+        num_levels: int = DEFAULT_WORLD.num_levels,
+        start_level: int = DEFAULT_WORLD.start_level,
+        distribution_mode: str = DEFAULT_WORLD.distribution_mode,
+        item_visible_turns: int = DEFAULT_WORLD.item_visible_turns,
         co_policy: Any = "random",
         obs_mode: str = "onehot",
         render_mode: str | None = None,

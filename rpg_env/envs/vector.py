@@ -23,7 +23,7 @@ from rpg_env.envs.treasurehunt import (
 )
 from rpg_env.game.constants import vocabulary
 from rpg_env.game.observation import codes_to_rgb, full_map_observation, observation_space_for, one_hot
-from rpg_env.game.world import WorldBatch, WorldParams
+from rpg_env.game.world import DEFAULT_WORLD, WorldBatch, WorldParams
 from rpg_env.policies.base import BatchPolicy, check_policy_actions
 from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
 from rpg_env.render import render_ansi, render_rgb
@@ -73,20 +73,20 @@ class TreasurehuntVectorEnv(VectorEnv):
         self,
         num_envs: int = 1,
         *,
-        height: int = 20,
-        width: int = 20,
-        vision_radius: int = 4,
-        num_agents: int = 2,
-        spawn_prob: float = 0.01,
-        max_turns: int = 100,
-        gem_value: float = 10.0,
-        food_value: float = 5.0,
-        bone_value: float = -10.0,
-        wall_penalty: float = -1.0,
-        num_levels: int = 0,
-        start_level: int = 0,
-        distribution_mode: str = "easy",
-        item_visible_turns: int = 0,
+        height: int = DEFAULT_WORLD.height,
+        width: int = DEFAULT_WORLD.width,
+        vision_radius: int = DEFAULT_WORLD.vision_radius,
+        num_agents: int = DEFAULT_WORLD.num_agents,
+        spawn_prob: float = DEFAULT_WORLD.spawn_prob,
+        max_turns: int = DEFAULT_WORLD.max_turns,
+        gem_value: float = DEFAULT_WORLD.gem_value,
+        food_value: float = DEFAULT_WORLD.food_value,
+        bone_value: float = DEFAULT_WORLD.bone_value,
+        wall_penalty: float = DEFAULT_WORLD.wall_penalty,
+        num_levels: int = DEFAULT_WORLD.num_levels,
+        start_level: int = DEFAULT_WORLD.start_level,
+        distribution_mode: str = DEFAULT_WORLD.distribution_mode,
+        item_visible_turns: int = DEFAULT_WORLD.item_visible_turns,
         co_policy: Any = "random",
         obs_mode: str = "onehot",
         render_mode: str | None = None,

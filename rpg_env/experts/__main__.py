@@ -16,7 +16,7 @@ from rpg_base.cli import (
 )
 from rpg_base.provenance import portable_command
 from rpg_base.typed_config.config import format_keys
-from rpg_env.experts.config import ALGOS, ExpertConfig
+from rpg_env.experts.config import TRAINABLE_ALGOS, ExpertConfig
 from rpg_env.experts.evaluate import DEFAULT_EPISODES, DEFAULT_SEED
 
 
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter,
                            epilog="config keys (env.* and hyperparams.* are TreasurehuntEnv and SB3 "
                                   "arguments, listed here for DQN):\n\n" + format_keys(ExpertConfig))
-    train.add_argument("--algo", choices=ALGOS, default=None,
+    train.add_argument("--algo", choices=TRAINABLE_ALGOS, default=None,
                        help="algorithm (default: the config's, else dqn)")
     train.add_argument("--config", default=None,
                        help="YAML config (default: rpg_env/experts/configs/<algo>.yaml; the memory task: "
@@ -69,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
-        from rpg_env.experts.config import load_config
+        from rpg_env.experts.config import load_expert_config
         from rpg_env.experts.train import train
 
-        cfg = load_config(args.algo, args.config, args.overrides)
+        cfg = load_expert_config(args.algo, args.config, args.overrides)
         words = list(argv) if argv is not None else sys.argv[1:]
         command = "python -m rpg_env.experts " + portable_command(words)
         run_dir = train(cfg, args.out, command=command)

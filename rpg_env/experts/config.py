@@ -35,15 +35,17 @@ from rpg_base.typed_config.config import dict_section, read_yaml, section, setti
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.policies import sb3
 
-__all__ = ["ALGOS", "VEC_ENVS", "CONFIG_DIR", "ALIASES", "NetConfig", "MemoryConfig", "EvalConfig",
-           "ExpertConfig", "TrXLHyperparams", "env_defaults", "algo_class", "hyperparam_defaults",
-           "from_dict", "validate",
-           "default_config_path", "apply_overrides", "load_config"]
+__all__ = ["TRAINABLE_ALGOS", "VEC_ENVS", "EXPERT_CONFIG_DIR", "ALIASES", "NetConfig", "MemoryConfig",
+           "EvalConfig", "ExpertConfig", "TrXLHyperparams", "env_defaults", "hyperparam_defaults",
+           "from_dict", "expert_config_path", "load_expert_config"]
 
-ALGOS = ("dqn", "ppo", "recurrent-ppo", "trxl-ppo")
+#: The algorithms an expert config trains: SB3's (`rpg_env.policies.sb3.SB3_ALGOS`, which
+#: `SB3Policy` loads) and this package's own TransformerXL PPO (`rpg_env.experts.trxl_ppo`).
+TRAINABLE_ALGOS = (*sb3.SB3_ALGOS, "trxl-ppo")
 ENV_IDS = ("Treasurehunt-v0", "MemoryCue-v0")
 VEC_ENVS = ("dummy", "subproc")
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+#: The shipped expert configs, ``<algo>.yaml`` (`expert_config_path`) and the memory task's.
+EXPERT_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 # Environment arguments that are fixed by the expert pipeline (one-hot views, no window).
 _ENV_FIXED = dict.fromkeys(("obs_mode", "render_mode", "tile_size"), "the expert pipeline sets it")
@@ -86,19 +88,14 @@ def env_defaults(env_id: str = "Treasurehunt-v0") -> dict[str, Any]:
     return {n: p.default for n, p in params.items() if n != "self" and n not in _ENV_FIXED}
 
 
-def algo_class(algo: str) -> type:
-    """The SB3 class for ``algo`` (``dqn`` or ``ppo``)."""
-    if algo not in ALGOS:
-        raise ConfigError(f"algo must be one of {ALGOS}, got {algo!r}")
-    return sb3.algo_class(algo)
-
-
 def hyperparam_defaults(algo: str) -> dict[str, Any]:
     """Constructor arguments of ``algo`` a config may set, with their defaults: SB3's (or
     sb3-contrib's), or `TrXLHyperparams` for ``trxl-ppo``."""
+    if algo not in TRAINABLE_ALGOS:
+        raise ConfigError(f"algo must be one of {TRAINABLE_ALGOS}, got {algo!r}")
     if algo == "trxl-ppo":
         return dataclasses.asdict(TrXLHyperparams())
-    params = inspect.signature(algo_class(algo).__init__).parameters
+    params = inspect.signature(sb3.algo_class(algo).__init__).parameters
     return {n: p.default for n, p in params.items() if n != "self" and n not in _HYPER_FIXED}
 
 
@@ -200,7 +197,7 @@ class ExpertConfig:
 
     def validate(self) -> ExpertConfig:
         """Range checks that types alone do not catch; returns the config."""
-        validate(self)
+        _validate(self)
         return self
 
 
@@ -213,10 +210,10 @@ def from_dict(data: dict[str, Any] | None) -> ExpertConfig:
     return tc.build(ExpertConfig, data).validate()
 
 
-def validate(cfg: ExpertConfig) -> None:
+def _validate(cfg: ExpertConfig) -> None:
     """Range checks that types alone do not catch."""
-    if cfg.algo not in ALGOS:
-        raise ConfigError(f"algo must be one of {ALGOS}, got {cfg.algo!r}")
+    if cfg.algo not in TRAINABLE_ALGOS:
+        raise ConfigError(f"algo must be one of {TRAINABLE_ALGOS}, got {cfg.algo!r}")
     if cfg.env_id not in ENV_IDS:
         raise ConfigError(f"env_id must be one of {ENV_IDS}, got {cfg.env_id!r}")
     positive = {"total_timesteps": cfg.total_timesteps, "n_envs": cfg.n_envs,
@@ -293,24 +290,19 @@ def _check_treasurehunt(env: dict[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------- loading
-def default_config_path(algo: str) -> Path:
+def expert_config_path(algo: str) -> Path:
     """The shipped config of ``algo``: ``configs/<algo>.yaml``, which lists what ``algo``'s runs
     change of `ExpertConfig`'s defaults (and its whole env and hyperparams sections)."""
-    if algo not in ALGOS:
-        raise ConfigError(f"algo must be one of {ALGOS}, got {algo!r}")
-    return CONFIG_DIR / f"{algo}.yaml"
+    if algo not in TRAINABLE_ALGOS:
+        raise ConfigError(f"algo must be one of {TRAINABLE_ALGOS}, got {algo!r}")
+    return EXPERT_CONFIG_DIR / f"{algo}.yaml"
 
 
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Return a copy of ``data`` with each ``key=value`` override checked and applied."""
-    return tc.apply_overrides(ExpertConfig, data, overrides)
-
-
-def load_config(algo: str | None = None, path: str | Path | None = None,
-                overrides: Sequence[str] | None = None) -> ExpertConfig:
+def load_expert_config(algo: str | None = None, path: str | Path | None = None,
+                       overrides: Sequence[str] | None = None) -> ExpertConfig:
     """Resolve a config: ``path`` (or the shipped ``configs/<algo>.yaml``) + ``overrides``."""
     if path is None:
-        path = default_config_path(algo or "dqn")
+        path = expert_config_path(algo or "dqn")
     data = read_yaml(path)
     if algo is not None:
         if "algo" in data and data["algo"] != algo:

@@ -61,7 +61,7 @@ def summarize(returns: np.ndarray) -> dict[str, Any]:
     return {"mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)], "episodes": n}
 
 
-def mean_interval(values: Sequence[float | None]) -> dict[str, Any]:
+def mean_t_interval(values: Sequence[float | None]) -> dict[str, Any]:
     """Mean of per-seed values (a seed is the unit: one trained agent) with a 95% t-interval (None
     with a single value); None values (an undefined figure) are left out and counted."""
     undefined = sum(v is None for v in values)

@@ -32,8 +32,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 
 from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
 from rpg_base.typed_config.values import ConfigError
-from rpg_env.experts.config import ExpertConfig, algo_class, env_defaults
-from rpg_env.policies.sb3 import POLICY_ALIASES, expert_spec, policy_kwargs_from_net
+from rpg_env.experts.config import ExpertConfig, env_defaults
+from rpg_env.policies.sb3 import POLICY_ALIASES, algo_class, expert_spec, policy_kwargs_from_net
 
 #: Offset of the EvalCallback's env seeds from the training seed (disjoint streams).
 EVAL_CALLBACK_SEED_OFFSET = 1_000_003

@@ -76,7 +76,7 @@ def decayed(initial: float, final: float, power: float, progress: float) -> floa
 
 
 @dataclass
-class Rollout:
+class RolloutBuffer:
     """One update's worth of steps, ``(T, W, ...)``: what the loss needs, as collected."""
 
     views: torch.Tensor    # (T, W, C, V, V) uint8
@@ -90,7 +90,7 @@ class Rollout:
     dones: torch.Tensor    # (T, W) the step ended its episode
 
     @classmethod
-    def empty(cls, steps: int, worlds: int, shape: TrXLShape) -> Rollout:
+    def empty(cls, steps: int, worlds: int, shape: TrXLShape) -> RolloutBuffer:
         def zeros(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             return torch.zeros(steps, worlds, *size, dtype=dtype)
 
@@ -101,7 +101,7 @@ class Rollout:
                    zeros(), zeros(), zeros(), zeros(dtype=torch.bool))
 
 
-def advantages(rollout: Rollout, last_value: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+def advantages(rollout: RolloutBuffer, last_value: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
     """GAE advantages ``(T, W)``; the step after an episode's end does not bootstrap into it."""
     steps = len(rollout.rewards)
     result = torch.zeros_like(rollout.rewards)
@@ -135,11 +135,11 @@ class TrXLTrainer:
         self._episode_returns = np.zeros(cfg.n_envs)
 
     # ------------------------------------------------------------------ collecting
-    def collect(self, obs: np.ndarray) -> tuple[Rollout, torch.Tensor, np.ndarray]:
+    def collect(self, obs: np.ndarray) -> tuple[RolloutBuffer, torch.Tensor, np.ndarray]:
         """``n_steps`` steps in every world from views ``obs``; returns the rollout, the value of
         the views after it (W,), and those views."""
         hp, memory = self.hp, self.memory
-        rollout = Rollout.empty(hp.n_steps, self.cfg.n_envs, self.shape)
+        rollout = RolloutBuffer.empty(hp.n_steps, self.cfg.n_envs, self.shape)
         for t in range(hp.n_steps):
             views = torch.as_tensor(np.asarray(obs, dtype=np.uint8))
             rollout.views[t], rollout.memory[t], rollout.valid[t] = views, memory.memory, memory.valid
@@ -189,7 +189,7 @@ class TrXLTrainer:
             self._episode_returns[i] = 0.0
 
     # ------------------------------------------------------------------ learning
-    def update(self, rollout: Rollout, last_value: torch.Tensor, progress: float) -> dict[str, float]:
+    def update(self, rollout: RolloutBuffer, last_value: torch.Tensor, progress: float) -> dict[str, float]:
         """PPO's epochs over ``rollout``; returns the update's mean losses and statistics."""
         hp = self.hp
         lr = decayed(hp.learning_rate, hp.learning_rate_final, hp.schedule_power, progress)

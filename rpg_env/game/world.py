@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from rpg_env.game.constants import AGENT_LETTERS, Vocabulary, vocabulary
+from rpg_env.game.constants import AGENT_LETTERS, CELL_KINDS, Vocabulary, vocabulary
 from rpg_env.game.levels import check_levels, level_walls
 from rpg_env.game.spawns import SpawnDraws
 from rpg_env.game.visibility import ItemAges, check_item_visible_turns
@@ -35,9 +35,16 @@ MIN_SPAWN_PROB = 1e-12
 LEVEL_FIELDS = ("num_levels", "start_level", "distribution_mode")
 
 
+def _reference_points(param: str) -> float:
+    """The reference game's points of the kind whose value is the `WorldParams` field ``param``:
+    the vocabulary holds them (`rpg_env.game.constants.CellKind.default_value`)."""
+    return next(kind.default_value for kind in CELL_KINDS if kind.value_param == param)
+
+
 @dataclass(frozen=True)
 class WorldParams:
-    """Every number of the game, with the reference treasurehunt's defaults.
+    """Every number of the game, with the reference treasurehunt's defaults: the one place they
+    are written (the points are the vocabulary's; the envs' keyword arguments default to these).
 
     Rewards are in points per step; ``spawn_prob`` is per empty cell per turn. Levels, as in
     ProcGen: ``num_levels`` > 0 plays, at each reset, a level drawn uniformly from
@@ -54,10 +61,10 @@ class WorldParams:
     num_agents: int = 2
     spawn_prob: float = 0.01
     max_turns: int = 100
-    gem_value: float = 10.0
-    food_value: float = 5.0
-    bone_value: float = -10.0
-    wall_penalty: float = -1.0
+    gem_value: float = _reference_points("gem_value")
+    food_value: float = _reference_points("food_value")
+    bone_value: float = _reference_points("bone_value")
+    wall_penalty: float = _reference_points("wall_penalty")
     num_levels: int = 0
     start_level: int = 0
     distribution_mode: str = "easy"
@@ -129,6 +136,10 @@ class WorldParams:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+
+#: The reference game: each env's keyword arguments of the game default to its fields.
+DEFAULT_WORLD = WorldParams()
 
 
 def parse_layout(layout: str | list[str] | tuple[str, ...], params: WorldParams):

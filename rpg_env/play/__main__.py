@@ -28,6 +28,7 @@ from rpg_base.cli import (
 from rpg_base.errors import InputError
 from rpg_env.game.levels import DISTRIBUTION_MODES
 from rpg_env.play.loop import DEFAULT_FPS, PlaySummary, play
+from rpg_env.render import game_legend
 from rpg_env.trajectories.recorders import HDF5Recorder
 
 
@@ -102,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> PlaySummary:
     args = build_parser().parse_args(argv)
     env = make_env(args)
     try:
-        summary = play(env, seed=args.seed, fps=args.fps, max_frames=args.max_frames)
+        params = env.unwrapped.params  # the legend names as many co-players as the map draws
+        summary = play(env, seed=args.seed, fps=args.fps, max_frames=args.max_frames,
+                       legend=game_legend(params, params.num_agents))
     finally:
         env.close()
     finished = ", ".join(f"{r:+g}" for r in summary.episode_returns) or "none"

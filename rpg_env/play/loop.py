@@ -243,7 +243,8 @@ def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int
          window=None, side_by_side: bool = False,
          extra_keys: Mapping[int, Callable[[], str | None]] | None = None,
          status: Callable[[gym.Env, dict], Sequence[str]] | None = None,
-         help_text: str | None = None, log: Callable[[str], None] | None = print) -> PlaySummary:
+         help_text: str | None = None, log: Callable[[str], None] | None = print,
+         legend: Sequence[tuple[Any, str]] | None = None) -> PlaySummary:
     """Run the keyboard loop until the player quits (or ``max_frames`` frames).
 
     Args:
@@ -261,6 +262,8 @@ def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int
             every env shown.
         help_text: the key-help line (default: the move, restart, switch and quit keys).
         log: where the episode scores are reported (None: silent).
+        legend: ``(icon, label)`` rows of the window it makes, matching the frames the envs draw
+            (default: `rpg_env.render.game_legend`, the map's).
     """
     import pygame
 
@@ -273,7 +276,7 @@ def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int
         help_text = PLAY_HELP + ("  ·  Tab switch" if len(screens) > 1 and not side_by_side else "")
     own_window = window is None
     if own_window:
-        window = PygameWindow(fps, help_text=help_text, close_on_quit=False)
+        window = PygameWindow(fps, help_text=help_text, close_on_quit=False, legend=legend)
     pygame.key.set_repeat(300, 110)  # holding a key keeps moving, one turn per repeat
     for screen in screens:
         screen.reset(seed, options)

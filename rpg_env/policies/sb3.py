@@ -67,15 +67,16 @@ def policy_kwargs_from_net(net: dict[str, Any], memory: dict[str, Any] | None = 
     return kwargs
 
 
-ALGOS = ("dqn", "ppo", "recurrent-ppo")
+#: The algorithms whose models `SB3Policy` loads (`load_expert`): Stable-Baselines3's and sb3-contrib's.
+SB3_ALGOS = ("dqn", "ppo", "recurrent-ppo")
 #: The SB3 policy of each algorithm (a CNN features extractor; recurrent-ppo adds an LSTM).
 POLICY_ALIASES = {"dqn": "CnnPolicy", "ppo": "CnnPolicy", "recurrent-ppo": "CnnLstmPolicy"}
 
 
 def algo_class(algo: str):
     """The Stable-Baselines3 class of ``algo``: DQN, PPO, or sb3-contrib's RecurrentPPO."""
-    if algo not in ALGOS:
-        raise ExpertLoadError(f"algo must be one of {ALGOS}, got {algo!r}")
+    if algo not in SB3_ALGOS:
+        raise ExpertLoadError(f"algo must be one of {SB3_ALGOS}, got {algo!r}")
     if algo == "recurrent-ppo":
         from sb3_contrib import RecurrentPPO
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rpg_base.cli import ArgumentParser, run_command
+from rpg_base.cli import ArgumentParser, output_file, run_command
 from rpg_env.trajectories.maintenance import repair, validate
 from rpg_env.trajectories.reader import TrajectoryFile
 
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deep", action="store_true", help="also read and check every step")
     p = sub.add_parser("repair", help="copy the committed episodes into a fresh, appendable file")
     p.add_argument("src")
-    p.add_argument("dst")
+    p.add_argument("dst", type=output_file)
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     return parser
 

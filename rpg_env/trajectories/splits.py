@@ -79,3 +79,19 @@ def split_episodes(
     stream_split = assign[inverse]
     return {name: np.flatnonzero(stream_split == j).astype(np.int64)
             for j, name in enumerate(("train", "val", "test"))}
+
+
+def fewest_games(fractions: Sequence[float] = (0.8, 0.1, 0.1)) -> int:
+    """The fewest games that `split_episodes` (exact counts) deals into a training and a validation
+    split with a game each: what a world model's data needs at least, known before any is recorded.
+    ``fractions`` must give both a share > 0."""
+    if not (fractions[0] > 0 and fractions[1] > 0):
+        raise ValueError(f"fractions need a train and a validation share > 0, got {tuple(fractions)}")
+    games = 1
+    while True:
+        table = np.zeros(games, dtype=[("game_id", np.int64)])
+        table["game_id"] = np.arange(games)
+        splits = split_episodes(table, fractions)
+        if len(splits["train"]) and len(splits["val"]):
+            return games
+        games += 1

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-EMPTY, WALL, AGENT = "empty", "wall", "agent"
+EMPTY_NAME, WALL_NAME, AGENT_NAME = "empty", "wall", "agent"
 #: The kinds every game has: the floor, the walls, the players.
-FRAME_KINDS = (EMPTY, WALL, AGENT)
+FRAME_KINDS = (EMPTY_NAME, WALL_NAME, AGENT_NAME)
 
 
 def entity_names(channel_names: Sequence[str]) -> tuple[str, ...]:
     """The classes reported with precision / recall / F1: every channel but ``empty``, in channel order."""
-    return tuple(n for n in channel_names if n != EMPTY)
+    return tuple(n for n in channel_names if n != EMPTY_NAME)
 
 
 def item_names(channel_names: Sequence[str]) -> tuple[str, ...]:
@@ -41,4 +41,4 @@ def items_first(channel_names: Sequence[str]) -> tuple[str, ...]:
 def maskable_kinds(channel_names: Sequence[str]) -> tuple[str, ...]:
     """Channels a whole-channel input mask may hide, in `items_first` order: the items and the
     walls. The floor and the agents are not masked, as in the reference's probes."""
-    return tuple(n for n in items_first(channel_names) if n != AGENT)
+    return tuple(n for n in items_first(channel_names) if n != AGENT_NAME)

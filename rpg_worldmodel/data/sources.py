@@ -24,12 +24,12 @@ from rpg_base.typed_config.values import ConfigError
 from rpg_env.game.constants import vocabulary
 from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.data.kinds import EMPTY, WALL
+from rpg_worldmodel.data.kinds import EMPTY_NAME, WALL_NAME
 from rpg_worldmodel.models.moves import game_moves
 
 #: Channels that are not items: the loss weights every other channel's cells by
 #: ``train.item_weight`` (in the reference vocabulary: gem, bone, food and the co-player).
-NON_ITEM_CHANNELS = (EMPTY, WALL)
+NON_ITEM_CHANNELS = (EMPTY_NAME, WALL_NAME)
 
 
 class DataMismatchError(ConfigError, InputError):

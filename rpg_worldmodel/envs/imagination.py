@@ -25,6 +25,7 @@ import torch
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads
 from rpg_env.envs.vector import TreasurehuntVectorEnv
+from rpg_env.game.world import DEFAULT_WORLD
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
@@ -64,9 +65,10 @@ class RealGameContext:
                  co_policy: Any = "random") -> None:
         self.num_frames, self.rules, self.co_policy = num_frames, dict(rules), co_policy
         self.policy: BatchPolicy = make_policy(policy)
-        if num_frames - 1 >= int(self.rules.get("max_turns", 100)):
+        max_turns = int(self.rules.get("max_turns", DEFAULT_WORLD.max_turns))
+        if num_frames - 1 >= max_turns:
             raise InputError(f"a context of {num_frames} frames does not fit in an episode of "
-                             f"{self.rules.get('max_turns')} turns")
+                             f"{max_turns} turns")
 
     def sample(self, k: int, rng: np.random.Generator) -> Start:
         env = TreasurehuntVectorEnv(k, **self.rules, co_policy=self.co_policy)
@@ -160,7 +162,7 @@ class ImaginedWorlds:
     at most ``sample_doubt`` each, no kind below ``sample_floor`` drawn in a cell (None: the model's
     settings; `rpg_worldmodel.models.refiner`), the agent itself at the centre;
     without, each cell is drawn on its own, at most ``num_agents - 1`` other agents placed
-    (`rpg_worldmodel.models.sampling`). ``views="cells"`` leaves out the agent rule. The generator
+    (`rpg_worldmodel.models.sampling`). ``views="cells"`` leaves out the agent placement rule. The generator
     is reseeded by each full reset, so the same seed and actions give the same imagined worlds, bit
     for bit on CPU.
 

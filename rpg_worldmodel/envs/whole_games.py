@@ -40,7 +40,8 @@ from rpg_worldmodel.evaluation.metrics import bootstrap_interval, resample_weigh
 MEASURES = ("frame_validity", "geometric_consistency", "consistency_any_start", "item_persistence",
             "spawn_rate", "walls_kept")
 REPLICATES = 2000
-Step = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+#: Steps every world by its action: ``step(actions) -> (observations, rewards, done)``.
+StepWorlds = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 def real_opening(rules: dict[str, Any], num_frames: int, worlds: int, seed: int
@@ -62,7 +63,7 @@ def real_opening(rules: dict[str, Any], num_frames: int, worlds: int, seed: int
     return start, env, obs, info["positions"][:, 0]
 
 
-def play_out(step: Step, obs: np.ndarray, policy: BatchPolicy, seed: int
+def play_out(step: StepWorlds, obs: np.ndarray, policy: BatchPolicy, seed: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Play ``policy`` to the episode's end through ``step(actions) -> (obs, rewards, done)``: cell
     codes (N, T, V, V) from the given view on, actions (N, T - 1), returns (N,) in points."""
@@ -80,14 +81,14 @@ def play_out(step: Step, obs: np.ndarray, policy: BatchPolicy, seed: int
             return np.stack(codes, 1), np.stack(actions, 1), returns
 
 
-def _real_step(env: TreasurehuntVectorEnv) -> Step:
+def _real_step(env: TreasurehuntVectorEnv) -> StepWorlds:
     def step(action):
         obs, reward, _, truncated, _ = env.step(action)
         return obs, np.asarray(reward, dtype=np.float64), np.asarray(truncated, dtype=bool)
     return step
 
 
-def _imagined_step(worlds: ImaginedWorlds) -> Step:
+def _imagined_step(worlds: ImaginedWorlds) -> StepWorlds:
     def step(action):
         rewards, done = worlds.step(action)
         return worlds.observations(), rewards.astype(np.float64), done
@@ -104,7 +105,7 @@ def share_interval(share: Share, seed: int) -> dict[str, float]:
             "hits": int(share.hits.sum()), "total": int(share.total.sum())}
 
 
-def mean_interval(per_world: np.ndarray, seed: int) -> dict[str, float]:
+def mean_bootstrap_interval(per_world: np.ndarray, seed: int) -> dict[str, float]:
     """The mean over worlds with a 95% percentile bootstrap interval (the evaluation's bootstrap)."""
     means = resample_weights(len(per_world), REPLICATES, seed) @ per_world / len(per_world)
     return bootstrap_interval(per_world.mean(), means).as_dict()
@@ -181,8 +182,9 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
         "imagined": measured(im_codes, im_actions, ref, first, seed),
         "real": measured(re_codes, re_actions, ref, first, seed),
         "ideal_dream": {"geometric_consistency": share_interval(ideal, seed)},
-        "return": {"imagined": mean_interval(im_return, seed), "real": mean_interval(re_return, seed),
-                   "imagined_minus_real": mean_interval(gap, seed),
+        "return": {"imagined": mean_bootstrap_interval(im_return, seed),
+                   "real": mean_bootstrap_interval(re_return, seed),
+                   "imagined_minus_real": mean_bootstrap_interval(gap, seed),
                    "gap_share_of_real": share},
         "validity_by_turn": frame_validity(im_codes, ref).valid.mean(0).round(4).tolist(),
         "sample_rounds": dream.sample_rounds if sample else None,

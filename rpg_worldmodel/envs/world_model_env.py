@@ -36,8 +36,6 @@ from rpg_worldmodel.envs.imagination import (
     RealGameContext,
 )
 
-ENV_ID = "TreasurehuntImagined-v0"
-
 
 def _worlds(checkpoint: str | Path, num_envs: int, burn_in_policy: Any, reset_from: str | Path | None,
             reset_split: str, co_policy: Any, **imagination: Any) -> tuple[ImaginedWorlds, LoadedCheckpoint]:

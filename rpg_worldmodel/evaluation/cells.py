@@ -95,7 +95,7 @@ def _bound(codes: np.ndarray, shifted: np.ndarray, region: np.ndarray, fb: Fitte
     return (nxt == c["empty"]) | spawned, spawned
 
 
-def annotate(es: EvalSet, fb: FittedBaselines, floor: str = "auto") -> CellAnnotations:
+def annotate_cells(es: EvalSet, fb: FittedBaselines, floor: str = "auto") -> CellAnnotations:
     """`CellAnnotations` of ``es`` with baselines ``fb`` (their vocabulary and memory oracle).
 
     ``floor``: ``"replay"`` (exact; `rpg_env.replay.ReplayError` when a stream cannot be replayed

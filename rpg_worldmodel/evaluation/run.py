@@ -63,7 +63,7 @@ class EvalOptions:
     context: str = "full"  # full | stride (see `rpg_worldmodel.data.windows.window_plan`)
     mask_context: str | None = None  # windows of the masking table; None: ``context``
     mask_episodes: int | None = None  # first episodes of the self set in the masking table; None: all
-    floor: str = "auto"  # auto | replay | bound (see `rpg_worldmodel.evaluation.cells.annotate`)
+    floor: str = "auto"  # auto | replay | bound (see `rpg_worldmodel.evaluation.cells.annotate_cells`)
     theory_of_mind: bool = True  # the expert-through-oracle ceiling, for files a shipped expert played
 
 

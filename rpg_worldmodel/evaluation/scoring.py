@@ -23,7 +23,7 @@ from rpg_worldmodel.data.sources import reward_classes
 from rpg_worldmodel.data.windows import plan_windows
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines
-from rpg_worldmodel.evaluation.cells import CellAnnotations, annotate
+from rpg_worldmodel.evaluation.cells import CellAnnotations, annotate_cells
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.metrics import RETURN_BLOCK
 from rpg_worldmodel.evaluation.oracles import copy_view, views_to_codes
@@ -266,7 +266,7 @@ def score_eval_set(
     channel_names = es.store().channel_names
     mask = _Masking(mask_kind, mask_prob, generator, channel_names)
     reward_values = np.asarray(config.model.reward_values, dtype=np.float64)
-    cells = annotate(es, baselines, floor) if baselines is not None and floor is not None else None
+    cells = annotate_cells(es, baselines, floor) if baselines is not None and floor is not None else None
     collected = _Collected(_Examples(num_examples, num_frames), keep_model_views)
     with torch.inference_mode():
         for batch in iter_windows(es, num_frames, batch_size, desc=desc, context=context):

@@ -97,7 +97,7 @@ class MoveRules(nn.Module):
         return entered, torch.where(blocked, self.num_actions, actions)
 
 
-def move_rules(cfg: ModelConfig) -> MoveRules | None:
+def movement_table(cfg: ModelConfig) -> MoveRules | None:
     """The movement table of a model that reads it (``model.move_rules`` or ``model.memory_map``)."""
     return MoveRules(cfg) if cfg.memory_map or cfg.move_rules else None
 
