@@ -148,12 +148,11 @@ class Ours:
         import numpy as np
         import torch
 
-        from rpg_env.game.constants import vocabulary
         from rpg_worldmodel.config import WorldModelConfig
         from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows
         from rpg_worldmodel.distributed import autocast_context, to_device
         from rpg_worldmodel.models.world_model import WorldModel
-        from rpg_worldmodel.train import loss_weights
+        from rpg_worldmodel.train import GRAD_CLIP
 
         if threads:
             torch.set_num_threads(threads)
@@ -163,7 +162,7 @@ class Ours:
         base = WorldModelConfig()
         self.cfg = replace(base, data=replace(base.data, path=str(data)),
                            model=replace(base.model, **shape)).validate()
-        self.weights = loss_weights(self.cfg, vocabulary().cell_names)
+        self.grad_clip = GRAD_CLIP
         from rpg_env.trajectories.reader import TrajectoryFile
 
         with TrajectoryFile(data) as tf:
@@ -183,11 +182,11 @@ class Ours:
 
     def train_step(self) -> None:
         batch = self.dataset.get_batch(next(self.batches))
-        with self.autocast(self.device, self.cfg.train.amp):
-            loss, _ = self.model.loss(self.to_device(batch, self.device), self.weights)
+        with self.autocast(self.device):
+            loss, _ = self.model.loss(self.to_device(batch, self.device))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
 
     def time(self, mode: str, steps: int, warmup: int) -> float:
@@ -335,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         "ours_parameters": parameters,
         "sorrel_parameters": sorrel_info["parameters"] if sorrel_info else None,
         "device": args.device,
+        "device_name": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
+        else "cpu",
         "threads": threads,
         "sorrel_threads": sorrel_info["threads"] if sorrel_info else None,
         "steps_per_round": steps,
