@@ -43,6 +43,7 @@ from typing import Any
 import rpg_env
 from rpg_base.cli import (
     ArgumentParser,
+    device_name,
     end_with_caller,
     non_negative_int,
     output_file,
@@ -66,21 +67,22 @@ EVAL_SEED_BASE, EVAL_SEED_STRIDE = 300_000, 1_000
 
 
 def run_config(task: str, algo: str, seed: int, steps: int | None, visible_turns: int,
-               episodes: int) -> ExpertConfig:
-    """``algo``'s config for ``task`` (its shipped file), with this benchmark's settings."""
+               episodes: int, device: str = "cpu") -> ExpertConfig:
+    """``algo``'s config for ``task`` (its shipped file), with this benchmark's settings, training on
+    ``device``."""
     base = load_expert_config(None, EXPERT_CONFIG_DIR / (f"memorycue-{algo}.yaml" if task == "proof"
                                                          else f"{algo}.yaml"))
     env = {**base.env, "item_visible_turns": visible_turns} if task == "variant" else base.env
-    return replace(base, seed=seed, progress_bar=False, env=env,
+    return replace(base, seed=seed, progress_bar=False, env=env, device=device,
                    total_timesteps=base.total_timesteps if steps is None else steps,
                    eval=replace(base.eval, final_episodes=episodes,
                                 seed=EVAL_SEED_BASE + EVAL_SEED_STRIDE * seed)).validate()
 
 
 def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: int, episodes: int,
-            root: Path) -> dict[str, Any]:
+            root: Path, device: str = "cpu") -> dict[str, Any]:
     """Train one agent on ``task`` and score it (and, on the variant, greedy and random beside it)."""
-    cfg = run_config(task, algo, seed, steps, visible_turns, episodes)
+    cfg = run_config(task, algo, seed, steps, visible_turns, episodes, device)
     run_dir = root / task / f"{algo}-s{seed}"
     times = run_dir / "benchmark_times.json"  # this script's CPU and wall time of the run
     if not (run_dir / "eval.json").is_file():  # finished runs (--resume) are read, not trained again
@@ -206,6 +208,8 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--resume", action="store_true",
                         help="read the agents already finished in --runs (same settings) and train the rest; "
                              "their CPU time is not known again (their training seconds are)")
+    parser.add_argument("--device", type=device_name, default="cpu",
+                        help="torch device the agents train on (the config's device): cpu or cuda[:N]")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
     return parser
 
@@ -247,7 +251,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         return
     record = provenance(seed=args.seeds, tasks=args.tasks, algos=args.algos, steps=args.steps,
-                        visible_turns=args.visible_turns, episodes=args.episodes,
+                        visible_turns=args.visible_turns, episodes=args.episodes, device=args.device,
+                        device_name=device_label(args.device),
                         eval_seeds={s: EVAL_SEED_BASE + EVAL_SEED_STRIDE * s for s in args.seeds},
                         wall_seconds=round(time.perf_counter() - started, 1),
                         goals={"proof": "TrXL-PPO >= 0.95, memoryless PPO at chance (0.5)",
@@ -255,6 +260,13 @@ def main(argv: list[str] | None = None) -> None:
                                "speed": "TrXL-PPO >= 1,500 env steps/s on 2 CPU cores"},
                         summary=summary, runs=runs)
     write_results(args.out, record, lambda png: plot(summary, png))
+
+
+def device_label(device: str) -> str:
+    """The hardware behind ``device``: the GPU's name, or "cpu"."""
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
 
 
 def train_all(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -267,7 +279,8 @@ def train_all(args: argparse.Namespace) -> list[dict[str, Any]]:
                 continue
             for seed in args.seeds:
                 steps = args.steps if task == "variant" or args.quick else None
-                runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs))
+                runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs,
+                                    args.device))
                 last = runs[-1]
                 figure = last["success"] if task == "proof" else last["eval"]["model"]["mean"]
                 cpu = last["cpu_seconds_with_eval"]

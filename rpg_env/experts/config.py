@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rpg_base.cli import check_device
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import dict_section, read_yaml, section, setting
 from rpg_base.typed_config.values import ConfigError
@@ -174,6 +175,8 @@ class ExpertConfig:
     vec_env: str = setting("dummy", "how the training envs run: dummy (one process) or subproc")
     frame_stack: int = setting(2, "frames stacked into each observation (VecFrameStack)")
     torch_threads: int = setting(1, "torch CPU threads while training")
+    device: str = setting("cpu", "torch device of the network and its updates: cpu or cuda[:N] (the envs "
+                                 "step on the CPU)")
     checkpoint_freq: int = setting(50_000, "learner env steps between checkpoints")
     progress_bar: bool = setting(
         True, "show progress: SB3's bar on a terminal, a plain line every few seconds in a log")
@@ -238,6 +241,10 @@ def _validate(cfg: ExpertConfig) -> None:
             raise ConfigError(f"hyperparams.{key} must be {bounds}, got {value}")
     if cfg.eval.final_episodes < 2:
         raise ConfigError("eval.final_episodes must be >= 2 for a confidence interval")
+    if cfg.device == "auto":
+        raise ConfigError("device must name a device: cpu, cuda or cuda:N (a trained expert is the same "
+                          "file on either)")
+    check_device(cfg.device, what="device", here=False)
     for name, seed in (("seed", cfg.seed), ("eval.seed", cfg.eval.seed)):
         if seed < 0:
             raise ConfigError(f"{name} must be >= 0 (Gymnasium seeds are non-negative), got {seed}")

@@ -66,7 +66,7 @@ def build_model(cfg: ExpertConfig, venv: VecEnv, tensorboard_log: str | None):
     recurrent = cfg.algo == "recurrent-ppo"
     memory = dataclasses.asdict(cfg.memory) if recurrent else None
     try:
-        model = cls(POLICY_ALIASES[cfg.algo], venv, seed=cfg.seed, verbose=0, device="cpu",
+        model = cls(POLICY_ALIASES[cfg.algo], venv, seed=cfg.seed, verbose=0, device=cfg.device,
                     tensorboard_log=tensorboard_log,
                     policy_kwargs=policy_kwargs_from_net(vars(cfg.net), memory),
                     **cfg.hyperparams)

@@ -24,6 +24,7 @@ Run-folder extras written here: ``checkpoints/trxl-ppo_<steps>_steps.zip``, ``be
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import time
@@ -90,9 +91,9 @@ class RolloutBuffer:
     dones: torch.Tensor    # (T, W) the step ended its episode
 
     @classmethod
-    def empty(cls, steps: int, worlds: int, shape: TrXLShape) -> RolloutBuffer:
+    def empty(cls, steps: int, worlds: int, shape: TrXLShape, device: torch.device) -> RolloutBuffer:
         def zeros(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-            return torch.zeros(steps, worlds, *size, dtype=dtype)
+            return torch.zeros(steps, worlds, *size, dtype=dtype, device=device)
 
         return cls(zeros(*shape.view_shape, dtype=torch.uint8),
                    zeros(shape.num_blocks, shape.memory_length, shape.embed_dim),
@@ -122,13 +123,14 @@ class TrXLTrainer:
         self.cfg = cfg
         self.hp = TrXLHyperparams(**cfg.hyperparams)
         self.run_dir = run_dir
-        torch.manual_seed(cfg.seed)
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.device = torch.device(cfg.device)
+        torch.manual_seed(cfg.seed)  # the weights start alike on every device
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.envs = make_vector_env(cfg, cfg.n_envs)
         self.shape = network_shape(cfg, self.envs)
-        self.model = TrXLActorCritic(self.shape)
+        self.model = TrXLActorCritic(self.shape).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.hp.learning_rate)
-        self.memory = EpisodicMemory(cfg.n_envs, self.shape)
+        self.memory = EpisodicMemory(cfg.n_envs, self.shape, self.device)
         self.steps = 0
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_success: deque[float] = deque(maxlen=100)
@@ -139,9 +141,9 @@ class TrXLTrainer:
         """``n_steps`` steps in every world from views ``obs``; returns the rollout, the value of
         the views after it (W,), and those views."""
         hp, memory = self.hp, self.memory
-        rollout = RolloutBuffer.empty(hp.n_steps, self.cfg.n_envs, self.shape)
+        rollout = RolloutBuffer.empty(hp.n_steps, self.cfg.n_envs, self.shape, self.device)
         for t in range(hp.n_steps):
-            views = torch.as_tensor(np.asarray(obs, dtype=np.uint8))
+            views = torch.as_tensor(np.asarray(obs, dtype=np.uint8)).to(self.device)
             rollout.views[t], rollout.memory[t], rollout.valid[t] = views, memory.memory, memory.valid
             rollout.previous[t] = memory.previous
             with torch.no_grad():
@@ -152,20 +154,20 @@ class TrXLTrainer:
             rollout.actions[t], rollout.values[t] = action, value
             rollout.log_probs[t] = torch.log(probs.gather(1, action[:, None])[:, 0])
             memory.push(entries, action)
-            obs, reward, terminated, truncated, info = self.envs.step(action.numpy())
+            obs, reward, terminated, truncated, info = self.envs.step(action.cpu().numpy())
             game_reward = np.asarray(reward, dtype=np.float32)
-            reward = torch.as_tensor(game_reward)
+            reward = torch.as_tensor(game_reward).to(self.device)
             truncated_only = np.asarray(truncated) & ~np.asarray(terminated)
             if truncated_only.any():  # bootstrap through the time limit from the final view
                 reward = reward + self.hp.gamma * self._final_values(info, truncated_only)
             done = np.asarray(terminated) | np.asarray(truncated)
-            rollout.rewards[t], rollout.dones[t] = reward, torch.as_tensor(done)
+            rollout.rewards[t], rollout.dones[t] = reward, torch.as_tensor(done).to(self.device)
             self._count_episodes(game_reward, done, info)
             memory.start(done)
             self.steps += self.cfg.n_envs
         with torch.no_grad():
-            _, last_value, _ = self.model(torch.as_tensor(np.asarray(obs, dtype=np.uint8)).float(),
-                                          memory.previous, memory.memory, memory.valid)
+            views = torch.as_tensor(np.asarray(obs, dtype=np.uint8)).to(self.device)
+            _, last_value, _ = self.model(views.float(), memory.previous, memory.memory, memory.valid)
         return rollout, last_value, obs
 
     def _final_values(self, info: dict, rows: np.ndarray) -> torch.Tensor:
@@ -173,9 +175,10 @@ class TrXLTrainer:
         index = np.flatnonzero(rows)
         final = np.stack([np.asarray(info["final_obs"][i], dtype=np.uint8) for i in index])
         with torch.no_grad():
-            _, value, _ = self.model(torch.as_tensor(final).float(), self.memory.previous[index],
-                                     self.memory.memory[index], self.memory.valid[index])
-        out = torch.zeros(self.cfg.n_envs)
+            views = torch.as_tensor(final).to(self.device).float()
+            _, value, _ = self.model(views, self.memory.previous[index], self.memory.memory[index],
+                                     self.memory.valid[index])
+        out = torch.zeros(self.cfg.n_envs, device=self.device)
         out[index] = value
         return out
 
@@ -207,7 +210,7 @@ class TrXLTrainer:
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy",
                                                          "approx_kl", "clip_fraction")}
         for _ in range(hp.n_epochs):
-            order = torch.randperm(samples, generator=self.generator)
+            order = torch.randperm(samples, generator=self.generator, device=self.device)
             for start in range(0, samples, minibatch):
                 idx = order[start:start + minibatch]
                 logits, value, _ = self.model(flat["views"][idx].float(), flat["previous"][idx],
@@ -260,7 +263,10 @@ def greedy_return(trainer: TrXLTrainer, episodes: int, seed: int) -> np.ndarray:
     """Per-episode returns of the current network, acting greedily, on fixed seeds."""
     from rpg_env.experts.evaluate import run_episodes
 
-    policy = TrXLPolicy(trainer.model, trainer.record(), deterministic=True)
+    model = trainer.model  # the greedy player steps one game at a time: on the CPU, as a saved expert
+    if trainer.device.type != "cpu":
+        model = copy.deepcopy(model).cpu()
+    policy = TrXLPolicy(model, trainer.record(), deterministic=True)
     try:
         return run_episodes(policy, dict(trainer.cfg.env), episodes, seed, trainer.cfg.env_id)
     finally:

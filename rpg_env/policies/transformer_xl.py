@@ -209,15 +209,16 @@ class EpisodicMemory:
     """The sliding windows of ``worlds`` parallel episodes: ``memory`` (W, N, L, D), ``valid``
     (W, L), and each world's last action ``previous`` (W,) (``num_actions`` at an episode's start)."""
 
-    def __init__(self, worlds: int, shape: TrXLShape) -> None:
-        self.memory = torch.zeros(worlds, shape.num_blocks, shape.memory_length, shape.embed_dim)
-        self.valid = torch.zeros(worlds, shape.memory_length, dtype=torch.bool)
+    def __init__(self, worlds: int, shape: TrXLShape, device: torch.device | str = "cpu") -> None:
+        self.memory = torch.zeros(worlds, shape.num_blocks, shape.memory_length, shape.embed_dim,
+                                  device=device)
+        self.valid = torch.zeros(worlds, shape.memory_length, dtype=torch.bool, device=device)
         self.none = shape.num_actions
-        self.previous = torch.full((worlds,), self.none, dtype=torch.int64)
+        self.previous = torch.full((worlds,), self.none, dtype=torch.int64, device=device)
 
     def start(self, rows: np.ndarray | torch.Tensor) -> None:
         """Forget the windows of the worlds marked in ``rows`` (W,) bool: a new episode begins."""
-        rows = torch.as_tensor(np.asarray(rows, dtype=bool))
+        rows = torch.as_tensor(np.asarray(rows, dtype=bool)).to(self.valid.device)
         self.valid[rows] = False
         self.memory[rows] = 0.0
         self.previous[rows] = self.none
@@ -226,14 +227,17 @@ class EpisodicMemory:
         """Append every world's new entries (W, N, D) and actions (W,), dropping the oldest slot."""
         self.memory = torch.cat([self.memory[:, :, 1:], entries[:, :, None]], dim=2)
         self.valid = torch.cat([self.valid[:, 1:], torch.ones_like(self.valid[:, :1])], dim=1)
-        self.previous = torch.as_tensor(actions, dtype=torch.int64).clone()
+        self.previous = torch.as_tensor(actions, dtype=torch.int64).to(self.valid.device, copy=True)
 
 
 # --------------------------------------------------------------------------- files
 def save_trxl(path: str | Path, model: TrXLActorCritic, record: dict[str, Any]) -> None:
     """Write ``model`` as a zip: ``data`` (JSON, ``{"rpg_expert": record}``) and its state dict."""
     buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
+    state = model.state_dict()
+    for name, tensor in state.items():  # a network trained on a GPU is saved as one on the CPU
+        state[name] = tensor.cpu()
+    torch.save(state, buffer)
     record = {**record, "net_shape": _json_shape(model.shape)}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
