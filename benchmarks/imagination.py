@@ -64,6 +64,7 @@ from rpg_base.typed_config.config import with_overrides
 from rpg_env.record import record
 from rpg_worldmodel.checkpoint import choose_checkpoint
 from rpg_worldmodel.config import WorldModelConfig, load_world_model_config
+from rpg_worldmodel.models.refiner import REFINER_WIDTH, SAMPLE_DOUBT
 from rpg_worldmodel.run_record import read_record
 from rpg_worldmodel.train import train
 
@@ -99,7 +100,7 @@ class Uncached:
         self.actions: list[torch.Tensor] = []
         self.model.imagine_step = self.step  # instance attribute: this env only
 
-    def step(self, view, action, state=None, agent_ids=None):
+    def step(self, view, action, state=None):
         self.views.append(view)
         self.actions.append(action)
         k = self.model.context_steps
@@ -191,8 +192,8 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--rounds", type=positive_int, default=None,
                         help="most rounds of the joint draw of a sampled view (default: the model's)")
     parser.add_argument("--doubt", type=float_in(0.0), default=None,
-                        help="doubt a round of the joint draw takes on (default: the model's; "
-                             "0: one cell a round)")
+                        help="doubt a round of the joint draw takes on (default: 0.2, the imagined "
+                             "env's; 0: one cell a round)")
     parser.add_argument("--floor", type=float_in(0.0, 1.0), default=None,
                         help="no kind below this refined probability is drawn in a cell (default: the "
                              "model's; 0: the refined distributions as they are)")
@@ -239,14 +240,14 @@ def main(argv: list[str] | None = None) -> None:
                                                     / results["cached_baseline"][at]["median"])
         summary["baseline_overrides"] = args.baseline
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size", "refiner_layers", "refiner_width",
-            "memory_steps")
-    shape = {k: getattr(cfg.model, k) for k in keys}
+    keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size", "refiner_layers")
+    shape = {**{k: getattr(cfg.model, k) for k in keys}, "refiner_width": REFINER_WIDTH,
+             "memory_steps": cfg.model.memory_steps}
     record_ = provenance(seed=0, device=args.device, device_name=hardware,
                          torch_threads=args.threads, model=shape,
                          checkpoint=choice.describe(portable=True),
                          sample_rounds=args.rounds or cfg.model.sample_rounds,
-                         sample_doubt=cfg.model.sample_doubt if args.doubt is None else args.doubt,
+                         sample_doubt=SAMPLE_DOUBT if args.doubt is None else args.doubt,
                          sample_floor=cfg.model.sample_floor if args.floor is None else args.floor,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
     print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"

@@ -185,8 +185,8 @@ def build_parser() -> ArgumentParser:
                         help="rounds of a joint draw for 'sampled' (one row each; default: the model's "
                              "model.sample_rounds; 81 with --doubt 0: one cell a round)")
     parser.add_argument("--doubt", type=float_in(0.0), default=None,
-                        help="doubt one round of a joint draw takes on (default: the model's "
-                             "model.sample_doubt; 0: one cell a round)")
+                        help="doubt one round of a joint draw takes on (default: 0.2, "
+                             "rpg_worldmodel.models.refiner.SAMPLE_DOUBT; 0: one cell a round)")
     parser.add_argument("--floor", type=float_in(0.0, 1.0), nargs="+", default=None,
                         help="no kind whose refined probability in a cell is below this is drawn there, "
                              "one 'sampled' row each (default: the model's model.sample_floor; 0: the "

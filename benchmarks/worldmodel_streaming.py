@@ -77,13 +77,15 @@ class Trainer:
         from rpg_worldmodel.config import load_world_model_config
         from rpg_worldmodel.distributed import autocast_dtype, resolve_device
         from rpg_worldmodel.models.world_model import WorldModel
+        from rpg_worldmodel.train import GRAD_CLIP, WEIGHT_DECAY
 
         self.torch = torch
         self.cfg = load_world_model_config(None, [])
         self.device = resolve_device(device)
         torch.manual_seed(0)
         self.model = WorldModel(self.cfg.model).to(self.device).train()
-        self.optimizer = torch.optim.AdamW(self.model.param_groups(self.cfg.train.weight_decay), lr=1e-3,
+        self.grad_clip = GRAD_CLIP
+        self.optimizer = torch.optim.AdamW(self.model.param_groups(WEIGHT_DECAY), lr=1e-3,
                                            betas=(0.9, 0.95), foreach=self.device.type == "cuda")
         self.scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(self.device, True) == torch.float16)
 
@@ -97,15 +99,15 @@ class Trainer:
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_batch, num_workers=workers,
                           pin_memory=pinned(self.device))
 
-    def step(self, batch, weights) -> None:
+    def step(self, batch) -> None:
         from rpg_worldmodel.distributed import autocast_context, to_device
 
         with autocast_context(self.device, True):
-            loss, _ = self.model.loss(to_device(batch, self.device), weights)
+            loss, _ = self.model.loss(to_device(batch, self.device))
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
-        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
 
@@ -114,7 +116,7 @@ class Trainer:
             self.torch.cuda.synchronize(self.device)
 
 
-def timed_round(trainer: Trainer, dataset, weights, start: int, steps: int, warmup: int, workers: int,
+def timed_round(trainer: Trainer, dataset, start: int, steps: int, warmup: int, workers: int,
                 train: bool) -> float:
     """Seconds per step over ``steps`` steps after ``warmup`` untimed ones (batches from step
     ``start`` on); without ``train``, the batches alone."""
@@ -122,12 +124,12 @@ def timed_round(trainer: Trainer, dataset, weights, start: int, steps: int, warm
     for _ in range(warmup):
         batch = next(batches)
         if train:
-            trainer.step(batch, weights)
+            trainer.step(batch)
     trainer.sync()
     begin = time.perf_counter()
     for batch in batches:
         if train:
-            trainer.step(batch, weights)
+            trainer.step(batch)
     trainer.sync()
     return (time.perf_counter() - begin) / steps
 
@@ -143,7 +145,6 @@ def measure(data: Path, args: argparse.Namespace) -> tuple[dict, dict]:
 
     from rpg_worldmodel.data.shards import DataFiles, training_splits
     from rpg_worldmodel.data.windows import TrajectoryWindows
-    from rpg_worldmodel.train import loss_weights
 
     trainer = Trainer(args.device)
     cfg = trainer.cfg
@@ -154,7 +155,6 @@ def measure(data: Path, args: argparse.Namespace) -> tuple[dict, dict]:
     load_s = time.perf_counter() - start
     disk = TrajectoryWindows.of(files.store(train_ids, stream=True), cfg.model.num_frames)
     assert np.array_equal(memory.window_episode, disk.window_episode)
-    weights = loss_weights(cfg, files.sources[0].channel_names)
     timings: dict[str, list[float]] = {f"{m}_{k}": [] for m in ("memory", "disk") for k in ("train", "data")}
     dropped, step = False, 0
     for _ in range(args.repeats):
@@ -162,7 +162,7 @@ def measure(data: Path, args: argparse.Namespace) -> tuple[dict, dict]:
             for kind in ("train", "data"):
                 if name == "disk":
                     dropped = drop_page_cache(data)
-                timings[f"{name}_{kind}"].append(timed_round(trainer, dataset, weights, step, args.steps,
+                timings[f"{name}_{kind}"].append(timed_round(trainer, dataset, step, args.steps,
                                                              args.warmup, args.workers, kind == "train"))
                 step += args.warmup + args.steps
     batch = cfg.train.batch_size

@@ -1,15 +1,21 @@
 """One typed configuration for the world model: dataclasses, YAML files and ``key=value`` overrides.
 
     cfg = load_world_model_config(None, ["train.max_steps=500", "lr=3e-4"])  # the default run, two changes
-    cfg = load_world_model_config(CONFIG_DIR / "reference.yaml")             # a shipped variant
+    cfg = load_world_model_config("run/config.yaml")                         # a run's settings
 
-The dataclasses below hold every default; a YAML file lists only what differs from them
-(``configs/reference.yaml``), and a run folder's ``config.yaml`` records every value the run used.
+The dataclasses below hold every default; a YAML file lists only what differs from them, and a
+run folder's ``config.yaml`` records every value the run used.
 Overrides name a field as ``section.key`` (sections: data, model, train) or, when the key is
 unique, just ``key``; values are parsed as YAML (``true``, ``3e-4``, ``[0.8, 0.1, 0.1]``).
 The rules are `rpg_base.typed_config`'s: every mistake (unknown key, wrong type, incompatible
 sizes) raises ``ConfigError`` saying what to change, and
 ``typed_config.format_keys(WorldModelConfig)`` lists every key with its type, default and help.
+
+Every setting is one the default run reads, one a shipped model or agent was made with, or one a
+feature needs (the SRWM layer, old checkpoints' schemas, the loop's rules switch). Settings that
+were measured and not kept, or never varied, are gone, with the value the code now always runs
+with (each section's ``REMOVED_SETTINGS``): a checkpoint, run folder or override that names one
+with that value reads as before, with another value it is refused in one line.
 """
 
 from __future__ import annotations
@@ -17,21 +23,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rpg_base.cli import check_device
 from rpg_base.errors import InputError
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import section, setting
-from rpg_base.typed_config.values import ConfigError
+from rpg_base.typed_config.values import ConfigError, Removed
 
 __all__ = ["CONFIG_DIR", "DataConfig", "ModelConfig", "TrainConfig",
            "WorldModelConfig", "SECTIONS", "apply_override", "load_world_model_config", "save_config"]
 
 POSITIONS = ("rope", "learned")
 LAYERS = ("attention", "srwm")
-#: Shipped configs: variants of the default run, each listing only what differs from the defaults,
-#: and the dream agents' (``dream_<algo>.yaml``, `rpg_worldmodel.dream.dream_config_path`).
+#: Side of the memory map's canvas (cells; a torus): a world whose walks span more than
+#: ``MAP_SIZE - view_size`` cells wraps onto itself (`rpg_worldmodel.models.steps.canvas_step`).
+MAP_SIZE = 64
+#: Shipped configs: the dream agents' (``dream_<algo>.yaml``, `rpg_worldmodel.dream.dream_config_path`).
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
@@ -39,15 +47,17 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 class DataConfig:
     """Where the trajectories come from and how episodes are split (by game) into train/val/test."""
 
+    REMOVED_SETTINGS: ClassVar[dict[str, Removed]] = {
+        "split_seed": Removed(0, "never varied: the split's seed is 0"),
+        "num_workers": Removed(0, "never varied: batches are read in the training process"),
+    }
+
     path: str | list[str] = setting(
         "", "HDF5 trajectory file(s) written by rpg_env's recorder: a path, a glob (shards/*.h5) or a "
         "list of them, all of one game")
     split_fractions: tuple[float, float, float] = setting(
         (0.8, 0.1, 0.1), "train, val and test shares of the games (split by game, sum 1)")
-    split_seed: int = setting(0, "seed of the train/val/test split")
     agent_id: int = setting(0, "train on this agent's streams (0 = the recorded learner); -1 = every stream")
-    num_workers: int = setting(
-        0, "DataLoader workers; 0 is fastest with episodes in memory, a few help when streaming")
     max_val_windows: int = setting(
         2048, "validation windows used per evaluation (fixed subset, val split only)")
     max_memory_mb: int = setting(
@@ -70,19 +80,33 @@ class DataConfig:
             raise ConfigError(
                 f"data.agent_id must be an agent index >= 0, or -1 for all, got {self.agent_id}"
             )
-        if self.num_workers < 0:
-            raise ConfigError(f"data.num_workers must be >= 0, got {self.num_workers}")
         if self.max_val_windows < 1:
             raise ConfigError(f"data.max_val_windows must be >= 1, got {self.max_val_windows}")
         if self.max_memory_mb < 0:
             raise ConfigError(f"data.max_memory_mb must be >= 0 (0: always stream), got {self.max_memory_mb}")
-        if self.split_seed < 0:
-            raise ConfigError(f"data.split_seed must be >= 0, got {self.split_seed}")
 
 
 @dataclass
 class ModelConfig:
     """Sizes of the StARformer-style world model (reference: 6x9x9 view, 5 frames, patch 3, 192 wide)."""
+
+    REMOVED_SETTINGS: ClassVar[dict[str, Removed]] = {
+        "dropout": Removed(0.0, "never varied"),
+        "agent_embedding": Removed(False, "an agent-identity embedding of the first version, never shipped"),
+        "max_agents": Removed(8, "the size of model.agent_embedding's table"),
+        "action_conv": Removed(True, "the motion prior is part of every model"),
+        "memory_conv": Removed(False, "the two-step convolution, subsumed by the memory map: measured in "
+                                      "benchmarks/results/worldmodel_context.json and "
+                                      "worldmodel_time_to_quality.json"),
+        "map_size": Removed(MAP_SIZE, "never varied: the memory map's canvas is 64 cells a side"),
+        "map_reach": Removed(0, "the map read along rows and columns (schema 10), measured and not kept: "
+                                "benchmarks/results/imagination_fidelity_map_lines*.json"),
+        "refiner_width": Removed(32, "the cell refiner is 32 wide (schema 7's 2 x 64 one is not read; "
+                                     "benchmarks/results/imagination_fidelity_refiner_1x32.json)"),
+        "refiner_heads": Removed(2, "the cell refiner has 2 heads"),
+        "sample_doubt": Removed(0.2, "the joint draw's doubt budget; the imagined env's sample_doubt "
+                                    "keyword changes it"),
+    }
 
     view_size: int = setting(9, "egocentric view side V (views are (C, V, V))")
     num_channels: int = setting(6, "entity kinds C: empty, wall, gem, bone, food, agent")
@@ -92,13 +116,6 @@ class ModelConfig:
     width: int = setting(96, "token width of the transformer")
     num_layers: int = setting(2, "transformer layers")
     num_heads: int = setting(3, "attention heads (must divide width)")
-    dropout: float = setting(0.0, "dropout probability, in [0, 1)")
-    agent_embedding: bool = setting(False, "add a learned agent-identity embedding to every step")
-    max_agents: int = setting(8, "size of that embedding table (agent ids must be < max_agents)")
-    action_conv: bool = setting(True, "add an action-conditioned 3x3 conv of view t to the view-t+1 logits")
-    memory_conv: bool = setting(
-        False, "add a 5x5 conv of view t-1, conditioned on actions (t-1, t), to the view-t+1 logits "
-        "(before the memory map, which subsumes it)")
     layer: str = setting(
         "attention", "the global layer across steps: attention (causal, over the last num_frames steps) or "
         "srwm (a self-referential weight matrix, seed 003: a fast-weight state of constant size carries "
@@ -119,41 +136,28 @@ class ModelConfig:
         "file's env_kwargs when empty")
     memory_map: bool = setting(
         True, "add a prior from an egocentric map of the cells seen in the last num_frames steps, "
-        "placed by dead reckoning (models/memory.py)")
+        "placed by dead reckoning (models/heads.py)")
     memory_steps: int = setting(
         1000, "how many steps the memory map keeps a cell: 0 for the attention window (num_frames "
         "steps); more keeps every cell seen in that many steps, placed by dead reckoning on a canvas "
-        "of map_size cells a side (in imagination at one step's cost, whatever the turn); a cell "
-        "seen num_frames or more steps ago reads as seen num_frames - 1 steps ago")
+        "(a torus of MAP_SIZE = 64 cells a side: in imagination at one step's cost, whatever the turn); "
+        "a cell seen num_frames or more steps ago reads as seen num_frames - 1 steps ago")
     train_window: int = setting(
         16, "steps of each training window (at least num_frames; learned positions: num_frames): "
         "attention slides its num_frames steps along it, and the memory map learns what an old "
         "sighting is worth where attention no longer sees it (ages below num_frames one by one, older "
         "ones in doubling bins up to this; older still read as the last bin)")
-    map_size: int = setting(
-        64, "side of the memory map's canvas (cells; a torus): a world whose walks span more than "
-        "map_size - view_size cells wraps onto itself")
-    map_reach: int = setting(
-        0, "with memory_map: cells either side of each next-view cell along its row and its column that "
-        "the map is read at where it has not seen the cell itself, through a learned cross-shaped "
-        "convolution over the kinds seen within a training window (models/memory.py, MapLines): how a "
-        "cell scrolling into view relates to one seen far off in the same line; 0: each cell reads "
-        "only itself (measured in docs/imagination.md: 24 keeps the map's size better and draws fewer "
-        "valid frames). view_size + 2 map_reach must fit in map_size")
     refiner_layers: int = setting(
         1, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
-        "(models/refiner.py); 0: every cell is drawn on its own")
-    refiner_width: int = setting(32, "token width of the cell refiner")
-    refiner_heads: int = setting(2, "attention heads of the cell refiner (must divide refiner_width)")
+        "(models/refiner.py: one layer is 32 wide, 2 heads); 0: every cell is drawn on its own")
     refiner_views: int = setting(
         256, "next views of each training batch the cell refiner is scored on (drawn among the "
         "window's steps that attention sees whole)")
     sample_rounds: int = setting(
         32, "most rounds of a joint draw (the last takes every cell still open); 1: the refined cells "
-        "drawn independently, view_size**2 with sample_doubt 0: one cell at a time")
-    sample_doubt: float = setting(
-        0.2, "doubt a round of a joint draw takes on: it keeps the surest cells while the sum of their "
-        "1 - p(likeliest kind) stays within this (at least one cell); 0: one cell a round")
+        "drawn independently; each round keeps the surest cells while the sum of their "
+        "1 - p(likeliest kind) stays within 0.2 (models/refiner.py, SAMPLE_DOUBT; the imagined env's "
+        "sample_doubt changes it)")
     sample_floor: float = setting(
         0.001, "in a joint draw, a kind whose refined probability in a cell is below this is not drawn "
         "there (epsilon sampling; the likeliest kind always may be): the tails a likelihood-trained "
@@ -161,9 +165,9 @@ class ModelConfig:
         "the rarest event the data has (benchmarks/imagination_fidelity.py's spawn rate shows it when "
         "it is not)")
     move_rules: bool = setting(
-        True, "condition on the game's movement table: the action convolution chooses by the move's "
+        True, "condition on the game's movement table: the motion prior chooses by the move's "
         "outcome (a blocked move is its own choice) and the reward head reads the entered cell's kind "
-        "(models/moves.py)")
+        "(models/steps.py)")
     entered_rewards: tuple[float, ...] = setting(
         (), "with move_rules and the reward head: the points of entering each channel's kind (a wall: "
         "the bump's penalty), which start the reward prior; filled from the training file's env_kwargs")
@@ -184,7 +188,6 @@ class ModelConfig:
             "width",
             "num_layers",
             "num_heads",
-            "max_agents",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
@@ -202,8 +205,6 @@ class ModelConfig:
                 f"model.width={self.width} is not divisible by model.num_heads={self.num_heads};"
                 f" head counts that divide it: {good}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.position not in POSITIONS:
             raise ConfigError(f"model.position must be one of {', '.join(POSITIONS)}, got {self.position!r}")
         self._validate_layer()
@@ -250,20 +251,14 @@ class ModelConfig:
                               f"position table: leave model.position at rope, got {self.position!r}")
 
     def _validate_memory_and_refiner(self) -> None:
-        """The memory map's reach and canvas, the training window, the cell refiner's sizes."""
-        if self.refiner_layers < 0 or self.refiner_width < 1 or self.refiner_heads < 1:
-            raise ConfigError(f"model.refiner_layers must be >= 0 and refiner_width, refiner_heads >= 1, got "
-                              f"{self.refiner_layers}, {self.refiner_width}, {self.refiner_heads}")
+        """The memory map's canvas, the training window, the cell refiner and its draw."""
+        if self.refiner_layers < 0:
+            raise ConfigError(f"model.refiner_layers must be >= 0, got {self.refiner_layers}")
         if self.refiner_views < 1:
             raise ConfigError(f"model.refiner_views must be >= 1, got {self.refiner_views}")
-        if self.refiner_width % self.refiner_heads:
-            raise ConfigError(f"model.refiner_width={self.refiner_width} is not divisible by "
-                              f"model.refiner_heads={self.refiner_heads}")
         if not 1 <= self.sample_rounds <= self.view_size**2:
             raise ConfigError(f"model.sample_rounds must be in 1..{self.view_size**2} (view_size**2), "
                               f"got {self.sample_rounds}")
-        if not 0 <= self.sample_doubt < float("inf"):
-            raise ConfigError(f"model.sample_doubt must be a number >= 0, got {self.sample_doubt}")
         if not 0 <= self.sample_floor < 1:
             raise ConfigError(f"model.sample_floor must be a probability in [0, 1), got {self.sample_floor}")
         if self.train_window < 0:
@@ -271,49 +266,44 @@ class ModelConfig:
         if self.memory_steps < 0:
             raise ConfigError(f"model.memory_steps must be >= 0 (0: the attention window), "
                               f"got {self.memory_steps}")
-        if self.map_reach < 0 or self.view_size + 2 * self.map_reach > self.map_size:
-            raise ConfigError(f"model.map_reach must be in 0..{(self.map_size - self.view_size) // 2} "
-                              f"(view_size + 2 map_reach <= map_size = {self.map_size}), "
-                              f"got {self.map_reach}")
-        if self.map_size < 2 * self.view_size:
-            raise ConfigError(f"model.map_size must be at least twice model.view_size "
-                              f"({2 * self.view_size}), "
-                              f"got {self.map_size}")
+        if self.memory_map and 2 * self.view_size > MAP_SIZE:
+            raise ConfigError(f"model.view_size={self.view_size} is too wide for the memory map's canvas "
+                              f"({MAP_SIZE} cells a side, at least twice the view): set "
+                              f"model.memory_map=false")
 
 
 @dataclass
 class TrainConfig:
     """Optimisation, logging and checkpointing (AdamW, linear warm-up then cosine decay)."""
 
+    REMOVED_SETTINGS: ClassVar[dict[str, Removed]] = {
+        **{name: Removed(value, "never varied: the optimiser's constant in rpg_worldmodel/train.py")
+           for name, value in (("min_lr_ratio", 0.05), ("weight_decay", 0.05), ("beta1", 0.9),
+                               ("beta2", 0.95), ("grad_clip", 1.0))},
+        **{name: Removed(value, "never varied: the loss's weights are constants of "
+                                "rpg_worldmodel/models/world_model.py")
+           for name, value in (("view_loss_weight", 1.0), ("action_loss_weight", 0.5),
+                               ("reward_loss_weight", 1.0), ("refiner_loss_weight", 1.0))},
+        "item_weight": Removed(1.0, "item cells weighed up in the view loss, never shipped"),
+        "mask_prob": Removed(0.15, "never varied: random_cells hides a cell with probability 0.15"),
+        "amp": Removed(True, "never varied: training autocasts on CUDA"),
+    }
+
     batch_size: int = setting(32, "training windows per step")
-    lr: float = setting(5e-3, "peak learning rate (AdamW)")
-    min_lr_ratio: float = setting(0.05, "cosine decays to lr * min_lr_ratio")
-    weight_decay: float = setting(0.05, "AdamW weight decay")
-    beta1: float = setting(0.9, "AdamW beta1")
-    beta2: float = setting(0.95, "AdamW beta2")
-    warmup_steps: int = setting(100, "linear warm-up steps (capped at max_steps)")
+    lr: float = setting(5e-3, "peak learning rate (AdamW; the rest of the optimiser: train.py)")
+    warmup_steps: int = setting(100, "linear warm-up steps (capped at max_steps), then cosine decay")
     max_steps: int = setting(1200, "optimisation steps; the schedule spans them")
-    grad_clip: float = setting(1.0, "max global gradient norm; 0 disables clipping")
-    view_loss_weight: float = setting(1.0, "weight of the next-view cross-entropy")
-    action_loss_weight: float = setting(0.5, "weight of the action cross-entropy")
-    reward_loss_weight: float = setting(1.0, "weight of the reward cross-entropy (with model.reward_head)")
-    refiner_loss_weight: float = setting(
-        1.0, "weight of the cell refiner's cross-entropy (with model.refiner_layers > 0; it reads the "
-        "view head detached, so this weighs nothing else)")
-    item_weight: float = setting(
-        1.0, "weight of cells whose true next kind is an item (gem, bone, food) or agent; 1 = unweighted")
     seed: int = setting(0, "seed of initialisation and batch order")
     device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps")
-    amp: bool = setting(True, "bf16 (or fp16) autocast, only on CUDA")
     num_threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
     log_every: int = setting(50, "steps between training-metric rows")
     eval_every: int = setting(400, "steps between validation evaluations")
     checkpoint_every: int = setting(400, "steps between checkpoints (and at every new best validation loss)")
     keep_last_checkpoints: int = setting(1, "newest step_* folders kept besides the best; 0 keeps all")
     train_mask: str = setting(
-        "none", "input mask during training: none, random_cells, or the name of a channel of the data to "
-        "hide (an item or wall, e.g. gem; checked against the data's channel names when training starts)")
-    mask_prob: float = setting(0.15, "fraction of cells hidden by the random_cells mask")
+        "none", "input mask during training: none, random_cells (each cell hidden with probability "
+        "0.15), or the name of a channel of the data to hide (an item or wall, e.g. gem; checked "
+        "against the data's channel names when training starts)")
     progress: bool = setting(
         True, "show progress: a bar on a terminal, a plain line every few seconds in a log")
     init_from: str = setting(
@@ -322,41 +312,19 @@ class TrainConfig:
         "as the settings draw); fresh optimizer and schedule; empty = random init")
 
     def validate(self) -> None:
-        """Ranges of the optimiser, loss weights, mask and device."""
+        """Ranges of the optimiser, logging and checkpointing, mask and device."""
         positive = ("batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("lr",):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"train.{name} must be > 0, got {getattr(self, name)}")
-        for name in (
-            "weight_decay",
-            "grad_clip",
-            "view_loss_weight",
-            "action_loss_weight",
-            "reward_loss_weight",
-            "warmup_steps",
-            "num_threads",
-            "keep_last_checkpoints",
-            "seed",
-        ):
+        if self.lr <= 0:
+            raise ConfigError(f"train.lr must be > 0, got {self.lr}")
+        for name in ("warmup_steps", "num_threads", "keep_last_checkpoints", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
-        if self.view_loss_weight == 0 and self.action_loss_weight == 0:
-            raise ConfigError("train.view_loss_weight and train.action_loss_weight cannot both be 0")
-        if self.item_weight <= 0:
-            raise ConfigError(f"train.item_weight must be > 0 (1 means unweighted), got {self.item_weight}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ConfigError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        for name in ("beta1", "beta2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
         if not self.train_mask:
             raise ConfigError("train.train_mask must name a mask: none, random_cells or a channel of the "
                               "data")
-        if not 0.0 <= self.mask_prob <= 1.0:
-            raise ConfigError(f"train.mask_prob must be in [0, 1], got {self.mask_prob}")
         try:  # the name only: a saved run's config may name a GPU this machine lacks
             check_device(self.device, what="train.device", here=False)
         except InputError as err:

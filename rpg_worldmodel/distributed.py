@@ -11,16 +11,15 @@ progress bar, tensorboard, metrics.csv, config, provenance and checkpoints.
 
 The global batch (``train.batch_size``) is cut into one equal slice per rank
 (`rpg_worldmodel.data.windows.EpochBatchSampler`), so the mean of the ranks' losses is the loss of the
-global batch; `balanced_weights` keeps that exact for the item-weighted view loss. The random
-draws of a step (input masks, the cell refiner's views and reveal masks: `shared_generator`) are
-made for the whole global batch on every rank, each rank taking its slice, so a run of N processes
-trains as one process does; only dropout's masks (off by default) come from each rank's own stream.
+global batch. The random draws of a step (input masks, the cell refiner's views and reveal masks:
+`shared_generator`) are made for the whole global batch on every rank, each rank taking its slice,
+so a run of N processes trains as one process does; each rank also keeps a random stream of its
+own (`rank_seed`), which no draw of the model's reads.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -33,9 +32,8 @@ import torch.distributed as dist
 from torch import nn
 
 from rpg_base.typed_config.values import ConfigError
-from rpg_worldmodel.models.moves import view_codes
 from rpg_worldmodel.models.refiner import BatchPart
-from rpg_worldmodel.models.world_model import LossWeights, WorldModel
+from rpg_worldmodel.models.world_model import WorldModel
 
 
 class RankMismatchError(ConfigError):
@@ -65,7 +63,7 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def autocast_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
+def autocast_dtype(device: torch.device, enabled: bool = True) -> torch.dtype | None:
     """bf16 on CUDA GPUs that support it, else fp16; None (fp32) when disabled or off CUDA (on
     CPU fp32 is faster)."""
     if not enabled or device.type != "cuda":
@@ -73,7 +71,7 @@ def autocast_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-def autocast_context(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
+def autocast_context(device: torch.device, enabled: bool = True) -> contextlib.AbstractContextManager:
     """Autocast to `autocast_dtype`, or nothing."""
     dtype = autocast_dtype(device, enabled)
     return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
@@ -193,7 +191,7 @@ def process_group(procs: Processes) -> Iterator[None]:
 
 
 def rank_seed(seed: int, rank: int) -> int:
-    """The seed of rank ``rank``'s own random stream (dropout) in a run seeded ``seed``."""
+    """The seed of rank ``rank``'s own random stream in a run seeded ``seed``."""
     return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 
@@ -202,7 +200,7 @@ def shared_generator(device: torch.device) -> torch.Generator:
     before a rank reseeds its own stream (`rank_seed`), it is the same on every rank and draws what
     one process's default generator would: the cell refiner's training draws, made for the whole
     global batch (`rpg_worldmodel.models.refiner.BatchPart`), so that they are the same on every
-    rank and the same as one process's. (The dropout masks stay on each rank's own stream.)"""
+    rank and the same as one process's."""
     state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
     return torch.Generator(device=device).set_state(state)
 
@@ -215,10 +213,10 @@ class LossModule(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, batch: dict[str, torch.Tensor], weights: LossWeights,
+    def forward(self, batch: dict[str, torch.Tensor],
                 input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
                 part: BatchPart | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self.model.loss(batch, weights, input_mask, part)
+        return self.model.loss(batch, input_mask, part)
 
 
 def wrap(model: WorldModel, procs: Processes) -> nn.Module:
@@ -230,27 +228,3 @@ def wrap(model: WorldModel, procs: Processes) -> nn.Module:
         return module
     ids = [procs.device.index] if procs.device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(module, device_ids=ids)
-
-
-def balanced_weights(views: torch.Tensor, weights: LossWeights, procs: Processes) -> LossWeights:
-    """Loss weights under which the mean of the ranks' losses is the global batch's loss.
-
-    The view loss is a weighted mean over target cells, ``sum(w * ce) / sum(w)``; each rank
-    divides by its own ``sum(w_r)``, which differs between ranks when items weigh more
-    (``item != 1``). Scaling rank r's view weight by ``N * sum(w_r) / sum(w)`` makes the mean of
-    the N losses (and of their gradients, which DDP averages) exactly ``sum(w * ce) / sum(w)``
-    over the global batch. ``views``: this rank's ``(B, T+1, C, V, V)`` one-hot windows.
-    """
-    if procs.world_size == 1 or weights.item == 1.0:
-        return weights
-    codes = view_codes(views[:, 1:])
-    items = torch.isin(codes, torch.tensor(tuple(weights.item_codes), device=codes.device)).sum()
-    cells = torch.tensor(codes.numel(), dtype=torch.float64, device=codes.device)
-    mine = torch.stack([items.double(), cells])
-    total = procs.sum(mine)
-
-    def weight_sum(counts: torch.Tensor) -> torch.Tensor:
-        return weights.item * counts[0] + (counts[1] - counts[0])
-
-    factor = procs.world_size * weight_sum(mine.to(total.device)) / weight_sum(total)
-    return dataclasses.replace(weights, view=weights.view * float(factor))

@@ -132,6 +132,7 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
     gap compares points per turn, scaled to a full episode."""
     from rpg_env.experts.evaluate import GREEDY_CO_PLAYER
     from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
+    from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
 
     loaded = load_checkpoint(world.checkpoint)
     turns = int(loaded.record.data.env_kwargs["max_turns"])
@@ -139,8 +140,9 @@ def dream_record(results: dict[str, dict[str, Any]], world: World) -> dict[str, 
     imagined, real = results["imagined"]["mean"], results["model"]["mean"]
     greedy = results["greedy"]["mean"]
     choice = choose_checkpoint(world.checkpoint).describe(portable=True)  # no machine paths in the record
-    draw = {key: getattr(loaded.config.model, key)
-            for key in ("sample_rounds", "sample_doubt", "sample_floor")}
+    model = loaded.config.model
+    draw = {"sample_rounds": model.sample_rounds, "sample_doubt": SAMPLE_DOUBT,
+            "sample_floor": model.sample_floor}
     return {"world_model": choice, "world": asdict(world), "draw": draw, "imagined_turns": imagined_turns,
             "real_turns": turns, "imagined_return": imagined, "real_return": real,
             "gap_per_episode": round(imagined * turns / imagined_turns - real, 4),

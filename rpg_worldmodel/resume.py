@@ -34,7 +34,7 @@ from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, DataRec
 
 #: The settings that draw a run's split: a fine-tuned run (``train.init_from``) takes them from its
 #: checkpoint along with the split itself, so its config says how its split was drawn.
-SPLIT_SETTINGS = ("data.split_fractions", "data.split_seed", "data.agent_id")
+SPLIT_SETTINGS = ("data.split_fractions", "data.agent_id")
 #: What a training run writes into its folder; a new run refuses a folder holding anything else.
 RUN_OUTPUTS = ("config.yaml", "metrics.csv", "summary.json", "provenance*.json", "tb", "checkpoints")
 

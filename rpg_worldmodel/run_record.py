@@ -42,7 +42,9 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: drew from the refined distributions as they are).
 CHECKPOINT_VERSION = 11
 #: How a checkpoint of an older schema is read: the config values it lacked, as its model was
-#: (schema 2's one data file becomes a list of one by `migrate`).
+#: (schema 2's one data file becomes a list of one by `migrate`). A key since removed (a section's
+#: ``REMOVED_SETTINGS`` in `rpg_worldmodel.config`) is read as nothing when it holds the value the
+#: code now always runs with, and refused when it holds another.
 MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     1: {"model": {"position": "learned", "reward_head": False, "reward_values": []}},
     2: {},

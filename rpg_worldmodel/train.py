@@ -67,13 +67,12 @@ from rpg_worldmodel.data.shards import (
     training_splits,
     training_windows,
 )
-from rpg_worldmodel.data.sources import check_data_matches, fill_game_settings, item_codes
+from rpg_worldmodel.data.sources import check_data_matches, fill_game_settings
 from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows, collate_batch
 from rpg_worldmodel.distributed import (
     Processes,
     autocast_context,
     autocast_dtype,
-    balanced_weights,
     pinned,
     process_group,
     rank_seed,
@@ -81,7 +80,7 @@ from rpg_worldmodel.distributed import (
     to_device,
     wrap,
 )
-from rpg_worldmodel.models.world_model import LossWeights, WorldModel
+from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.resume import (
     Resume,
     check_new_run_dir,
@@ -96,35 +95,26 @@ from rpg_worldmodel.resume import (
 from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, DataRecord, RunRecord
 from rpg_worldmodel.runlog import Meter, MetricsLog
 
+#: The optimiser beside ``train.lr`` and its schedule: AdamW's betas and weight decay (on weight
+#: matrices and kernels, `WorldModel.param_groups`), the learning rate's floor at the end of its
+#: cosine decay (a share of ``train.lr``), and the largest global gradient norm.
+BETAS, WEIGHT_DECAY, MIN_LR_RATIO, GRAD_CLIP = (0.9, 0.95), 0.05, 0.05, 1.0
+
 
 def lr_at(step: int, cfg: WorldModelConfig) -> float:
-    """Linear warm-up over ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio`` at ``max_steps``."""
+    """Linear warm-up over ``warmup_steps``, then cosine decay to ``lr * MIN_LR_RATIO`` at ``max_steps``."""
     t = cfg.train
     warmup = min(t.warmup_steps, t.max_steps)
     if step < warmup:
         return t.lr * (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, t.max_steps - warmup))
-    return t.lr * (t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return t.lr * (MIN_LR_RATIO + (1 - MIN_LR_RATIO) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)  # noqa: NPY002 - seeds the legacy global RNG third-party code uses
     torch.manual_seed(seed)
-
-
-def seed_worker(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: derive NumPy/random seeds from torch's per-worker seed."""
-    seed = torch.initial_seed() % 2**32
-    np.random.seed(seed)  # noqa: NPY002 - same, per DataLoader worker
-    random.seed(seed)
-
-
-def loss_weights(cfg: WorldModelConfig, channel_names: Sequence[str]) -> LossWeights:
-    """The config's loss weights; items are the data's channels other than empty and wall."""
-    t = cfg.train
-    return LossWeights(t.view_loss_weight, t.action_loss_weight, t.item_weight, item_codes(channel_names),
-                       t.reward_loss_weight, t.refiner_loss_weight)
 
 
 @torch.no_grad()
@@ -139,13 +129,12 @@ def evaluate_split(
     """Mean loss statistics over ``indices`` windows of ``dataset`` (eval mode, no weight update)."""
     was_training = model.training
     model.eval()
-    weights = loss_weights(cfg, dataset.store.channel_names)
     totals: dict[str, float] = {}
     count = 0
     for a in range(0, len(indices), batch_size):
         batch = dataset.get_batch(indices[a : a + batch_size])
-        with autocast_context(device, cfg.train.amp):
-            loss, stats = model.loss(to_device(batch, device), weights)
+        with autocast_context(device):
+            loss, stats = model.loss(to_device(batch, device))
         n = len(batch["views"])
         for key, value in {"loss": loss, **stats}.items():
             totals[key] = totals.get(key, 0.0) + float(value) * n
@@ -181,7 +170,6 @@ class Run:
     train_set: TrajectoryWindows
     val_set: TrajectoryWindows
     val_idx: np.ndarray  # a fixed, evenly spread subset: cheap and identical at every evaluation
-    weights: LossWeights
     record: RunRecord  # what every checkpoint records besides the weights, step, config and metrics
     data_summary: dict[str, Any]  # files, memory estimate, streamed or not (summary.json)
     draws: torch.Generator | None = None  # several processes: the refiner's, shared (shared_generator)
@@ -200,7 +188,7 @@ class Run:
         t, procs = self.cfg.train, self.procs
         if t.train_mask == "none":
             return None
-        return functools.partial(apply_input_mask, kind=t.train_mask, prob=t.mask_prob, generator=generator,
+        return functools.partial(apply_input_mask, kind=t.train_mask, generator=generator,
                                  channel_names=self.record.data.channel_names, rows=procs.rows(t.batch_size))
 
 
@@ -242,15 +230,15 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         load_model_weights(model, start, device)
     # several processes share a copy of the default generator the refiner of one process draws from
     draws = shared_generator(device) if procs.world_size > 1 else None
-    if procs.rank > 0:  # the same dropout masks on every rank's slice would correlate their noise
+    if procs.rank > 0:  # each rank's own random stream (what is not drawn for the global batch)
         torch.manual_seed(rank_seed(cfg.train.seed, procs.rank))
     optimizer = torch.optim.AdamW(
-        model.param_groups(cfg.train.weight_decay),
+        model.param_groups(WEIGHT_DECAY),
         lr=cfg.train.lr,
-        betas=(cfg.train.beta1, cfg.train.beta2),
+        betas=BETAS,
         fused=True,  # one kernel for all parameters: ~5x faster steps on CPU, and on CUDA
     )
-    scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(device, cfg.train.amp) == torch.float16)
+    scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(device) == torch.float16)
     if resumed is not None:
         restore_training(resumed, model, optimizer, scaler, device, procs.rank if procs.launched else None,
                          draws)
@@ -258,8 +246,7 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     run_record = RunRecord(splits={k: tuple(int(i) for i in v) for k, v in splits.items()}, data=record,
                            seed=cfg.train.seed, versions=package_versions(), init_from=started or None)
     return Run(cfg, procs, run_dir, resumed.step if resumed else 0, model, wrap(model, procs), optimizer,
-               scaler, train_set, val_set, val_idx, loss_weights(cfg, record.channel_names), run_record,
-               data_summary, draws)
+               scaler, train_set, val_set, val_idx, run_record, data_summary, draws)
 
 
 def start_run_folder(run: Run, resumed: bool) -> None:
@@ -290,8 +277,7 @@ def batches(run: Run, end_step: int) -> DataLoader:
         run.train_set,
         batch_sampler=sampler,
         collate_fn=collate_batch,
-        num_workers=run.cfg.data.num_workers,
-        worker_init_fn=seed_worker,
+        num_workers=0,  # in this process: the windows are in memory, or streamed from open files
         generator=torch.Generator().manual_seed(t.seed),
         pin_memory=pinned(run.device),
         persistent_workers=False,
@@ -319,14 +305,12 @@ def train_step(run: Run, batch: dict[str, torch.Tensor], step: int, mask_gen: to
         group["lr"] = lr_at(step, run.cfg)
     mask_gen.manual_seed(t.seed * 1_000_003 + step)
     batch = to_device(batch, run.device)
-    with autocast_context(run.device, t.amp):
-        loss, stats = run.engine(batch, balanced_weights(batch["views"], run.weights, run.procs),
-                                 run.input_mask(mask_gen), run.procs.part(t.batch_size, run.draws))
+    with autocast_context(run.device):
+        loss, stats = run.engine(batch, run.input_mask(mask_gen), run.procs.part(t.batch_size, run.draws))
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(loss).backward()
-    if t.grad_clip > 0:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), t.grad_clip)
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), GRAD_CLIP)
     scaler.step(optimizer)
     scaler.update()
     return {"loss": loss.detach(), **stats}
@@ -456,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trajectory files or globs (repeatable; several files of one game are one data "
                    "set); same as data.path=FILE or data.path=[A, B]")
     p.add_argument("--config", help="YAML file of the settings that differ from the defaults listed below "
-                   "(e.g. rpg_worldmodel/configs/reference.yaml); default: none")
+                   "(e.g. a run folder's config.yaml); default: none")
     p.add_argument("--out", type=output_folder, help="run folder; same as out_dir=DIR")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     p.add_argument("--stop-at", type=positive_int,

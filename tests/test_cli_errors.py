@@ -112,8 +112,18 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
                                   "--no-progress"], message),
                 ("play", kind, ["--record", f"{{{kind}}}", "--max-frames", "1"], message),
             ]
-    return (cases + _input_cases() + _range_cases() + _output_cases() + _benchmark_cases()
+    return (cases + _input_cases() + _range_cases() + _device_cases() + _output_cases() + _benchmark_cases()
             + _training_benchmark_cases() + _path_cases())
+
+
+def _device_cases() -> list[tuple[str, str, list[str], str]]:
+    """Devices a command cannot train on: refused by the config's validate before any work."""
+    return [
+        ("experts", "not a device", ["train", "--algo", "trxl-ppo", "--out", "{tmp}/e", "device=gpu"],
+         "device='gpu' is not a torch device"),
+        ("experts", "auto device", ["train", "--out", "{tmp}/e", "device=auto"], "device must name a device"),
+        ("learn", "not a device", ["--out", "{tmp}/l", "device=gpu0"], "device='gpu0' is not a torch device"),
+    ]
 
 
 def _input_cases() -> list[tuple[str, str, list[str], str]]:
@@ -136,9 +146,6 @@ def _input_cases() -> list[tuple[str, str, list[str], str]]:
                                                   "frame_stack=3"], "frame_stack=1"),
         ("experts", "unknown memory setting", ["train", "--algo", "trxl-ppo", "--out", "{tmp}/e",
                                                "memory.layer_norm=middle"], "memory.layer_norm"),
-        ("experts", "not a device", ["train", "--algo", "trxl-ppo", "--out", "{tmp}/e", "device=gpu"],
-         "device='gpu' is not a torch device"),
-        ("experts", "auto device", ["train", "--out", "{tmp}/e", "device=auto"], "device must name a device"),
         ("experts", "unknown env id", ["train", "--out", "{tmp}/e", "env_id=Pong-v5"],
          "env_id must be one of"),
         ("play", "missing co-policy", ["--co-policy", "{tmp}/nope.zip", "--max-frames", "1"],

@@ -134,7 +134,7 @@ def test_a_quick_benchmark_trains_in_the_runs_folder_given_else_in_one_it_remove
     spec.loader.exec_module(module)
     roots = []
 
-    def trained(task, algo, seed, steps, visible_turns, episodes, root):  # stands in for training
+    def trained(task, algo, seed, steps, visible_turns, episodes, root, device):  # stands in for training
         roots.append(root)
         (root / task).mkdir(parents=True, exist_ok=True)
         return {"task": task, "algo": algo, "seed": seed, "success": 1.0, "steps_per_second": 1.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -13,7 +13,7 @@ import yaml
 from rpg_base.errors import InputError
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import dict_section, section, setting
-from rpg_base.typed_config.values import ConfigError
+from rpg_base.typed_config.values import ConfigError, Removed
 
 KIND_KEYS = {"a": {"alpha": 0.5, "count": 3, "mode": "x", "anything": None},
              "b": {"beta": 1.0, "count": 2}}
@@ -217,6 +217,40 @@ def test_a_renamed_key_keeps_its_old_name_working_with_a_note(tmp_path, capsys, 
     assert "(formerly: rules)" in tc.format_keys(Renamed)
 
 
+@dataclass
+class Trimmed:
+    """An optimiser section two of whose settings were removed."""
+
+    REMOVED_SETTINGS: ClassVar[dict[str, Removed]] = {
+        "warmup": Removed(100, "never varied"), "fused": Removed(True, "always on")}
+
+    lr: float = setting(1e-3, "learning rate")
+
+
+@dataclass
+class Slimmed:
+    """A config whose section lost two settings."""
+
+    opt: Trimmed = section(Trimmed, "optimiser")
+    seed: int = setting(0, "seed")
+
+
+def test_a_removed_key_at_its_value_reads_as_nothing_and_at_another_is_refused(tmp_path):
+    assert tc.build(Slimmed, {"opt": {"warmup": 100, "fused": True, "lr": 0.1}}) == Slimmed(Trimmed(0.1))
+    path = tmp_path / "old.yaml"
+    path.write_text("opt:\n  warmup: 50\n")
+    with pytest.raises(ConfigError, match=r"old.yaml: opt.warmup=50 can no longer be set: opt.warmup was "
+                                          r"removed \(never varied\) and the code now always runs as "
+                                          r"opt.warmup=100; drop it"):
+        tc.load(Slimmed, path)
+    assert tc.load(Slimmed, None, ["opt.warmup=100", "fused=true", "opt.lr=0.5"]) == Slimmed(Trimmed(0.5))
+    with pytest.raises(ConfigError, match=r"override 'fused=1': opt.fused=1 can no longer be set"):
+        tc.load(Slimmed, None, ["fused=1"])  # 1 is not True
+    with pytest.raises(ConfigError, match=r"unknown key 'fuse'"):
+        tc.load(Slimmed, None, ["fuse=true"])
+    assert "warmup" not in tc.format_keys(Slimmed)
+
+
 def test_typed_values_are_set_after_the_overrides_and_checked():
     cfg = tc.load(Root, None, ["seed=3", "verbose=true"], {"seed": 5})
     assert cfg.seed == 5 and cfg.verbose is True
@@ -289,13 +323,20 @@ def test_shipped_expert_configs_list_only_what_differs(path):
     assert load_expert_config(path=path).to_dict() == tc.to_dict(tc.build(ExpertConfig, listed))
 
 
+#: Expert settings added after the shipped experts were trained, at the value they trained with.
+ADDED_SINCE_SHIPPED = {"device": "cpu"}
+
+
 @pytest.mark.parametrize("path", EXPERT_RECORDS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_shipped_expert_records_load_unchanged(path):
     from rpg_env.experts.config import load_expert_config
 
     cfg = load_expert_config(path=path)
-    assert cfg.to_dict() == yaml.safe_load(path.read_text())
-    assert cfg.to_yaml() == path.read_text()  # written by to_yaml: the same text again
+    recorded = yaml.safe_load(path.read_text())
+    assert cfg.to_dict() == {**recorded, **ADDED_SINCE_SHIPPED}
+    # written by to_yaml: the same text again, once the added settings are left out
+    again = {k: v for k, v in yaml.safe_load(cfg.to_yaml()).items() if k not in ADDED_SINCE_SHIPPED}
+    assert again == recorded
 
 
 def test_algorithm_configs_resolve_to_their_shipped_settings():

@@ -9,23 +9,34 @@ import yaml
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.config import (
     CONFIG_DIR,
+    SECTIONS,
     ModelConfig,
     WorldModelConfig,
     load_world_model_config,
     save_config,
 )
 
-#: sha256 of the default run's config (sorted JSON), pinned when the dataclasses became the one
+#: sha256 of the default run's config (sorted JSON), with every removed setting at the value the
+#: code now always runs with (`removed_settings_restored`), pinned when the dataclasses became the one
 #: source of the defaults: it equalled the retired configs/default.yaml field for field. A change of
 #: any default changes the default run's numbers; update the digest only on purpose (last: the joint
 #: draw's floor, model.sample_floor = 0.001, which changes how views are drawn, not how they train).
+#: Removing the settings nothing varied left it as it was: they hold the values they defaulted to.
 DEFAULT_RUN_DIGEST = "24b296716dc1906bc3080282784bae0ccb9db8fe83b3cc0d1ee12e9b6d4289c6"
+
+
+def removed_settings_restored(config: dict) -> dict:
+    """``config`` (a config's dict) with each section's removed settings put back, at their values."""
+    restored = {name: {**config[name], **{key: gone.value for key, gone in cls.REMOVED_SETTINGS.items()}}
+                for name, cls in SECTIONS.items()}
+    return {**config, **restored}
 
 
 def test_the_default_run_is_the_dataclass_defaults_unchanged():
     defaults = WorldModelConfig().validate().to_dict()
     assert load_world_model_config(None).to_dict() == load_world_model_config().to_dict() == defaults
-    digest = hashlib.sha256(json.dumps(defaults, sort_keys=True).encode()).hexdigest()
+    restored = json.dumps(removed_settings_restored(defaults), sort_keys=True)
+    digest = hashlib.sha256(restored.encode()).hexdigest()
     assert digest == DEFAULT_RUN_DIGEST, f"a default changed: {defaults}"
     m = WorldModelConfig().model  # the reference architecture's shape at half its width
     sizes = (m.view_size, m.num_frames, m.patch_size, m.width, m.num_layers, m.num_heads)
@@ -45,32 +56,48 @@ def _same_as_default(listed: dict, defaults: dict, prefix: str = "") -> list[str
     return same
 
 
-#: The world model's YAML files (dream_*.yaml are expert configs: tests/test_typed_config.py).
-WORLD_MODEL_YAML = sorted(p.name for p in CONFIG_DIR.glob("*.yaml") if not p.name.startswith("dream_"))
 
 
-@pytest.mark.parametrize("name", WORLD_MODEL_YAML)
-def test_world_model_yaml_files_list_only_what_differs(name):
-    listed = yaml.safe_load((CONFIG_DIR / name).read_text())
-    assert _same_as_default(listed, WorldModelConfig().to_dict()) == []
-    cfg = load_world_model_config(CONFIG_DIR / name)
-    assert cfg.to_dict() != WorldModelConfig().to_dict()
+def test_the_shipped_configs_are_the_dream_agents_only():
+    # the world model's variants are overrides of the defaults; dream_*.yaml are expert configs
+    # (tests/test_typed_config.py)
+    assert sorted(p.name for p in CONFIG_DIR.glob("*.yaml")) == ["dream_dqn.yaml", "dream_ppo.yaml"]
 
 
-def test_reference_yaml_is_the_first_versions_shape():
-    reference = load_world_model_config(CONFIG_DIR / "reference.yaml")
-    m, t = reference.model, reference.train
-    assert (m.width, m.num_layers, m.num_heads, m.num_frames, m.patch_size) == (192, 2, 3, 5, 3)
-    assert (m.position, m.reward_head, m.action_frames) == ("learned", False, 0)
-    assert (m.memory_conv, m.memory_map, m.move_rules) == (True, False, False)
-    assert (t.batch_size, t.lr, t.warmup_steps, t.max_steps) == (64, 0.002, 100, 2000)
+def test_a_removed_setting_reads_as_nothing_at_its_value_and_is_refused_at_another(tmp_path):
+    # every record of before names them: the shipped models' meta.json, a run folder's config.yaml
+    total = sum(len(cls.REMOVED_SETTINGS) for cls in SECTIONS.values())
+    assert total == 24 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 45
+    old = removed_settings_restored(WorldModelConfig().to_dict())
+    assert WorldModelConfig.from_dict(old).to_dict() == WorldModelConfig().to_dict()
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(old))
+    assert load_world_model_config(path).to_dict() == WorldModelConfig().to_dict()
+    assert load_world_model_config(None, ["model.map_reach=0", "item_weight=1", "train.amp=true"]).to_dict() \
+        == WorldModelConfig().to_dict()
+    old["model"]["map_reach"] = 24
+    path.write_text(yaml.safe_dump(old))
+    one_line = (r"model.map_reach=24 can no longer be set: model.map_reach was removed "
+                r"\(.*imagination_fidelity_map_lines.*\) and the code now always runs as "
+                r"model.map_reach=0; drop it")
+    with pytest.raises(ConfigError, match=one_line) as refused:
+        load_world_model_config(path)
+    assert str(path) in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match=one_line):
+        WorldModelConfig.from_dict(old)
+    with pytest.raises(ConfigError, match=r"override 'memory_conv=true': model.memory_conv=True can no"):
+        load_world_model_config(None, ["memory_conv=true"])
+    with pytest.raises(ConfigError, match=r"train.item_weight=2 can no longer be set"):
+        load_world_model_config(None, ["train.item_weight=2"])
+    with pytest.raises(ConfigError, match=r"model.agent_embedding=1 can no longer be set"):  # not False
+        WorldModelConfig.from_dict({"model": {"agent_embedding": 1}})
 
 
 def test_overrides_parse_yaml_values_and_accept_unique_bare_keys(tmp_path):
-    cfg = load_world_model_config(None, ["train.lr=3e-4", "max_steps=7", "model.agent_embedding=true",
+    cfg = load_world_model_config(None, ["train.lr=3e-4", "max_steps=7", "model.move_rules=false",
                                          "data.split_fractions=[0.5, 0.25, 0.25]", "out_dir=x/y"])
     assert cfg.train.lr == pytest.approx(3e-4) and cfg.train.max_steps == 7
-    assert cfg.model.agent_embedding is True and cfg.data.split_fractions == (0.5, 0.25, 0.25)
+    assert cfg.model.move_rules is False and cfg.data.split_fractions == (0.5, 0.25, 0.25)
     assert cfg.out_dir == "x/y"
     # A file round-trips, then overrides win over the file.
     path = tmp_path / "c.yaml"
@@ -98,7 +125,7 @@ def test_width_not_divisible_by_heads_names_head_counts():
     ("widht=8", r"unknown key 'widht'; did you mean 'model.width'"),
     ("train.max_steps=abc", r"train.max_steps must be an integer, got str 'abc'"),
     ("train.max_steps=1.5", r"must be an integer"),
-    ("model.agent_embedding=3", r"must be true or false"),
+    ("model.memory_map=3", r"must be true or false"),
     ("train.lr=fast", r"train.lr must be a number"),
     ("data.split_fractions=0.8", r"must be a list"),
     ("data.split_fractions=[0.8, 0.2]", r"must have 3 entries"),
@@ -106,7 +133,7 @@ def test_width_not_divisible_by_heads_names_head_counts():
     ("train.train_mask=", r"train.train_mask must name a mask: none, random_cells or a channel"),
     ("train.device=tpu", r"use auto, cpu, cuda"),
     ("train.lr=-1", r"train.lr must be > 0"),
-    ("model.dropout=1.0", r"dropout must be in \[0, 1\)"),
+    ("model.dropout=0.1", r"model.dropout=0.1 can no longer be set: .* model.dropout=0.0; drop it"),
     ("model.action_frames=-1", r"model.action_frames must be >= 0 \(0: a linear head on the global token\)"),
     ("train.lr", r"must look like key=value or section.key=value"),
 ])

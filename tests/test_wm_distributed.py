@@ -22,15 +22,14 @@ from rpg_worldmodel.config import load_world_model_config
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.resume import Resume, restore_training
 
-# Items weigh double, cells are masked at random and the cell refiner (on by default) draws which
-# next views it learns from and which of their cells it is shown: the ways a rank's slice could
-# differ from its share of the global batch (a weighted mean, masks drawn per batch, a loss over
-# views drawn from the batch).
+# Cells are masked at random and the cell refiner (on by default) draws which next views it learns
+# from and which of their cells it is shown: the ways a rank's slice could differ from its share of
+# the global batch (masks drawn per batch, a loss over views drawn from the batch).
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1",
         "train.eval_every=3",
         "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=64", "train.num_threads=1",
-        "train.max_steps=6", "train.item_weight=2", "train.train_mask=random_cells",
+        "train.max_steps=6", "train.train_mask=random_cells",
         "train.keep_last_checkpoints=0"]
 
 

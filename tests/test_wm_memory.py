@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from rpg_base.typed_config.values import ConfigError
-from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.memory import memory_canvas
-from rpg_worldmodel.models.moves import HIDDEN, cell_kinds, game_moves
+from rpg_worldmodel.config import MAP_SIZE, ModelConfig
+from rpg_worldmodel.models.heads import memory_canvas
+from rpg_worldmodel.models.steps import HIDDEN, cell_kinds, game_moves
 from rpg_worldmodel.models.world_model import WorldModel
 
 DELTAS = torch.tensor([[-1, 0], [1, 0], [0, -1], [0, 1]])  # up, down, left, right (the game's table)
@@ -42,16 +42,16 @@ def _walk(steps: int, seed: int, side: int = 40):
     return world, np.stack(positions), views, torch.tensor(actions)[None]
 
 
-@pytest.mark.parametrize("seed, margin", [(0, (0, 0)), (1, (0, 0)), (2, (0, 0)), (3, (0, 6)), (4, (5, 0))])
-def test_the_map_redraws_a_static_world_at_each_next_frame(seed, margin):
-    """Each cell of view t+1's frame, widened by ``margin`` (a band along its rows or columns)."""
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_the_map_redraws_a_static_world_at_each_next_frame(seed):
+    """Each cell of view t+1's frame."""
     world, positions, views, actions = _walk(30, seed)
     reach = 7
-    kind, age = memory_canvas(cell_kinds(views), actions, DELTAS, BLOCKING, reach, queries=30, margin=margin)
-    assert kind.shape == (1, 30, V + 2 * margin[0], V + 2 * margin[1])
+    kind, age = memory_canvas(cell_kinds(views), actions, DELTAS, BLOCKING, reach, queries=30)
+    assert kind.shape == (1, 30, V, V)
     r = V // 2
     for t in range(30):
-        top_left = positions[t + 1] - r - margin  # the frame of view t+1, widened
+        top_left = positions[t + 1] - r  # the frame of view t+1
         for y in range(kind.shape[2]):
             for x in range(kind.shape[3]):
                 cell = top_left + (y, x)
@@ -98,11 +98,9 @@ def _memory_model(**kw):
 
 @pytest.mark.parametrize("memory_steps", [0, 8, 1000])
 def test_a_model_with_the_map_imagines_step_by_step_as_its_window_predicts(memory_steps):
-    model = _memory_model(memory_steps=memory_steps, map_reach=6)
+    model = _memory_model(memory_steps=memory_steps)
     with torch.no_grad():
         model.memory_map.prior.weight.normal_(0, 1.0)  # make the map's part of the logits large
-        for conv in model.memory_map.lines.children():
-            conv.weight.normal_(0, 1.0)  # and the bands' along rows and columns
     _, _, views, actions = _walk(24, 4)
     with torch.no_grad():
         reference = model(views, actions)  # the map re-drawn from the whole history
@@ -110,8 +108,7 @@ def test_a_model_with_the_map_imagines_step_by_step_as_its_window_predicts(memor
         for i in range(views.shape[1]):
             out, state = model.imagine_step(views[:, i], actions[:, i], state)
             steps.append(out.view)
-    size = model.cfg.map_size
-    assert all(x.shape[1:] == (size, size) for x in state.canvas[:2])  # what is kept does not grow
+    assert all(x.shape[1:] == (MAP_SIZE, MAP_SIZE) for x in state.canvas[:2])  # what is kept does not grow
     torch.testing.assert_close(torch.cat(steps, 1), reference.view, atol=1e-5, rtol=1e-5)
 
 
@@ -119,27 +116,17 @@ def test_a_model_with_the_map_imagines_step_by_step_as_its_window_predicts(memor
 def test_the_canvas_keeps_every_cell_seen_for_a_whole_game(seed):
     """100 steps on the canvas: each cell of each next frame is what the world holds there, as
     last seen, however long ago (the window's map, reaching 5 steps, forgets most of them)."""
-    from rpg_worldmodel.models.canvas import canvas_step, empty_canvas
-    from rpg_worldmodel.models.moves import MoveRules
+    from rpg_worldmodel.models.steps import MoveRules, canvas_step, empty_canvas
 
     steps = 100
     world, positions, views, actions = _walk(steps, seed)
     rules = MoveRules(ModelConfig(move_deltas=tuple(DELTAS.flatten().tolist()), blocking_kinds=(1, 5)))
     kinds = cell_kinds(views)[0]
-    canvas, r = empty_canvas(1, 64, kinds.device), V // 2
+    canvas, r = empty_canvas(1, kinds.device), V // 2
     remembered = forgotten = 0
     window_kind, _ = memory_canvas(kinds[None], actions, DELTAS, BLOCKING, 5, queries=steps)
     for t in range(steps):
-        (kind, age, bands), canvas = canvas_step(canvas, kinds[t:t + 1], actions[:, t], t, rules, reach=3)
-        rows, row_ages, columns, column_ages = bands
-        assert rows.shape == (1, V, V + 6) and columns.shape == (1, V + 6, V)
-        assert torch.equal(rows[..., 3:-3], kind) and torch.equal(columns[:, 3:-3], kind)
-        assert torch.equal(row_ages[..., 3:-3], age) and torch.equal(column_ages[:, 3:-3], age)
-        band_top_left = positions[t + 1] - r - (0, 3)
-        for y, x in np.argwhere(rows[0].numpy() != HIDDEN):
-            cell = band_top_left + (y, x)
-            if not np.any([np.all(cell == positions[s]) for s in range(t + 1)]):
-                assert rows[0, y, x] == world[tuple(cell)]
+        (kind, age), canvas = canvas_step(canvas, kinds[t:t + 1], actions[:, t], t, rules)
         top_left = positions[t + 1] - r
         for y in range(V):
             for x in range(V):
@@ -158,10 +145,9 @@ def test_the_canvas_keeps_every_cell_seen_for_a_whole_game(seed):
 
 
 def test_the_map_is_causal():
-    model = _memory_model(map_reach=6)
+    model = _memory_model()
     with torch.no_grad():
         model.memory_map.prior.weight.normal_(0, 1.0)
-        model.memory_map.lines.along_rows.weight.normal_(0, 1.0)
     _, _, views, actions = _walk(5, 5)
     changed_views, changed_actions = views.clone(), actions.clone()
     changed_views[:, 3:] = changed_views[:, 3:].roll(1, dims=-1)
@@ -201,7 +187,7 @@ def test_the_map_says_nothing_about_the_centre_where_the_agent_always_is():
 
 
 def test_move_outcomes_follow_the_games_table():
-    from rpg_worldmodel.models.moves import MoveRules
+    from rpg_worldmodel.models.steps import MoveRules
 
     rules = MoveRules(ModelConfig(move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1), blocking_kinds=(1, 5)))
     view = torch.zeros(1, 1, 6, V, V)
@@ -254,8 +240,8 @@ def test_the_reward_prior_starts_at_the_games_rule_and_trains_without_decay(tiny
 
 
 def test_old_sightings_fall_in_doubling_bins_up_to_the_training_window():
-    from rpg_worldmodel.models.memory import MemoryMap, age_bins
-    from rpg_worldmodel.models.moves import MoveRules
+    from rpg_worldmodel.models.heads import MemoryMap, age_bins
+    from rpg_worldmodel.models.steps import MoveRules
 
     cfg = ModelConfig(num_frames=5, train_window=16)
     assert age_bins(cfg) == 7  # 0..4 one by one, then 5-9 and 10-15 (the oldest a window shows)
@@ -277,29 +263,3 @@ def test_a_long_window_trains_every_step_with_attention_sliding_along_it():
         torch.testing.assert_close(stats["view_ce"], torch.nn.functional.cross_entropy(
             model(views[:, :12], actions[:, :12]).view.transpose(1, 2),
             views[:, 1:].argmax(2)).detach())
-
-
-def test_the_lines_speak_only_for_cells_the_map_has_not_seen():
-    """The map read along rows and columns (``model.map_reach``) changes the prior of a cell only
-    where the map holds nothing of it: what it saw there stays as seen. It starts at zero."""
-    model = _memory_model(map_reach=6)
-    _, _, views, actions = _walk(12, 6)
-    memory = model.memory_map
-    kind, _ = memory_canvas(cell_kinds(views), actions, DELTAS, BLOCKING, memory.keep, queries=12)
-    with torch.no_grad():
-        before = memory(cell_kinds(views), actions, 12, model.moves)
-        for conv in memory.lines.children():
-            conv.weight.normal_(0, 1.0)
-        after = memory(cell_kinds(views), actions, 12, model.moves)
-    changed = (after - before).abs().amax(2) > 1e-6  # (B, Q, V, V)
-    unseen = kind == HIDDEN
-    assert changed.any() and not (changed & ~unseen).any()
-    assert not changed[..., V // 2, V // 2].any()  # nor the centre, where the agent always is
-
-
-def test_the_lines_reach_must_fit_the_canvas():
-    ModelConfig(map_reach=27).validate()  # 9 + 2 x 27 = 63 <= 64
-    with pytest.raises(ConfigError, match=r"model.map_reach must be in 0..27 \(view_size \+ 2 map_reach"):
-        ModelConfig(map_reach=28).validate()
-    with pytest.raises(ConfigError, match="model.map_reach must be in"):
-        ModelConfig(map_reach=-1).validate()

@@ -1,5 +1,5 @@
-"""World model: shapes, causality over steps, agent embedding, its loss and parameter groups,
-input masks."""
+"""World model: shapes, causality over steps, its loss and parameter groups, input masks, the parts
+of older schemas, imagination."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from rpg_env.game.constants import vocabulary
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.data.masks import MASKED_CHANNELS, apply_input_mask, mask_choices, masked_channels
-from rpg_worldmodel.models.world_model import LossWeights, WorldModel
+from rpg_worldmodel.models.world_model import ACTION_LOSS_WEIGHT, WorldModel
 
 TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4, reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))
 MEMORY_MAP = dict(memory_map=True, move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1), blocking_kinds=(1, 5))
@@ -58,10 +58,10 @@ def test_a_stay_move_gets_a_reward_without_a_rule_prior():
 
 
 def test_patch_layout_maps_each_cell_back_to_its_place():
-    # With a one-patch-per-view grid and a head that copies the patch token, a cell's logit
-    # must depend on that cell's input only through the right patch: perturb one cell and
-    # check that the view logits of the same patch change most.
-    model = _model(num_layers=1, action_conv=False)
+    # A cell's logit must depend on that cell's input mostly through the right patch: perturb one
+    # cell and check that the view logits of the same patch change most (the motion prior and the
+    # memory map move a cell by one step at most, within its patch here).
+    model = _model(num_layers=1)
     views, actions = _views(1, 1), torch.zeros(1, 1, dtype=torch.long)
     base = model(views, actions)[0]
     changed = views.clone()
@@ -72,17 +72,15 @@ def test_patch_layout_maps_each_cell_back_to_its_place():
     assert per_patch.argmax() == 2 * 3 + 0  # patch row 2, column 0 holds cell (7, 1)
 
 
-@pytest.mark.parametrize("agent_embedding", [False, True])
-def test_predictions_at_step_t_ignore_later_steps(agent_embedding):
-    model = _model(agent_embedding=agent_embedding)
+def test_predictions_at_step_t_ignore_later_steps():
+    model = _model()
     views, actions = _views(2, 4), torch.randint(0, 4, (2, 4))
-    ids = torch.tensor([0, 1]) if agent_embedding else None
-    v0, a0, r0 = model(views, actions, ids)
+    v0, a0, r0 = model(views, actions)
     for t in range(3):
         later_v, later_a = views.clone(), actions.clone()
         later_v[:, t + 1:] = _views(2, 3 - t, seed=t + 1)
         later_a[:, t + 1:] = (actions[:, t + 1:] + 1) % 4
-        v1, a1, r1 = model(later_v, later_a, ids)
+        v1, a1, r1 = model(later_v, later_a)
         torch.testing.assert_close(v1[:, :t + 1], v0[:, :t + 1], rtol=0, atol=1e-6)
         torch.testing.assert_close(a1[:, :t + 1], a0[:, :t + 1], rtol=0, atol=1e-6)
         torch.testing.assert_close(r1[:, :t + 1], r0[:, :t + 1], rtol=0, atol=1e-6)
@@ -90,26 +88,17 @@ def test_predictions_at_step_t_ignore_later_steps(agent_embedding):
     # ...and the action taken at step t does reach the prediction at step t.
     changed = actions.clone()
     changed[:, 0] = (changed[:, 0] + 1) % 4
-    assert not torch.allclose(model(views, changed, ids)[0][:, 0], v0[:, 0])
+    assert not torch.allclose(model(views, changed)[0][:, 0], v0[:, 0])
 
 
-def test_action_conv_is_a_per_action_local_prior():
-    # Only the transformer's view head and the motion prior differ between these two models.
-    with_conv, without = _model(), _model(action_conv=False)
-    assert with_conv.action_conv is not None and without.action_conv is None
+def test_the_motion_prior_is_a_per_action_local_prior():
+    from rpg_worldmodel.models.heads import MoveConv
+
+    model = _model()
+    assert isinstance(model.action_conv, MoveConv) and model.view_priors[0] is model.action_conv
     views, actions = _views(2, 3), torch.randint(0, 4, (2, 3))
     other = (actions + 1) % 4
-    assert not torch.allclose(with_conv(views, actions)[0], with_conv(views, other)[0])
-
-
-def test_agent_embedding_requires_and_uses_agent_ids():
-    model = _model(agent_embedding=True, max_agents=3)
-    views, actions = _views(2, 3), torch.randint(0, 4, (2, 3))
-    with pytest.raises(ValueError, match="agent_ids"):
-        model(views, actions)
-    out0 = model(views, actions, torch.tensor([0, 0]))[1]
-    out2 = model(views, actions, torch.tensor([2, 2]))[1]
-    assert not torch.allclose(out0, out2)
+    assert not torch.allclose(model(views, actions)[0], model(views, other)[0])
 
 
 def test_bad_input_shapes_are_refused():
@@ -124,9 +113,8 @@ def test_bad_input_shapes_are_refused():
 
 
 def test_gradients_reach_every_parameter():
-    model = _model(agent_embedding=True).train()
-    batch = {"views": _views(2, 5), "actions": torch.randint(0, 4, (2, 5)), "agent_id": torch.tensor([0, 1]),
-             "rewards": torch.zeros(2, 5)}
+    model = _model().train()
+    batch = {"views": _views(2, 5), "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5)}
     model.loss(batch)[0].backward()  # the cell refiner learns from the loss alone
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert missing == []
@@ -166,43 +154,37 @@ def test_channel_masks_find_their_channel_by_name():
 
 
 # ------------------------------------------------------------------------------ loss and groups
-def _old_compute_losses(model, batch, view_w, action_w, item_w, item_codes, mask_kind, generator):
-    """The loss as train.compute_losses computed it before it moved into the model."""
+def _old_compute_losses(model, batch, mask_kind, generator):
+    """The loss as train.compute_losses computed it before it moved into the model (its weights:
+    1 for the view, 0.5 for the action, every cell alike)."""
     t = model.cfg.num_frames
     views, actions = batch["views"].float(), batch["actions"]
-    agent_ids = batch["agent_id"] if model.cfg.agent_embedding else None
     inputs = apply_input_mask(views[:, :t], mask_kind, 0.15, generator)
-    view_logits, action_logits, _ = model(inputs, actions[:, :t], agent_ids)
+    view_logits, action_logits, _ = model(inputs, actions[:, :t])
     target_codes = views[:, 1:].argmax(-3)
     cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
     weights = torch.ones_like(cell_ce)
-    if item_w != 1.0:
-        weights = torch.where(torch.isin(target_codes, torch.tensor(item_codes)), item_w, 1.0)
     view_loss = (cell_ce * weights).sum() / weights.sum()
     action_ce = F.cross_entropy(action_logits.flatten(0, 1), actions[:, 1:].reshape(-1))
-    return view_w * view_loss + action_w * action_ce, cell_ce.mean(), action_ce
+    return 1.0 * view_loss + 0.5 * action_ce, cell_ce.mean(), action_ce
 
 
-@pytest.mark.parametrize("item_weight,mask", [(1.0, "none"), (3.0, "random_cells"), (2.0, "gem")])
-def test_loss_is_the_former_training_loss(item_weight, mask):
-    model = _model(agent_embedding=True, reward_head=False, refiner_layers=0)
-    batch = {"views": (_views(3, 5) * 1).to(torch.uint8), "actions": torch.randint(0, 4, (3, 5)),
-             "agent_id": torch.tensor([0, 1, 0])}
-    codes = (2, 3, 4, 5)
+@pytest.mark.parametrize("mask", ["none", "random_cells", "gem"])
+def test_loss_is_the_former_training_loss(mask):
+    model = _model(reward_head=False, refiner_layers=0)
+    batch = {"views": (_views(3, 5) * 1).to(torch.uint8), "actions": torch.randint(0, 4, (3, 5))}
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    weights = LossWeights(view=1.0, action=0.5, item=item_weight, item_codes=codes)
     mask_fn = None if mask == "none" else lambda v: apply_input_mask(v, mask, 0.15, g1)
-    loss, stats = model.loss(batch, weights, mask_fn)
-    ref_loss, ref_view_ce, ref_action_ce = _old_compute_losses(model, batch, 1.0, 0.5, item_weight, codes,
-                                                               mask, g2)
-    assert torch.equal(loss, ref_loss)
+    loss, stats = model.loss(batch, mask_fn)
+    ref_loss, ref_view_ce, ref_action_ce = _old_compute_losses(model, batch, mask, g2)
+    assert ACTION_LOSS_WEIGHT == 0.5 and torch.equal(loss, ref_loss)
     assert torch.equal(stats["view_ce"], ref_view_ce) and torch.equal(stats["action_ce"], ref_action_ce)
     assert set(stats) == {"view_ce", "action_ce", "action_acc", "cell_acc"}
     assert 0 <= stats["cell_acc"] <= 1 and not stats["cell_acc"].requires_grad
 
 
 def test_param_groups_decay_matrices_and_kernels_only():
-    model = _model(agent_embedding=True)
+    model = _model()
     decay, no_decay = model.param_groups(0.05)
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
     assert {p.dim() for p in decay["params"]} == {2, 4}
@@ -223,14 +205,14 @@ def test_param_groups_decay_matrices_and_kernels_only():
 
 
 def test_the_first_versions_parts_compose_under_its_checkpoints_names():
-    from rpg_worldmodel.models.variants import LearnedPositions, LinearActionHead, TwoStepConv
+    from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead
 
-    reference = _model(position="learned", reward_head=False, action_frames=0, memory_conv=True,
-                       memory_map=False, move_rules=False, refiner_layers=0)
+    reference = _model(position="learned", reward_head=False, action_frames=0, memory_map=False,
+                       move_rules=False, refiner_layers=0)
     assert isinstance(reference.positions, LearnedPositions) and reference.context_steps == 4
     assert isinstance(reference.action_head, LinearActionHead)
-    assert [type(p).__name__ for p in reference.view_priors] == ["MoveConv", "TwoStepConv"]
-    assert isinstance(reference.memory_conv, TwoStepConv) and reference.reward_prior is None
+    assert [type(p).__name__ for p in reference.view_priors] == ["MoveConv"]
+    assert reference.reward_head is None and reference.reward_prior is None
     # Old checkpoints load by these names: the parts keep the attributes the first version had.
     outside_layers = [k for k in reference.state_dict() if not k.startswith(("blocks.", "embed.conv."))]
     assert outside_layers == [
@@ -238,12 +220,11 @@ def test_the_first_versions_parts_compose_under_its_checkpoints_names():
         "embed.action.weight", "norm_local.weight", "norm_local.bias", "norm_global.weight",
         "norm_global.bias", "patch_in.weight", "patch_in.bias", "global_to_patch.weight",
         "global_to_patch.bias", "view_head.weight", "view_head.bias", "action_head.weight",
-        "action_head.bias", "action_conv.weight", "action_conv.bias", "memory_conv.weight",
-        "memory_conv.bias"]
+        "action_head.bias", "action_conv.weight", "action_conv.bias"]
     batch = {"views": _views(2, 5), "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5)}
     loss, stats = reference.train().loss(batch)
     loss.backward()
-    assert "reward_ce" not in stats and reference.memory_conv.weight.grad.abs().sum() > 0
+    assert "reward_ce" not in stats and reference.embed.temporal.grad.abs().sum() > 0
     default = _model(**MEMORY_MAP)
     assert [type(p).__name__ for p in default.view_priors] == ["MoveConv", "MemoryMap"]
     assert default.context_steps == default.cfg.memory_steps and default.memory_map.rules is default.moves
@@ -257,7 +238,7 @@ def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
     actions = torch.randint(0, 4, (4, 5))
     rewards = torch.tensor([-10.0, -1.0, 0.0, 5.0, 10.0])[torch.randint(0, 5, (4, 5))]
     batch = {"views": views.to(torch.uint8), "actions": actions, "rewards": rewards}
-    loss, stats = model.loss(batch, LossWeights(reward=2.0))
+    loss, stats = model.loss(batch)
     loss.backward()
     assert {"reward_ce", "reward_acc"} <= set(stats) and stats["reward_ce"] > 0
     assert model.reward_head[0].weight.grad.abs().sum() > 0
@@ -266,22 +247,22 @@ def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
         model.loss({**batch, "rewards": torch.full((4, 5), 7.0)})
 
 
-@pytest.mark.parametrize("memory", ["map", "conv"])
+@pytest.mark.parametrize("memory", ["map", "none"])
 @pytest.mark.parametrize("num_frames", [1, 3])
 def test_cached_imagination_equals_the_forward_over_the_whole_history(num_frames, memory):
-    extra = MEMORY_MAP if memory == "map" else dict(memory_map=False, memory_conv=True)
-    model = _model(num_frames=num_frames, agent_embedding=True, **extra)
-    views, actions, ids = _views(3, 9, seed=4), torch.randint(0, 4, (3, 9)), torch.tensor([0, 1, 0])
-    reference = model(views, actions, ids)  # a sliding band of num_frames steps over 9 steps
+    extra = MEMORY_MAP if memory == "map" else dict(memory_map=False)
+    model = _model(num_frames=num_frames, **extra)
+    views, actions = _views(3, 9, seed=4), torch.randint(0, 4, (3, 9))
+    reference = model(views, actions)  # a sliding band of num_frames steps over 9 steps
     state = None
     for t in range(9):
-        out, state = model.imagine_step(views[:, t], actions[:, t], state, agent_ids=ids)
+        out, state = model.imagine_step(views[:, t], actions[:, t], state)
         for got, want in zip(out, reference, strict=True):
             torch.testing.assert_close(got[:, 0], want[:, t], rtol=1e-4, atol=1e-4)
     assert state.step == 9 and state.past[0][0].shape[2] == 2 * (num_frames - 1)
     # The uncached path over just the steps a prediction depends on agrees too.
     for t in range(1, 9):
-        last = model.predict_last(views[:, : t + 1], actions[:, : t + 1], ids)
+        last = model.predict_last(views[:, : t + 1], actions[:, : t + 1])
         for got, want in zip(last, reference, strict=True):
             torch.testing.assert_close(got[:, 0], want[:, t], rtol=1e-4, atol=1e-4)
 
@@ -355,7 +336,7 @@ def test_the_fast_unfold_is_torchs_unfold(k):
 
 
 def test_codes_and_kinds_are_the_set_channel_of_one_hot_views():
-    from rpg_worldmodel.models.moves import HIDDEN, cell_kinds, view_codes
+    from rpg_worldmodel.models.steps import HIDDEN, cell_kinds, view_codes
 
     views = _views(4, 3, seed=7)
     views[0, 0, :, 2, 2] = 0  # a hidden cell (a masked input)

@@ -62,7 +62,6 @@ def schema_one(tiny_world_model, tmp_path_factory):
         for key in ("position", "reward_head", "reward_values", "action_frames", "memory_map", "move_rules",
                     "move_deltas", "blocking_kinds"):
             meta["config"]["model"].pop(key)
-        meta["config"]["train"].pop("reward_loss_weight")
         meta_file.write_text(json.dumps(meta))
     return root / "run", result.checkpoint, data
 

@@ -156,7 +156,7 @@ def test_training_run_end_to_end(files, tmp_path):
         T.train(_cfg(greedy, out, "train.max_steps=6"))
 
 
-@pytest.mark.parametrize("extra", [[], ["train.train_mask=random_cells", "model.dropout=0.1"]])
+@pytest.mark.parametrize("extra", [[], ["train.train_mask=random_cells"]])
 def test_resume_gives_exactly_the_uninterrupted_run(files, tmp_path, extra):
     greedy, _ = files
     whole = T.train(_cfg(greedy, tmp_path / "whole", "train.max_steps=7", *extra))
@@ -220,24 +220,23 @@ def test_best_falls_back_to_the_last_and_a_step_folder_is_taken_as_given(files, 
 
 def test_init_from_fine_tunes_a_checkpoint_on_its_split(files, tmp_path):
     greedy, _ = files
-    T.train(_cfg(greedy, tmp_path / "base", "train.max_steps=6", "data.split_seed=3"))
+    T.train(_cfg(greedy, tmp_path / "base", "train.max_steps=6", "data.split_fractions=[0.6, 0.2, 0.2]"))
     start = load_checkpoint(tmp_path / "base")
     # Zero steps of learning rate: the fine-tuned run starts, and stays, at the base's weights.
     tuned = T.train(_cfg(greedy, tmp_path / "tuned", "train.max_steps=3", "train.lr=1e-12",
-                         "train.weight_decay=0", f"train.init_from={tmp_path / 'base'}"))
+                         f"train.init_from={tmp_path / 'base'}"))
     rec = read_checkpoint_record(tuned.checkpoint)
     assert rec.init_from == str(start.path)
     assert rec.config.train.init_from == str(tmp_path / "base")
-    # The split is the base's (split_seed 3), not the one its own split_seed 0 would draw, and its
-    # config says so.
+    # The split is the base's (fractions 0.6, 0.2, 0.2), not the one its own 0.8, 0.1, 0.1 would
+    # draw, and its config says so.
     assert rec.splits == start.record.splits
-    assert rec.config.data.split_seed == 3
+    assert rec.config.data.split_fractions == (0.6, 0.2, 0.2)
     a, b = start.model.state_dict(), load_checkpoint(tuned.checkpoint).model.state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert tuned.val["loss"] == pytest.approx(start.record.metrics["loss"], rel=1e-4)
     # A fresh run of the same config (no init_from) starts elsewhere.
-    fresh = T.train(_cfg(greedy, tmp_path / "fresh", "train.max_steps=3", "train.lr=1e-12",
-                         "train.weight_decay=0"))
+    fresh = T.train(_cfg(greedy, tmp_path / "fresh", "train.max_steps=3", "train.lr=1e-12"))
     c = load_checkpoint(fresh.checkpoint).model.state_dict()
     assert not all(torch.allclose(a[k], c[k], atol=1e-6) for k in a)
     # ... on its own split, so it may not be scored as a masking probe on the base's test games.
@@ -286,7 +285,8 @@ def test_checkpoint_and_data_mismatches_name_both_sides(files, tmp_path):
     with pytest.raises(CheckpointError, match=r"trained on .*greedy.h5 .* but .*other.h5 has fingerprint"):
         T.main(["--resume", str(out), "--data", str(other), "train.max_steps=6"])
     # Settings a resumed run takes from its checkpoint are refused, not ignored.
-    for override in ([f"out_dir={tmp_path / 'elsewhere'}"], ["data.split_seed=3"], ["agent_id=-1"]):
+    for override in ([f"out_dir={tmp_path / 'elsewhere'}"], ["data.split_fractions=[0.6, 0.2, 0.2]"],
+                     ["agent_id=-1"]):
         with pytest.raises(CheckpointError, match="a resumed run keeps the"):
             T.main(["--resume", str(out), *override])
     with pytest.raises(CheckpointError, match="drop --config / --out"):

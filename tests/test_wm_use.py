@@ -17,6 +17,7 @@ from rpg_env.policies.registry import make_policy
 from rpg_env.render import PygameWindow
 from rpg_worldmodel import play as P
 from rpg_worldmodel.checkpoint import load_checkpoint
+from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
 from rpg_worldmodel.policy import WorldModelPolicy
 
 
@@ -167,7 +168,7 @@ def test_an_agent_trains_in_imagination_and_is_judged_in_the_real_game(tiny_worl
     burn_in = load_checkpoint(run).config.model.num_frames - 1
     assert record["imagined_turns"] == record["real_turns"] - burn_in
     model = load_checkpoint(run).config.model
-    assert record["draw"] == {"sample_rounds": model.sample_rounds, "sample_doubt": model.sample_doubt,
+    assert record["draw"] == {"sample_rounds": model.sample_rounds, "sample_doubt": SAMPLE_DOUBT,
                               "sample_floor": model.sample_floor}
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance["trained_in"] == "TreasurehuntImagined-v0"

@@ -18,7 +18,10 @@ Checks are strict: ints stand for floats, integral floats (``2e5``) for ints, an
 YAML 1.1 leaves as a string (``3e-4``) is read as one; nothing else is converted. Override
 keys are ``section.key``, a top-level key, an alias, or a bare key naming exactly one setting.
 A renamed key keeps its old name working (``setting(..., formerly=("old_name",))``): files,
-records and overrides that still use it set the key, with a one-line note.
+records and overrides that still use it set the key, with a one-line note. A removed key is listed
+in the class's ``REMOVED_SETTINGS`` (name -> ``Removed(value, why)``): a file, record or override
+naming it with the value the code now always runs with is read as if it did not, any other value
+is refused in one line.
 Every mistake raises `ConfigError` saying what to change ("did you mean" for unknown keys);
 an override that names nothing is refused.
 """

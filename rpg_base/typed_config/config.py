@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
-from rpg_base.typed_config.values import ConfigError, _got, check_value, infer_type
+from rpg_base.typed_config.values import ConfigError, Removed, _got, check_removed, check_value, infer_type
 
 T = TypeVar("T")
 
@@ -95,7 +95,7 @@ def _fields(cls: type) -> dict[str, _Field]:
     return out
 
 
-# --------------------------------------------------------------------------- renamed keys
+# --------------------------------------------------------------------------- renamed and removed keys
 #: Old key names already noted in this process: each is noted once.
 _NOTED: set[str] = set()
 
@@ -109,12 +109,17 @@ def note_renamed(old: str, new: str, what: str = "config key") -> None:
 
 def renamed(cls: type, data: Any, prefix: str = "") -> Any:
     """The raw mapping ``data`` (a file's, a record's) with each key under the name it has now: a
-    field's ``formerly`` names become its own (noted); anything else is left as it is."""
+    field's ``formerly`` names become its own (noted), a removed key holding the value the code now
+    always runs with is dropped (`check_removed`: any other value is refused); anything else is left
+    as it is."""
     if not isinstance(data, Mapping):
         return data
-    fields, out = _fields(cls), {}
+    fields, out, gone = _fields(cls), {}, getattr(cls, "REMOVED_SETTINGS", {})
     old_names = {old: name for name, info in fields.items() for old in info.formerly}
     for key, value in data.items():
+        if key in gone and key not in fields:
+            check_removed(_join(prefix, key), value, gone[key])
+            continue
         name = old_names.get(key, key)
         if name != key:
             if name in data:
@@ -300,11 +305,34 @@ def apply_overrides(cls: type, data: Mapping[str, Any] | None, overrides: Sequen
         data = copy.deepcopy(dict(renamed(cls, data or {})))
     for text in overrides:
         key, value = parse_override(text)
+        if (gone := _removed_key(cls, key)) is not None:
+            with _named(f"override {text!r}"):
+                check_removed(gone[0], value, gone[1])
+            continue  # the value the code always runs with: nothing to set
         with _named(source):  # dict-key callbacks get the config with its dict sections empty
             root = _build_section(cls, data, "", [])
         with _named(f"override {text!r}"):
             _apply(cls, data, _resolve(cls, key, root), value, root)
     return data
+
+
+def _keys_and_removed(cls: type, prefix: str = "") -> Iterator[tuple[str, Removed | None]]:
+    """Every dotted key of ``cls`` and its sections, each removed one with its `Removed` (else None)."""
+    yield from ((_join(prefix, key), gone) for key, gone in getattr(cls, "REMOVED_SETTINGS", {}).items())
+    for name, info in _fields(cls).items():
+        yield _join(prefix, name), None
+        if info.kind == "section":
+            yield from _keys_and_removed(info.type, _join(prefix, name))
+
+
+def _removed_key(cls: type, key: str) -> tuple[str, Removed] | None:
+    """The removed key an override names (dotted, or by its last part where no other key ends so)
+    and what it was; None for any other key."""
+    if key in aliases(cls) or key in former_keys(cls):
+        return None
+    named = [(path, gone) for path, gone in _keys_and_removed(cls)
+             if path == key or ("." not in key and path.rsplit(".", 1)[-1] == key)]
+    return named[0] if len(named) == 1 and named[0][1] is not None else None
 
 
 def _resolve(cls: type, key: str, root: Any) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import typing
 from types import UnionType
-from typing import Any
+from typing import Any, NamedTuple
 
 from rpg_base.errors import InputError
 
@@ -19,6 +19,34 @@ _NOUNS = {bool: ("true or false", "true/false values"), int: ("an integer", "int
 
 class ConfigError(InputError):
     """A config file, value or override that cannot be used; the message says what to change."""
+
+
+class Removed(NamedTuple):
+    """A key a config no longer has: the ``value`` its code now always runs with, and ``why`` the
+    setting went (what was measured, and where). A config class lists them by name in a class
+    attribute ``REMOVED_SETTINGS``."""
+
+    value: Any
+    why: str
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as config values: lists and tuples alike, a bool only equal to a bool."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def check_removed(path: str, value: Any, gone: Removed) -> None:
+    """Nothing when ``value`` of the removed key ``path`` is the one the code now always runs with
+    (a record or file of before simply named it); else `ConfigError` in one line: which key, which
+    value, what to do."""
+    if not _same_value(value, gone.value):
+        raise ConfigError(f"{path}={value!r} can no longer be set: {path} was removed ({gone.why}) and "
+                          f"the code now always runs as {path}={gone.value!r}; drop it, or use an older "
+                          f"version of the package for what needs it")
 
 
 def infer_type(default: Any) -> Any:

@@ -45,12 +45,15 @@ def masked_channels(channel_names: Sequence[str]) -> dict[str, int]:
 
 #: Channel hidden by each whole-channel mask in the game's own vocabulary (what it records).
 MASKED_CHANNELS = masked_channels(vocabulary().cell_names)
+#: The share of cells the ``random_cells`` mask hides (in training, ``train.train_mask``, and in the
+#: evaluation's masking table).
+RANDOM_CELLS_SHARE = 0.15
 
 
 def apply_input_mask(
     views: torch.Tensor,
     kind: str,
-    prob: float = 0.15,
+    prob: float = RANDOM_CELLS_SHARE,
     generator: torch.Generator | None = None,
     channel_names: Sequence[str] | None = None,
     rows: tuple[int, int] | None = None,

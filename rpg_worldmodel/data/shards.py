@@ -154,11 +154,11 @@ class DataFiles:
 
 
 def training_splits(files: DataFiles, data_cfg: DataConfig) -> dict[str, np.ndarray]:
-    """Split by game across all files (``data.split_fractions``, ``data.split_seed``; a game is
+    """Split by game across all files (``data.split_fractions``, the split's seed 0; a game is
     keyed by file and game id), then keep the streams of ``data.agent_id`` (-1: every agent);
     ``{"train", "val", "test"}`` sorted episode ids over all files."""
     table = files.game_table()
-    splits = split_episodes(table, data_cfg.split_fractions, data_cfg.split_seed)
+    splits = split_episodes(table, data_cfg.split_fractions)
     agents = table["agent_id"]
     if data_cfg.agent_id >= 0:
         keep = agents == data_cfg.agent_id

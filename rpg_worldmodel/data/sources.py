@@ -24,12 +24,7 @@ from rpg_base.typed_config.values import ConfigError
 from rpg_env.game.constants import vocabulary
 from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.data.kinds import EMPTY_NAME, WALL_NAME
-from rpg_worldmodel.models.moves import game_moves
-
-#: Channels that are not items: the loss weights every other channel's cells by
-#: ``train.item_weight`` (in the reference vocabulary: gem, bone, food and the co-player).
-NON_ITEM_CHANNELS = (EMPTY_NAME, WALL_NAME)
+from rpg_worldmodel.models.steps import game_moves
 
 
 class DataMismatchError(ConfigError, InputError):
@@ -83,11 +78,6 @@ def file_digest(path: str | Path) -> str:
     return _DIGESTS[key]
 
 
-def item_codes(channel_names: Sequence[str]) -> tuple[int, ...]:
-    """Codes of the channels whose cells the loss may up-weight: every one but `NON_ITEM_CHANNELS`."""
-    return tuple(i for i, name in enumerate(channel_names) if name not in NON_ITEM_CHANNELS)
-
-
 @dataclass(frozen=True)
 class RewardClasses:
     """The rewards the learner can get in a file's game, one class each: ``values`` (points,
@@ -122,7 +112,7 @@ def kind_values(meta: dict[str, Any]) -> np.ndarray:
 
 def movement_rules(meta: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The game's movement table as a trajectory file names its actions and channels:
-    ``(move_deltas, blocking_kinds)`` for the model's movement table (`rpg_worldmodel.models.moves`)."""
+    ``(move_deltas, blocking_kinds)`` for the model's movement table (`rpg_worldmodel.models.steps`)."""
     try:
         return game_moves(meta["action_names"], meta["channel_names"])
     except ValueError as exc:

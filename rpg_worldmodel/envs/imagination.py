@@ -32,6 +32,7 @@ from rpg_worldmodel.checkpoint import LoadedCheckpoint
 from rpg_worldmodel.data.sources import DataSource, check_data_matches
 from rpg_worldmodel.data.stores import EpisodeStore
 from rpg_worldmodel.evaluation.episodes import select_episodes
+from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
 from rpg_worldmodel.models.sampling import ViewSampler, sample_cells
 from rpg_worldmodel.models.state import Imagination
 from rpg_worldmodel.models.world_model import WorldModel
@@ -160,7 +161,7 @@ class ImaginedWorlds:
     ``temperature``) or taken as its arg-max (``sample=False``), and so is the reward class. With
     the model's cell refiner a sampled view is one joint draw in at most ``sample_rounds`` rounds of
     at most ``sample_doubt`` each, no kind below ``sample_floor`` drawn in a cell (None: the model's
-    settings; `rpg_worldmodel.models.refiner`), the agent itself at the centre;
+    settings, and `rpg_worldmodel.models.refiner.SAMPLE_DOUBT`), the agent itself at the centre;
     without, each cell is drawn on its own, at most ``num_agents - 1`` other agents placed
     (`rpg_worldmodel.models.sampling`). ``views="cells"`` leaves out the agent placement rule. The generator
     is reseeded by each full reset, so the same seed and actions give the same imagined worlds, bit
@@ -202,7 +203,7 @@ class ImaginedWorlds:
         if type(rounds) is not int or not 1 <= rounds <= cfg.view_size**2:
             raise InputError(f"sample_rounds must be an int in 1..{cfg.view_size**2} (one cell a round), "
                              f"got {sample_rounds!r}")
-        doubt = cfg.sample_doubt if sample_doubt is None else sample_doubt
+        doubt = SAMPLE_DOUBT if sample_doubt is None else sample_doubt
         if isinstance(doubt, bool) or not isinstance(doubt, int | float) or not 0 <= doubt < float("inf"):
             raise InputError(f"sample_doubt must be a number >= 0 (0: one cell a round), "
                              f"got {sample_doubt!r}")

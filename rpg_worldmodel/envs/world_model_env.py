@@ -85,8 +85,8 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
             on a busy machine; None: torch's own setting); restored after each step.
         sample_rounds: most rounds of a joint draw of the next view, for a model with a cell
             refiner (None: the model's ``sample_rounds``; `rpg_worldmodel.models.refiner`).
-        sample_doubt: doubt one round of that draw takes on (None: the model's ``sample_doubt``;
-            0: one cell a round).
+        sample_doubt: doubt one round of that draw takes on (None: 0.2,
+            `rpg_worldmodel.models.refiner.SAMPLE_DOUBT`; 0: one cell a round).
         sample_floor: no kind whose refined probability in a cell is below this is drawn there
             (None: the model's ``sample_floor``; 0: the refined distributions as they are).
         horizon: most imagined turns of an episode before it truncates (None: the game's last turn

@@ -18,7 +18,7 @@ import torch
 from rpg_base.errors import InputError
 from rpg_base.progress import progress_bar
 from rpg_worldmodel.config import WorldModelConfig
-from rpg_worldmodel.data.masks import apply_input_mask
+from rpg_worldmodel.data.masks import RANDOM_CELLS_SHARE, apply_input_mask
 from rpg_worldmodel.data.sources import reward_classes
 from rpg_worldmodel.data.windows import plan_windows
 from rpg_worldmodel.evaluation import metrics as M
@@ -104,7 +104,7 @@ class _Masking:
     channel_names: list[str]
 
 
-def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Masking, use_agent_ids: bool,
+def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Masking,
                      device: torch.device) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Model log-probabilities ``(B, T, C, V, V)``, ``(B, T, A)`` and ``(B, T, K)`` (rewards; None
     without a reward head) for a batch."""
@@ -112,8 +112,7 @@ def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Ma
     if mask.kind != "none":
         views = apply_input_mask(views, mask.kind, mask.prob, mask.generator, mask.channel_names)
     actions = torch.as_tensor(batch.actions[:, :num_frames], dtype=torch.long, device=device)
-    agent_ids = torch.as_tensor(batch.agent_ids, dtype=torch.long, device=device) if use_agent_ids else None
-    out = model(views, actions, agent_ids)
+    out = model(views, actions)
     view_lp = torch.log_softmax(out.view.float(), dim=2).cpu().numpy()
     action_lp = torch.log_softmax(out.action.float(), dim=-1).cpu().numpy()
     reward_lp = None if out.reward is None else torch.log_softmax(out.reward.float(), dim=-1).cpu().numpy()
@@ -237,7 +236,7 @@ def score_eval_set(
     baselines: FittedBaselines | None,
     mask_kind: str = "none",
     mask_seed: int = 0,
-    mask_prob: float = 0.15,
+    mask_prob: float = RANDOM_CELLS_SHARE,
     batch_size: int = 256,
     device: str | torch.device = "cpu",
     num_examples: int = 0,
@@ -259,7 +258,6 @@ def score_eval_set(
     and baselines always see the unmasked views.
     """
     num_frames = int(config.model.num_frames)
-    use_agent_ids = bool(getattr(config.model, "agent_embedding", False))
     device = torch.device(device)
     model.eval()
     generator = torch.Generator(device=device).manual_seed(int(mask_seed)) if mask_kind != "none" else None
@@ -270,8 +268,7 @@ def score_eval_set(
     collected = _Collected(_Examples(num_examples, num_frames), keep_model_views)
     with torch.inference_mode():
         for batch in iter_windows(es, num_frames, batch_size, desc=desc, context=context):
-            view_lp, action_lp, reward_lp = _model_log_probs(model, batch, num_frames, mask, use_agent_ids,
-                                                             device)
+            view_lp, action_lp, reward_lp = _model_log_probs(model, batch, num_frames, mask, device)
             parts, prev, target, batch_returns = _prediction_counts(batch, view_lp, action_lp, reward_lp,
                                                                     baselines, reward_values, cells)
             collected.add(batch, view_lp, parts, prev, target, batch_returns)

@@ -143,22 +143,19 @@ class FastWeightBlock(nn.Module):
     """Pre-norm block of the SRWM and a 4x GELU MLP, both residual: the global block of
     ``model.layer="srwm"`` (the attention `Block`'s interface: ``past`` is the state it left)."""
 
-    def __init__(self, width: int, num_heads: int, dropout: float):
+    def __init__(self, width: int, num_heads: int):
         super().__init__()
         self.norm1 = nn.LayerNorm(width)
         self.srwm = SelfReferentialWeights(width, num_heads)
-        self.dropout = nn.Dropout(dropout)
         self.norm2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(
-            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), nn.Dropout(dropout)
-        )
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
     def forward(self, x: torch.Tensor, past: tuple[torch.Tensor] | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor]]:
         """``x`` (N, L, D) in order (causal by construction) -> (N, L, D) and ``(weights,)``, the
         matrices (N, H, R, dh) after its last token, which a later call continues from."""
         out, weights = self.srwm(self.norm1(x), None if past is None else past[0])
-        x = x + self.dropout(out)
+        x = x + out
         return x + self.mlp(self.norm2(x)), (weights,)
 
 

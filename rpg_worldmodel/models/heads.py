@@ -1,20 +1,46 @@
-"""The world model's heads beside the view head: the frame-stack action head, the reward head and
-its prior started at the game's rule, and the motion prior (`MoveConv`) with the per-choice
-convolution behind it. They read the steps as `rpg_worldmodel.models.steps.Steps` holds them.
+"""The world model's heads beside the view head, and the view priors added to the view head's logits.
 
-A view prior is a part with ``add_to(view_logits, steps)``, which adds its logits of view t+1
-(B, T, C, V, V) to the view head's: `MoveConv` here, the memory map
-(`rpg_worldmodel.models.memory`) and the first version's two-step convolution
-(`rpg_worldmodel.models.variants`)."""
+* `FrameStackActionHead`: the next action, read the way a policy reads it;
+* the reward head (`reward_mlp`) and its rule prior, started at the game's rule (`start_rule_prior`,
+  `predict_reward`);
+* the view priors, each a part with ``add_to(view_logits, steps)`` that adds its logits of view t+1
+  (B, T, C, V, V) to the view head's, reading the steps as `rpg_worldmodel.models.steps.Steps`
+  holds them: the motion prior (`MoveConv`, with the per-choice convolution behind it) and the
+  memory map (`MemoryMap`).
+
+**The memory map**: what the agent saw in its last steps, re-drawn where it is now. The view is
+egocentric, so a cell seen a few steps ago sits at another place of every later view, and a cell
+that left the view is in none of them. Attention over past steps can in principle learn to follow
+the agent's moves back to it; in practice (docs/worldmodel.md, "Longer context") a transformer
+trained for minutes does not. The map does that bookkeeping by dead reckoning, as the memory oracle
+does (`rpg_worldmodel.evaluation.oracles`): each step moves the agent by its action's delta unless
+the target cell holds a blocking kind (a wall, an agent), and every cell of the steps in reach is
+placed at its offset from the frame of the *next* view. For each cell of view t+1 the map holds the
+kind it had when last seen and how many steps before t that was (or that it was not seen in
+reach). The model learns what that is worth: `MemoryMap` turns each (age, kind) into a logit per
+kind of the next view, added to the view head's (zero at the centre, where the agent itself always
+is). The bookkeeping is exact for the agent that moves first (the learner); the co-player's view is
+re-drawn with the same rule, which can be wrong when the learner has just moved into its way.
+
+How long a cell is kept is ``model.memory_steps`` (0: the attention window, ``num_frames`` steps).
+Over a window the map is re-drawn from the window's steps (`memory_canvas`); imagination keeps it
+on a canvas (`rpg_worldmodel.models.steps.canvas_step`), so a wall seen at turn 3 is still there at
+turn 100. The prior tells ages below ``num_frames`` apart one by one and older ones in doubling bins
+up to the longest a training window shows (``model.train_window``): there attention no longer sees
+the cell, and the prior learns what the map alone is worth. An older sighting still reads as the
+last bin. Nothing of a particular game is written here: kinds and moves come from the training file.
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.steps import Steps
+from rpg_worldmodel.models.steps import HIDDEN, MoveRules, Steps, dead_reckoning
 
 
 class FrameStackActionHead(nn.Module):
@@ -65,25 +91,17 @@ class FrameStackActionHead(nn.Module):
 RULE_LOGIT = 10.0
 
 
-def reward_head(cfg: ModelConfig) -> nn.Sequential | None:
+def reward_mlp(cfg: ModelConfig) -> nn.Sequential:
     """The reward head: [global token, centre patch token] (B, T, 2D) -> logits (B, T, K) of the
-    step's reward class; None without one (``model.reward_head=false``, or no reward values)."""
-    num_rewards = len(cfg.reward_values) if cfg.reward_head else 0
-    if not num_rewards:
-        return None
-    return nn.Sequential(nn.Linear(2 * cfg.width, cfg.width), nn.GELU(), nn.Linear(cfg.width, num_rewards))
+    step's reward class, K = ``len(model.reward_values)``.
 
-
-def rule_prior(cfg: ModelConfig) -> nn.Embedding | None:
-    """Logits of the reward class per kind of the entered cell: (C + 1, K), row 0 a hidden cell;
-    None without the movement table or a reward head.
-
-    Added to the reward head's logits and started at the game's rule (`start_rule_prior`). Learned
-    from data alone, the row of walls never learned the bump's penalty (the expert bumps on 0.09%
-    of its steps) and a dream paid a gem for 10% of bumps, which PPO found and exploited."""
-    if not (cfg.reward_head and cfg.reward_values and cfg.move_rules):
-        return None
-    return nn.Embedding(cfg.num_channels + 1, len(cfg.reward_values))
+    The rule prior beside it (``WorldModel.reward_prior``, with the movement table) is a table of
+    logits of the reward class per kind of the entered cell, (C + 1, K), row 0 a hidden cell, added
+    to the head's and started at the game's rule (`start_rule_prior`). Learned from data alone, the
+    row of walls never learned the bump's penalty (the expert bumps on 0.09% of its steps) and a
+    dream paid a gem for 10% of bumps, which PPO found and exploited."""
+    return nn.Sequential(nn.Linear(2 * cfg.width, cfg.width), nn.GELU(),
+                         nn.Linear(cfg.width, len(cfg.reward_values)))
 
 
 def start_rule_prior(prior: nn.Embedding | None, cfg: ModelConfig) -> None:
@@ -143,7 +161,7 @@ def conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> t
 
 
 class MoveConv(nn.Conv2d):
-    """The motion prior: a 3x3 convolution of view t per move outcome (``model.action_conv``).
+    """The motion prior: a 3x3 convolution of view t per move outcome.
 
     Moving shifts the whole egocentric view by one cell, which a 3x3 kernel expresses exactly;
     the transformer then only has to learn what motion alone does not explain (blocked moves,
@@ -160,6 +178,97 @@ class MoveConv(nn.Conv2d):
         return view_logits + conv_for_choice(self, flat, steps.moves.reshape(-1)).view_as(view_logits)
 
 
-def move_conv(cfg: ModelConfig) -> MoveConv | None:
-    """The motion prior, or None without one (``model.action_conv=false``)."""
-    return MoveConv(cfg) if cfg.action_conv else None
+# ------------------------------------------------------------------ the memory map
+def memory_canvas(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor, blocking: torch.Tensor,
+                  reach: int, queries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The map of the last ``queries`` steps of a history.
+
+    ``kinds`` (B, S, V, V) from `cell_kinds`, ``actions`` (B, S) long. For each query step t (the
+    last ``queries`` of the S) and each cell of view t+1's frame: the kind it had in the latest step
+    s in ``[t - reach + 1, t]`` that showed it, and ``t - s``. Returns ``kind`` (B, Q, V, V) long
+    (``HIDDEN``: not seen in reach) and ``age`` of the same shape (``reach`` where not seen).
+    """
+    b, s_len, v, _ = kinds.shape
+    before, after = dead_reckoning(kinds, actions, deltas, blocking)
+    first = s_len - queries
+    cells = torch.arange(v, device=kinds.device)
+    kind = kinds.new_full((b, queries, v, v), HIDDEN)
+    age = torch.full_like(kind, reach)
+    flat_kinds = kinds.flatten(-2)
+    for lag in range(min(reach, s_len)):  # latest first: a cell keeps the first (newest) sighting
+        query = torch.arange(max(first, lag), s_len, device=kinds.device)
+        if not len(query):
+            break
+        offset = after[:, query] - before[:, query - lag]  # (B, n, 2): view t+1's frame in view s's
+        rows = cells + offset[..., :1]  # (B, n, rows of the frame)
+        cols = cells + offset[..., 1:]
+        index = rows.clamp(0, v - 1)[..., :, None] * v + cols.clamp(0, v - 1)[..., None, :]
+        seen = flat_kinds[:, query - lag].gather(-1, index.flatten(-2)).view_as(index)
+        inside = ((rows >= 0) & (rows < v))[..., :, None] & ((cols >= 0) & (cols < v))[..., None, :]
+        slot = query - first
+        fill = inside & (seen != HIDDEN) & (kind[:, slot] == HIDDEN)
+        kind[:, slot] = torch.where(fill, seen, kind[:, slot])
+        age[:, slot] = torch.where(fill, lag, age[:, slot])
+    return kind, age
+
+
+class MemoryMap(nn.Module):
+    """The memory map as a view prior: (age, kind last seen) -> logits of the cell's next kind.
+
+    ``forward(kinds (B, S, V, V), actions (B, S), queries, moves)`` -> logits (B, Q, C, V, V) for
+    the last ``queries`` steps, reaching back ``model.num_frames`` steps (the attention's window),
+    placed by the movement table ``moves`` (`rpg_worldmodel.models.steps.MoveRules`). As a view
+    prior, ``add_to(view_logits, steps)`` re-draws ``steps.history`` with the model's own table
+    ``rules`` (shared with the model, it holds no weights).
+    """
+
+    def __init__(self, cfg: ModelConfig, rules: MoveRules):
+        super().__init__()
+        self.keep = cfg.memory_steps or cfg.num_frames  # steps a cell is kept
+        self.exact = cfg.num_frames  # ages told apart one by one
+        self.reach = age_bins(cfg)  # ages the prior tells apart: those, then doubling bins
+        self.num_kinds = cfg.num_channels + 1  # the channels and the agent's own cell
+        self.prior = nn.Embedding(self.reach * self.num_kinds + 1, cfg.num_channels)
+        # The next view's centre is the agent itself, whatever the map holds there (the cell it
+        # entered, or its own cell after a blocked move): the map says nothing about it. A prior
+        # there taught a rule that fails exactly where imagination drifts (docs/imagination.md).
+        v = cfg.view_size
+        not_centre = torch.ones(v, v)
+        not_centre[v // 2, v // 2] = 0
+        self.register_buffer("not_centre", not_centre, persistent=False)
+        self.rules = rules
+
+    def forward(self, kinds: torch.Tensor, actions: torch.Tensor, queries: int,
+                moves: MoveRules) -> torch.Tensor:
+        return self.logits(*memory_canvas(kinds, actions, moves.deltas, moves.blocking, self.keep, queries))
+
+    def logits(self, kind: torch.Tensor, age: torch.Tensor) -> torch.Tensor:
+        """The prior of the map's ``kind`` and ``age`` (B, Q, V, V) each -> logits (B, Q, C, V, V)."""
+        kept = (kind != HIDDEN) & (age < self.keep)
+        index = torch.where(kept, self.age_bin(age) * self.num_kinds + kind, self.reach * self.num_kinds)
+        return self.prior(index).permute(0, 1, 4, 2, 3) * self.not_centre
+
+    def age_bin(self, age: torch.Tensor) -> torch.Tensor:
+        """Ages below ``num_frames`` as themselves; older ones in doubling bins (``num_frames`` ..
+        ``2 num_frames - 1`` the first), the last bin taking every age after it."""
+        doubling = self.exact + torch.log2(age.clamp_min(1).float() / self.exact).floor().long()
+        return torch.where(age < self.exact, age, doubling).clamp(0, self.reach - 1)
+
+    def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
+        """``view_logits`` (B, T, C, V, V) plus the map's logits: of ``steps.map`` where imagination
+        kept it on its canvas, else re-drawn from the last T steps of ``steps.history``."""
+        if steps.map is not None:
+            kind, age = steps.map
+            return view_logits + self.logits(kind[:, None], age[:, None])
+        kinds, actions = steps.history
+        return view_logits + self(kinds, actions, view_logits.shape[1], self.rules)
+
+
+def age_bins(cfg: ModelConfig) -> int:
+    """How many ages the map's prior tells apart: ``num_frames`` one by one, then doubling bins up
+    to the oldest age a training window shows (``model.train_window - 1``; none for windows of
+    ``num_frames`` steps, whose older sightings read as ``num_frames - 1`` steps old)."""
+    oldest = cfg.window - 1
+    if oldest < cfg.num_frames:
+        return cfg.num_frames
+    return cfg.num_frames + math.floor(math.log2(oldest / cfg.num_frames)) + 1

@@ -35,7 +35,6 @@ data which cells agree.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +43,14 @@ from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
 
+#: The refiner's token width and attention heads (schema 7's 2 x 64 refiner drew no better than this
+#: 1 x 32 one: benchmarks/results/imagination_fidelity_refiner_1x32.json); its layers are
+#: ``model.refiner_layers``.
+REFINER_WIDTH, REFINER_HEADS = 32, 2
+#: The doubt a round of a joint draw takes on by default (`joint_sample`'s ``doubt``; the imagined
+#: env's ``sample_doubt`` changes it).
+SAMPLE_DOUBT = 0.2
+
 
 class CellRefiner(nn.Module):
     """``forward(logits (M, L, C), drawn (M, L) long)`` -> refined logits (M, L, C): L = V * V cells;
@@ -51,13 +58,13 @@ class CellRefiner(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        c, w = cfg.num_channels, cfg.refiner_width
+        c, w = cfg.num_channels, REFINER_WIDTH
         self.num_kinds = c
         self.marginal = nn.Linear(c, w)
         self.drawn = nn.Embedding(c + 1, w)
         # which cell a token is: random at the start, or the cells could not be told apart
         self.position = nn.Parameter(torch.randn(1, cfg.view_size * cfg.view_size, w))
-        layer = nn.TransformerEncoderLayer(w, nhead=cfg.refiner_heads, dim_feedforward=2 * w, dropout=0.0,
+        layer = nn.TransformerEncoderLayer(w, nhead=REFINER_HEADS, dim_feedforward=2 * w, dropout=0.0,
                                            activation="gelu", batch_first=True, norm_first=True)
         self.layers = nn.TransformerEncoder(layer, cfg.refiner_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(w)
@@ -66,12 +73,6 @@ class CellRefiner(nn.Module):
     def forward(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         x = self.marginal(torch.log_softmax(logits, -1)) + self.drawn(drawn) + self.position
         return logits + self.out(self.norm(self.layers(x)))
-
-
-def refiner(cfg: ModelConfig, init: Callable[[nn.Module], None]) -> CellRefiner | None:
-    """The model's refiner (``model.refiner_layers`` > 0), its weights started by ``init``, else
-    None: cells are drawn independently."""
-    return CellRefiner(cfg).apply(init) if cfg.refiner_layers else None
 
 
 @dataclass(frozen=True)

@@ -32,34 +32,21 @@ class Imagination:
 
     ``past``: per layer, the global block's keys and values (N, H, 2W, hd) of the last W <
     num_frames steps (``model.layer="srwm"``: its matrices ``(weights,)``, (N, H, R, dh));
-    ``step``: the index of the next step (its rotary position); ``prev_*``: what
-    the heads need of the step before (view (N, C, V, V), action (N,), final patch tokens (N, P,
-    D)); ``recent_views``: the views before the current one that the action head's frame stack reads
-    (N, action_frames - 2, C, V, V), oldest first; ``canvas``: the memory map's
-    (`rpg_worldmodel.models.canvas.Canvas`; None without a map). A model with learned positions
-    keeps its last steps in ``window`` instead and recomputes them (its positions are absolute, so
-    keys cannot be cached).
+    ``step``: the index of the next step (its rotary position); ``prev_patches``: the final patch
+    tokens (N, P, D) of the step before, which the view head reads; ``recent_views``: the views
+    before the current one that the action head's frame stack reads (N, action_frames - 2, C, V,
+    V), oldest first; ``canvas``: the memory map's (`rpg_worldmodel.models.steps.Canvas`; None
+    without a map). A model with learned positions (`rpg_worldmodel.models.legacy`) keeps its last
+    steps in ``window`` instead and recomputes them (its positions are absolute, so keys cannot be
+    cached).
     """
 
     past: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
     step: int = 0
-    prev_view: torch.Tensor | None = None
-    prev_action: torch.Tensor | None = None
     prev_patches: torch.Tensor | None = None
     recent_views: torch.Tensor | None = None
     canvas: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     window: tuple[torch.Tensor, torch.Tensor] | None = None
-    agent_ids: torch.Tensor | None = None
-
-    def step_before(self, view: torch.Tensor, action: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step t-1's view (N, 1, C, V, V) and action (N, 1) beside this step's ``view`` (N, C, V, V)
-        and ``action`` (N,), and (1,) bool whether there is one (a start: zeros and this action)."""
-        started = self.prev_view is not None
-        has_prev = torch.tensor([started], device=view.device)
-        if not started:
-            return torch.zeros_like(view[:, None]), action[:, None], has_prev
-        return self.prev_view[:, None], self.prev_action[:, None], has_prev
 
     def _tensor_fields(self) -> list[str]:
         return [f.name for f in fields(self) if f.name != "step"]

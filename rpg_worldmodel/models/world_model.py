@@ -4,37 +4,38 @@ Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-
 
 * each step t becomes *local* tokens, one per ``patch x patch`` patch of the one-hot view plus
   one for the action taken at t, and a *global* token, a small convolution over the whole view
-  (`rpg_worldmodel.models.embedding`);
+  (`rpg_worldmodel.models.transformer`);
 * every layer (`StarBlock`) runs a **local** block (attention within one step over its patch and
   action tokens) and then a **global** block (causal attention across steps over the interleaved
   sequence ``[local summary_0, global_0, local summary_1, global_1, ...]``). Steps know their
   order through rotary positions (relative: imagination caches the keys of past steps while its
   window slides). Attention reaches back ``num_frames`` steps: a window of that length in
   training, a sliding window of it over a longer history (``model.layer="srwm"``: an SRWM instead);
-* heads, at step t, reading the final tokens and the steps (`rpg_worldmodel.models.steps`): the
-  next view, per cell, as logits over the C entity kinds plus those of the view priors
-  (`rpg_worldmodel.models.heads`): a 3x3 convolution of view t chosen by the move's
-  outcome (the action, or "blocked" where the game's movement table says the move enters a wall
-  or an agent, `rpg_worldmodel.models.moves`) and the memory map, the cells seen in the window
-  re-drawn in view t+1's frame (`rpg_worldmodel.models.memory`); the next action (a small CNN
-  over the frame stack a policy acting at t+1 reads, the last views and the predicted next one,
-  beside the global token); and the reward of step t, as a class over the game's rewards.
+* heads (`rpg_worldmodel.models.heads`), at step t, reading the final tokens and the steps
+  (`rpg_worldmodel.models.steps`: cell kinds, the game's movement table): the next view, per cell,
+  as logits over the C entity kinds plus those of the view priors (a 3x3 convolution of view t
+  chosen by the move's outcome, "blocked" where the table says the move enters a wall or an agent;
+  the memory map, the cells seen before re-drawn in view t+1's frame); the next action (a small CNN
+  over the frame stack a policy acting at t+1 reads, beside the global token); the reward of step
+  t, as a class over the game's rewards.
 
 Predictions at step t depend only on steps <= t (tested). The view head reads each patch's final
 local token (at t and t-1) fused with the step's global token and predicts that patch's cells;
 the reward head reads the global token, the token of the patch around the agent, which holds
 the cells a move can enter, and the kind of the cell the move enters.
 
-The model composes the parts its config names once, at construction; the first version's live
-in `rpg_worldmodel.models.variants`, the cell refiner that draws a next view's cells together in
-`rpg_worldmodel.models.refiner`. The file reads top to bottom: what the model returns and the tokens
-its heads read, then the model: parts, forward, heads, loss, optimizer groups, one-step imagination.
+The default forward pass reads in four files: this one, `rpg_worldmodel.models.transformer`,
+`rpg_worldmodel.models.steps` and `rpg_worldmodel.models.heads`. The parts only older checkpoints
+have are in `rpg_worldmodel.models.legacy`, the SRWM layer in `rpg_worldmodel.models.fast_weights`,
+the cell refiner (trained beside the heads, it draws a next view's cells together) in
+`rpg_worldmodel.models.refiner`. This file reads top to bottom: outputs and tokens, then the model:
+parts, forward, heads, loss, optimizer groups, one-step imagination.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -42,16 +43,31 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.blocks import StarBlock
-from rpg_worldmodel.models.embedding import StepEmbedding
-from rpg_worldmodel.models.fast_weights import step_layers
-from rpg_worldmodel.models.heads import move_conv, predict_reward, reward_head, rule_prior, start_rule_prior
-from rpg_worldmodel.models.memory import memory_map
-from rpg_worldmodel.models.moves import move_outcome, movement_table, view_codes
-from rpg_worldmodel.models.refiner import BatchPart, refiner, refiner_loss
+from rpg_worldmodel.models.fast_weights import RecurrentOrder, step_layers
+from rpg_worldmodel.models.heads import (
+    FrameStackActionHead,
+    MemoryMap,
+    MoveConv,
+    predict_reward,
+    reward_mlp,
+    start_rule_prior,
+)
+from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead, slide_window
+from rpg_worldmodel.models.refiner import BatchPart, CellRefiner, refiner_loss
 from rpg_worldmodel.models.state import Imagination
-from rpg_worldmodel.models.steps import Steps, imagined_steps, window_steps
-from rpg_worldmodel.models.variants import action_head, slide_window, step_positions, two_step_conv
+from rpg_worldmodel.models.steps import (
+    MoveRules,
+    Steps,
+    imagined_steps,
+    moves_unknown,
+    view_codes,
+    window_steps,
+)
+from rpg_worldmodel.models.transformer import RotaryPositions, StarBlock, StepEmbedding
+
+#: The weight of the next-action cross-entropy in the training loss; the view's, the reward's and
+#: the cell refiner's weigh 1.
+ACTION_LOSS_WEIGHT = 0.5
 
 
 class Outputs(NamedTuple):
@@ -78,27 +94,13 @@ class Tokens(NamedTuple):
     global_: torch.Tensor
 
 
-@dataclass(frozen=True)
-class LossWeights:
-    """Weights of the training loss: ``view``, ``action`` and ``reward`` scale the three
-    cross-entropies; cells whose true next kind is in ``item_codes`` weigh ``item`` times the
-    others in the view loss (they are rare and are what the model is for; 1.0: unweighted)."""
-
-    view: float = 1.0
-    action: float = 0.5
-    item: float = 1.0
-    item_codes: Sequence[int] = ()
-    reward: float = 1.0
-    refiner: float = 1.0
-
-
 class WorldModel(nn.Module):
     """Predicts the next view, the next action and the reward from a window of views and actions.
 
-    ``forward(views (B,T,C,V,V) float in [0,1], actions (B,T) long, agent_ids (B,) long | None)``
-    returns `Outputs`: at step t, given views and actions up to and including t (action t is the
-    one taken in view t), logits of every cell of view t+1 (softmax over the C axis), of action
-    t+1 and of the reward class of step t (``reward_values[k]`` points).
+    ``forward(views (B,T,C,V,V) float in [0,1], actions (B,T) long)`` returns `Outputs`: at step t,
+    given views and actions up to and including t (action t is the one taken in view t), logits of
+    every cell of view t+1 (softmax over the C axis), of action t+1 and of the reward class of step
+    t (``reward_values[k]`` points).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -108,8 +110,11 @@ class WorldModel(nn.Module):
         d, p = cfg.width, cfg.patch_size
         self.grid = cfg.view_size // p
         self.embed = StepEmbedding(cfg)
-        self.positions = step_positions(cfg)  # how steps know their order: rotary positions
-        self.embed_dropout = nn.Dropout(cfg.dropout)
+        # How steps know their order: rotary positions; the SRWM's own recurrence; schema 1's table.
+        if cfg.layer == "srwm":
+            self.positions = RecurrentOrder()
+        else:
+            self.positions = RotaryPositions(cfg) if cfg.position == "rope" else LearnedPositions(cfg)
         self.blocks = nn.ModuleList(StarBlock(cfg, self.grid * self.grid + 1) for _ in range(cfg.num_layers))
         self.norm_local = nn.LayerNorm(d)
         self.norm_global = nn.LayerNorm(d)
@@ -119,29 +124,32 @@ class WorldModel(nn.Module):
         self.patch_in = nn.Linear(2 * d, d)
         self.global_to_patch = nn.Linear(d, d)
         self.view_head = nn.Linear(d, p * p * cfg.num_channels)
-        self.action_head = action_head(cfg)
+        # The frame-stack head a policy reads; schema <= 3's linear one on the global token.
+        self.action_head = FrameStackActionHead(cfg) if cfg.action_frames else LinearActionHead(cfg)
         # The reward of step t depends on the cell the action enters: the head reads the token of
-        # the patch around the agent (holding that cell) beside the step's global token.
+        # the patch around the agent (holding that cell) beside the step's global token, and with
+        # the movement table a prior per kind of the entered cell, started at the game's rule.
         centre = cfg.view_size // 2 // p
         self.centre_patch = centre * self.grid + centre
-        self.reward_head = reward_head(cfg)
-        self.reward_prior = rule_prior(cfg)  # the game's rule per entered kind, learned on from there
+        rewards = len(cfg.reward_values) if cfg.reward_head else 0  # schema 1: no reward head
+        self.reward_head = reward_mlp(cfg) if rewards else None
+        prior = rewards and cfg.move_rules  # a table without the values: a model of schema <= 4
+        self.reward_prior = nn.Embedding(cfg.num_channels + 1, rewards) if prior else None
         self.register_buffer("reward_values", torch.tensor(cfg.reward_values, dtype=torch.float32),
                              persistent=False)
         # The view priors, added to the view head's logits in this order (models/heads.py), and the
-        # game's movement table the motion prior and the memory map read (models/moves.py).
-        self.action_conv = move_conv(cfg)
-        self.memory_conv = two_step_conv(cfg)
-        self.moves = movement_table(cfg)
-        self.memory_map = memory_map(cfg, self.moves)
-        self.move_outcome = move_outcome(cfg, self.moves)
-        priors = (self.action_conv, self.memory_conv, self.memory_map)
-        self.view_priors = tuple(prior for prior in priors if prior is not None)
+        # game's movement table the motion prior and the memory map read (models/steps.py); a model
+        # of schema <= 4 has neither table nor map, one of the loop's rules-off runs the map alone.
+        self.action_conv = MoveConv(cfg)
+        self.moves = MoveRules(cfg) if cfg.memory_map or cfg.move_rules else None
+        self.memory_map = MemoryMap(cfg, self.moves) if cfg.memory_map else None
+        self.move_outcome = self.moves.outcome if cfg.move_rules else moves_unknown
+        self.view_priors = tuple(x for x in (self.action_conv, self.memory_map) if x is not None)
         self.apply(self._init_weights)
         start_rule_prior(self.reward_prior, cfg)
-        # How the cells of a next view are drawn together (models/refiner.py); built last, so the
-        # other parts start from the same random weights with it or without.
-        self.refiner = refiner(cfg, self._init_weights)
+        # How the cells of a next view are drawn together (models/refiner.py; schema <= 6: each
+        # on its own); built last, so the other parts start from the same weights with it or without.
+        self.refiner = CellRefiner(cfg).apply(self._init_weights) if cfg.refiner_layers else None
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -155,8 +163,7 @@ class WorldModel(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     # ------------------------------------------------------------------ a window of steps
-    def forward(self, views: torch.Tensor, actions: torch.Tensor,
-                agent_ids: torch.Tensor | None = None) -> Outputs:
+    def forward(self, views: torch.Tensor, actions: torch.Tensor) -> Outputs:
         cfg = self.cfg
         b, t = actions.shape
         expected = (cfg.num_channels, cfg.view_size, cfg.view_size)
@@ -165,8 +172,7 @@ class WorldModel(nn.Module):
                 f"views must be (B,T,{expected[0]},{expected[1]},{expected[2]}) and actions (B,T)"
                 f" with the same B,T; got views {tuple(views.shape)}, actions {tuple(actions.shape)}"
             )
-        local, global_ = self.embed(views, actions, agent_ids)
-        local, global_ = self.embed_dropout(local), self.embed_dropout(global_)
+        local, global_ = self.embed(views, actions)
         attention = self.positions.window_attention(t, views.device)
         for block in self.blocks:
             local, global_, _ = block(local, global_, self.embed.temporal, **attention)
@@ -203,40 +209,37 @@ class WorldModel(nn.Module):
                              f"{self.cfg.reward_values}; the data comes from a game with other values")
         return match.float().argmax(-1)
 
-    def loss(self, batch: dict[str, torch.Tensor], weights: LossWeights = LossWeights(),
+    def loss(self, batch: dict[str, torch.Tensor],
              input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None, part: BatchPart | None = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training loss of one batch of windows, and detached per-batch statistics.
 
         ``batch`` (on the model's device): ``views`` (B, T+1, C, V, V) one-hot (any dtype),
-        ``actions`` (B, T+1) long, ``rewards`` (B, T+1) float (needed with a reward head) and,
-        for a model with an agent embedding, ``agent_id`` (B,); T is the training window (attention
-        slides past ``num_frames``). The model reads the first T steps (through ``input_mask`` when
-        given: it hides part of the input, never of the targets) and is scored on the last T views
-        and actions and the first T rewards.
+        ``actions`` (B, T+1) long and ``rewards`` (B, T+1) float (needed with a reward head); T is
+        the training window (attention slides past ``num_frames``). The model reads the first T
+        steps (through ``input_mask`` when given: it hides part of the input, never of the targets)
+        and is scored on the last T views and actions and the first T rewards.
 
-        The view loss is the per-cell cross-entropy over entity kinds (nats), weighted as
-        ``weights`` says; ``stats``: ``view_ce`` (plain, unweighted), ``action_ce`` and
-        ``reward_ce`` (nats), ``action_acc``, ``cell_acc`` and ``reward_acc`` (fractions), and with
-        a cell refiner ``refiner_ce`` (nats, on the cells it was not shown; ``part``: `refiner_loss`).
+        The loss is the sum of the view's per-cell cross-entropy over entity kinds (nats), the
+        action's (weighing `ACTION_LOSS_WEIGHT`), the refiner's and the reward's; ``stats``:
+        ``view_ce``, ``action_ce`` and ``reward_ce`` (nats), ``action_acc``, ``cell_acc`` and
+        ``reward_acc`` (fractions), and with a cell refiner ``refiner_ce`` (nats, on the cells it was
+        not shown; ``part``: `refiner_loss`).
         """
         views = batch["views"].float()
         actions = batch["actions"]
         t = actions.shape[1] - 1
         inputs = views[:, :t] if input_mask is None else input_mask(views[:, :t])
-        out = self(inputs, actions[:, :t], batch.get("agent_id"))  # read with an agent embedding only
+        out = self(inputs, actions[:, :t])
         view_logits, action_logits = out.view.float(), out.action.float()
         target_codes = view_codes(views[:, 1:])  # (B, T, V, V)
         cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
-        cell_weights = torch.ones_like(cell_ce)
-        if weights.item != 1.0:
-            is_item = torch.isin(target_codes, torch.tensor(tuple(weights.item_codes), device=views.device))
-            cell_weights = torch.where(is_item, weights.item, 1.0)
-        view_loss = (cell_ce * cell_weights).sum() / cell_weights.sum()
+        # the mean over cells, the count a tensor: CUDA multiplies by a number's reciprocal instead
+        view_loss = cell_ce.sum() / cell_ce.new_tensor(cell_ce.numel())
         action_targets = actions[:, 1:]
         action_ce = F.cross_entropy(action_logits.reshape(-1, action_logits.shape[-1]),
                                     action_targets.reshape(-1))
-        loss = weights.view * view_loss + weights.action * action_ce
+        loss = view_loss + ACTION_LOSS_WEIGHT * action_ce
         with torch.no_grad():
             # argmax over a contiguous last axis: ~7x faster on CPU than over the strided C axis
             predicted_codes = view_logits.movedim(2, -1).contiguous().argmax(-1)
@@ -248,14 +251,14 @@ class WorldModel(nn.Module):
         if self.refiner is not None:
             refiner_ce = refiner_loss(self.refiner, view_logits, target_codes, self.cfg.num_frames - 1,
                                       self.cfg.refiner_views, part)
-            loss = loss + weights.refiner * refiner_ce
+            loss = loss + refiner_ce
             stats["refiner_ce"] = refiner_ce.detach()
         if out.reward is not None:
             reward_logits = out.reward.float()
             reward_targets = self.reward_classes(batch["rewards"][:, :t])
             reward_ce = F.cross_entropy(reward_logits.reshape(-1, reward_logits.shape[-1]),
                                         reward_targets.reshape(-1))
-            loss = loss + weights.reward * reward_ce
+            loss = loss + reward_ce
             stats["reward_ce"] = reward_ce.detach()
             stats["reward_acc"] = (reward_logits.argmax(-1) == reward_targets).float().mean().detach()
         return loss, stats
@@ -275,8 +278,8 @@ class WorldModel(nn.Module):
 
     # ------------------------------------------------------------------ imagination
     @torch.no_grad()
-    def imagine_step(self, view: torch.Tensor, action: torch.Tensor, state: Imagination | None = None,
-                     agent_ids: torch.Tensor | None = None) -> tuple[Outputs, Imagination]:
+    def imagine_step(self, view: torch.Tensor, action: torch.Tensor, state: Imagination | None = None
+                     ) -> tuple[Outputs, Imagination]:
         """One step of N imagined (or replayed) worlds: the view they are in and the action taken.
 
         ``view`` (N, C, V, V) float one-hot, ``action`` (N,) long; ``state`` from the previous call
@@ -286,20 +289,19 @@ class WorldModel(nn.Module):
         cache keeps the last ``num_frames - 1`` steps, so predictions equal `forward` over the whole
         history (tested; the SRWM carries its matrices). Learned positions recompute their last steps.
         """
-        state = Imagination(agent_ids=agent_ids) if state is None else state
-        if not self.positions.caches_past:
+        state = Imagination() if state is None else state
+        if not self.positions.caches_past:  # schema 1's learned positions (models/legacy.py)
             views, actions = slide_window(state.window, view, action, self.cfg.num_frames)
-            return _last(self(views, actions, state.agent_ids)), replace(state, step=state.step + 1,
-                                                                          window=(views, actions))
+            return _last(self(views, actions)), replace(state, step=state.step + 1, window=(views, actions))
         views, actions = view[:, None], action[:, None]
-        local, global_ = self.embed(views, actions, state.agent_ids)
+        local, global_ = self.embed(views, actions)
         local, global_, past = self._attend_cached(local, global_, state)
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.zeros_like(patches) if state.prev_patches is None else state.prev_patches[:, None]
         steps, recent, canvas = imagined_steps(view, action, state, self.move_outcome, self.cfg, self.moves)
         out = self._heads(Tokens(patches, previous, self.norm_global(global_)), steps)
-        return out, replace(state, past=past, step=state.step + 1, prev_view=view, prev_action=action,
-                            prev_patches=patches[:, 0], recent_views=recent, canvas=canvas)
+        return out, replace(state, past=past, step=state.step + 1, prev_patches=patches[:, 0],
+                            recent_views=recent, canvas=canvas)
 
     def _attend_cached(self, local: torch.Tensor, global_: torch.Tensor, state: Imagination
                        ) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
@@ -330,21 +332,19 @@ class WorldModel(nn.Module):
         return max(self.positions.context_steps, kept)
 
     @torch.no_grad()
-    def predict_last(self, views: torch.Tensor, actions: torch.Tensor,
-                     agent_ids: torch.Tensor | None = None) -> Outputs:
+    def predict_last(self, views: torch.Tensor, actions: torch.Tensor) -> Outputs:
         """The uncached reference of `imagine_step`: `forward` over the last `context_steps` steps of
         a history ``views`` (N, t, C, V, V), ``actions`` (N, t); outputs of the last step (T = 1)."""
         k = self.context_steps
-        return _last(self(views[:, -k:], actions[:, -k:], agent_ids))
+        return _last(self(views[:, -k:], actions[:, -k:]))
 
     @torch.no_grad()
-    def imagine_context(self, views: torch.Tensor, actions: torch.Tensor,
-                        agent_ids: torch.Tensor | None = None, first_step: int = 0) -> Imagination:
+    def imagine_context(self, views: torch.Tensor, actions: torch.Tensor, first_step: int = 0) -> Imagination:
         """The state of N worlds after real context: ``views`` (N, K, C, V, V) and the actions
         (N, K-1) taken in all but the last, whose action is still to come (the next
         `imagine_step` call). ``first_step``: the step index of the first view (a world joining
         others mid-run starts where they are, so their states can be spliced)."""
-        state = Imagination(step=first_step, agent_ids=agent_ids)
+        state = Imagination(step=first_step)
         for i in range(actions.shape[1]):
             _, state = self.imagine_step(views[:, i], actions[:, i], state)
         return state
