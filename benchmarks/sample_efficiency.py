@@ -5,6 +5,7 @@ SB3's DQN and PPO, greedy, random and (optionally) DreamerV3 through sheeprl.
     python benchmarks/sample_efficiency.py --methods dqn ppo --seeds 0 1 2   # the model-free anchors only
     python benchmarks/sample_efficiency.py --methods learn learn-no-rules --budgets 10000 --seeds 0
     python benchmarks/sample_efficiency.py --dreamer-python /path/to/sheeprl-venv/bin/python --methods dreamer
+    python benchmarks/sample_efficiency.py --methods dreamer --dreamer-eval EVAL.json --budgets 2000 5000
     python benchmarks/sample_efficiency.py --quick                           # seconds: a smoke check
 
 Methods, each trained from nothing per seed:
@@ -19,13 +20,20 @@ Methods, each trained from nothing per seed:
   ANCHORS table was measured).
 - ``dreamer``: DreamerV3 (sheeprl 0.8.4) in its own virtualenv (``--dreamer-python``), started by
   ``benchmarks/sheeprl_dreamer.py``; kept out of the project's install and tests.
+- ``dreamer-rr1-onehot-greedy`` (its name from the run's settings): a DreamerV3 run's checkpoints
+  played greedily on the evaluation games by ``benchmarks/sheeprl_dreamer_eval.py`` in sheeprl's
+  virtualenv, read from its JSON (``--dreamer-eval``): the fair row, on the loop's input and games.
 
 Every agent of the project is evaluated in the real game on the same ``--episodes`` games (seeds
 from ``EVAL_SEED``, which no training or collection uses), beside greedy and random on those
-games. sheeprl evaluates DreamerV3 on its own: its figure is the mean return of the training
-episodes that ended in the budget's last fifth (the policy as it acted then), plus its final test
-episode; that is marked in the table. Figures are means over seeds with 95% t-intervals; each
-method's CPU minutes (this process's, or the sheeprl process's, all threads) are reported too.
+games. A DreamerV3 run trained here (``dreamer``) is judged by sheeprl's own logs: the mean return
+of the training episodes that ended in the budget's last fifth (the policy as it acted then, its
+actions sampled), plus its final test episode, marked in the table with the run's settings
+(``settings``). ``--dreamer-eval`` rows are judged as the project's agents are: greedy, on the same
+games (its JSON's ``eval_seed`` must be ``EVAL_SEED``), each checkpoint's return the mean over the
+games (``games_ci95`` its interval over games, one seed). Figures are means over seeds with 95%
+t-intervals; each method's CPU minutes (this process's, or the sheeprl process's, all threads) are
+reported too.
 
 Writes ``benchmarks/results/sample_efficiency.json`` and ``.png`` (``--out``).
 """
@@ -197,7 +205,7 @@ def run_dreamer(python: Path, seed: int, budgets: list[int], root: Path,
     if done.returncode != 0:
         raise RuntimeError(f"sheeprl's DreamerV3 failed ({' '.join(command)}):\n{done.stderr[-3000:]}")
     cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / 60
-    return dreamer_rows(log_dir, budgets, cpu)
+    return [{"settings": dreamer_settings(log_dir), **row} for row in dreamer_rows(log_dir, budgets, cpu)]
 
 
 def dreamer_rows(log_dir: Path, budgets: list[int], cpu_minutes: float | None = None) -> list[dict[str, Any]]:
@@ -218,6 +226,54 @@ def dreamer_rows(log_dir: Path, budgets: list[int], cpu_minutes: float | None = 
             row["wall_minutes"] = last_fifth[-1]["seconds"] / 60
         rows.append(row)
     return rows
+
+
+def dreamer_eval_rows(path: Path, budgets: list[int]) -> tuple[str, int, list[dict[str, Any]]]:
+    """The method name, seed and rows of a ``benchmarks/sheeprl_dreamer_eval.py`` JSON: a row per
+    checkpoint at one of ``budgets``, its mean greedy return on the evaluation games and the training's
+    CPU (and wall) minutes to it; an `InputError` where the file is not one, or played other games."""
+    fix = "give the --out JSON of benchmarks/sheeprl_dreamer_eval.py"
+    record = _json_of(path, f"--dreamer-eval {path}", fix)
+    if not isinstance(record, dict) or not isinstance(record.get("points"), list) or not isinstance(
+            record.get("run"), dict):
+        raise InputError(f"--dreamer-eval {path} is not a result of sheeprl_dreamer_eval.py (no run and "
+                         f"points); {fix}")
+    if record.get("eval_seed") != EVAL_SEED:
+        raise InputError(f"--dreamer-eval {path} played games from seed {record.get('eval_seed')}, not the "
+                         f"evaluation games (seeds from {EVAL_SEED}); play them again with --seed "
+                         f"{EVAL_SEED}")
+    run = record["run"]
+    obs = "onehot" if run.get("mlp_keys") and not run.get("cnn_keys") else "rgb"
+    greedy = record.get("actions", "").startswith("greedy")
+    method = f"dreamer-rr{run['replay_ratio']:g}-{obs}-{'greedy' if greedy else 'sampled'}"
+    actions = "greedy" if greedy else "sampled"
+    settings = (f"XS, replay ratio {run['replay_ratio']:g}, learning starts {run['learning_starts']}, "
+                f"{'one-hot vector (MLP)' if obs == 'onehot' else 'RGB (CNN)'}")
+    rows = []
+    for point in sorted(record["points"], key=lambda p: p["step"]):
+        if point["step"] not in budgets:
+            continue
+        row = {"steps": point["step"], "return": point["mean"], "games_ci95": point["ci95"],
+               "episodes": point["episodes"], "cpu_minutes": point.get("train_cpu_minutes"),
+               "evaluation": f"{actions} on the {point['episodes']} evaluation games",
+               "settings": settings}
+        if point.get("train_wall_minutes") is not None:
+            row["wall_minutes"] = point["train_wall_minutes"]
+        rows.append(row)
+    return method, int(run["seed"]), rows
+
+
+def dreamer_settings(log_dir: Path) -> str:
+    """How the DreamerV3 run in ``log_dir`` was set (its ``config.yaml``): replay ratio and input."""
+    import yaml
+
+    config = yaml.safe_load(sorted(log_dir.rglob("config.yaml"))[0].read_text())
+    algo = config.get("algo") or {}
+    cnn = (algo.get("cnn_keys") or {}).get("encoder")
+    ratio = algo.get("replay_ratio")
+    return (f"replay ratio {ratio:g}, " if isinstance(ratio, (int, float)) else "") + (
+        "RGB (CNN)" if cnn else "one-hot vector (MLP)" if cnn is not None else "input unrecorded") + (
+        ", sheeprl's own training episodes")
 
 
 def dreamer_seed(log_dir: Path) -> int:
@@ -246,6 +302,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             cpu = [r["cpu_minutes"] for r in at]
             cell = {"return": mean_t_interval([r["return"] for r in at]),
                     "cpu_minutes": None if None in cpu else statistics.fmean(cpu)}
+            if len(at) == 1 and at[0].get("games_ci95"):
+                cell["games_ci95"] = at[0]["games_ci95"]  # one seed: its interval over the games
             if all("wall_minutes" in r for r in at):
                 cell["wall_minutes"] = statistics.fmean(r["wall_minutes"] for r in at)
             used = sorted({r.get("steps_used", budget) for r in at})
@@ -265,16 +323,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def print_table(summary: dict[str, dict[str, Any]], budgets: list[int]) -> None:
     print("\nreal return after N real learner steps, mean over seeds [95% t-interval], its share of "
           "greedy's; CPU minutes (and wall minutes where measured)")
-    print(f"{'method':<16}" + "".join(f"{f'{b:,}':<44}" for b in budgets))
+    width = max(16, *(len(method) + 2 for method in summary))
+    print(f"{'method':<{width}}" + "".join(f"{f'{b:,}':<44}" for b in budgets))
     for method, cells in summary.items():
         if method in ("greedy", "random"):
             cell = cells["any"]["return"]
-            print(f"{method:<16}{_text(cell)} (the same games)")
+            print(f"{method:<{width}}{_text(cell)} (the same games)")
             continue
-        line = f"{method:<16}"
+        line = f"{method:<{width}}"
         for budget in budgets:
             cell = cells.get(str(budget))
-            text = _text(cell["return"]) + _ratio(cell) + _used(cell) + _minutes(cell) if cell else "-"
+            text = (_text(cell["return"]) + _games(cell) + _ratio(cell) + _used(cell) + _minutes(cell)
+                    if cell else "-")
             line += f"{text:<44}"
         print(line)
 
@@ -282,6 +342,11 @@ def print_table(summary: dict[str, dict[str, Any]], budgets: list[int]) -> None:
 def _text(cell: dict[str, Any]) -> str:
     ci = cell["ci95"]
     return f"{cell['mean']:.1f}" + (f" [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else "")
+
+
+def _games(cell: dict[str, Any]) -> str:
+    ci = cell.get("games_ci95")
+    return f" [{ci[0]:.0f}, {ci[1]:.0f}] over games" if ci else ""
 
 
 def _minutes(cell: dict[str, Any]) -> str:
@@ -344,6 +409,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--dreamer-from", type=Path, nargs="*", default=[], metavar="LOGS",
                         help="DreamerV3 log folders of sheeprl_dreamer.py to read instead of training it (a "
                              "stopped run counts to the budgets it reached; no CPU minutes)")
+    parser.add_argument("--dreamer-eval", type=existing_file, nargs="*", default=[], metavar="JSON",
+                        help="results of benchmarks/sheeprl_dreamer_eval.py (DreamerV3 checkpoints, greedy "
+                             "on the evaluation games): a row per checkpoint at a budget")
     parser.add_argument("--merge", type=existing_file, nargs="*", default=[], metavar="JSON",
                         help="earlier results of this script whose runs join this table (e.g. DreamerV3's)")
     parser.add_argument("--keep", type=output_folder, default=None,
@@ -359,6 +427,16 @@ QUICK_LEARN = ["collect_steps=1000", "collect_envs=5", "world_model_steps=6", "w
                "agent=[n_envs=4,hyperparams.n_steps=32,hyperparams.batch_size=64,eval.episodes=2]"]
 
 
+def given_runs(args: Any, learned: list, dreamer_seeds: list, evaluated: list, budgets: list[int]) -> list:
+    """The rows read from runs made before: ``--learn-from``, ``--dreamer-from``, ``--dreamer-eval``."""
+    runs = [{"method": method, "seed": seed, **row} for run, (method, seed) in
+            zip(args.learn_from, learned, strict=True) for row in learn_rows(run, budgets)]
+    for logs, seed in zip(args.dreamer_from, dreamer_seeds, strict=True):
+        runs += [{"method": "dreamer", "seed": seed, "settings": dreamer_settings(logs), **row}
+                 for row in dreamer_rows(logs, budgets)]
+    return runs + [{"method": m, "seed": seed, **row} for m, seed, rows in evaluated for row in rows]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -369,7 +447,8 @@ def main(argv: list[str] | None = None) -> None:
     dreamer_seeds = [dreamer_seed(logs) for logs in args.dreamer_from]
     learned = [learn_method(run) for run in args.learn_from]
     merged = [row for earlier in args.merge for row in merged_runs(earlier)]
-    if "dreamer" in args.methods and args.dreamer_python is None and not dreamer_seeds:
+    evaluated = [dreamer_eval_rows(path, sorted(args.budgets)) for path in args.dreamer_eval]
+    if "dreamer" in args.methods and args.dreamer_python is None and not dreamer_seeds and not evaluated:
         parser.error("--methods dreamer needs --dreamer-python (a virtualenv with sheeprl==0.8.4, "
                      "ANCHORS.md)")
     if args.quick:
@@ -381,13 +460,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        for run, (method, seed) in zip(args.learn_from, learned, strict=True):
-            runs += [{"method": method, "seed": seed, **row} for row in learn_rows(run, budgets)]
-        for logs, seed in zip(args.dreamer_from, dreamer_seeds, strict=True):
-            runs += [{"method": "dreamer", "seed": seed, **row} for row in dreamer_rows(logs, budgets)]
-        runs += merged
+        runs += given_runs(args, learned, dreamer_seeds, evaluated, budgets) + merged
         read_from = {"learn": args.learn_from, "learn-no-rules": args.learn_from,
-                     "dreamer": args.dreamer_from}
+                     "dreamer": [*args.dreamer_from, *args.dreamer_eval]}
         for method in args.methods:
             for seed in args.seeds:
                 if read_from.get(method):
@@ -410,6 +485,7 @@ def main(argv: list[str] | None = None) -> None:
     record = provenance(seed=args.seeds, methods=args.methods, budgets=budgets, episodes=args.episodes,
                         learn_from=[portable_path(r) for r in args.learn_from],
                         dreamer_from=[portable_path(r) for r in args.dreamer_from],
+                        dreamer_eval=[portable_path(r) for r in args.dreamer_eval],
                         merged=[portable_path(m) for m in args.merge],
                         eval_seed=EVAL_SEED, learn_overrides=args.learn, dreamer_overrides=args.dreamer,
                         wall_seconds=round(time.perf_counter() - started, 1),
