@@ -58,7 +58,7 @@ import torch
 import rpg_env
 import rpg_worldmodel
 from rpg_base.cli import ArgumentParser, device_name, float_in, non_negative_int, positive_int, run_command
-from rpg_base.provenance import provenance
+from rpg_base.provenance import device_description, provenance
 from rpg_base.results import write_results
 from rpg_base.typed_config.config import with_overrides
 from rpg_env.record import record
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         summary[f"cached_over_baseline_at_{at}"] = (results["cached"][at]["median"]
                                                     / results["cached_baseline"][at]["median"])
         summary["baseline_overrides"] = args.baseline
-    hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    hardware = device_description(args.device)
     keys = ("width", "num_layers", "num_heads", "num_frames", "patch_size", "refiner_layers")
     shape = {**{k: getattr(cfg.model, k) for k in keys}, "refiner_width": REFINER_WIDTH,
              "memory_steps": cfg.model.memory_steps}

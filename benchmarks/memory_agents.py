@@ -52,7 +52,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.errors import InputError
-from rpg_base.provenance import provenance
+from rpg_base.provenance import device_description, provenance
 from rpg_base.results import pyplot, save_figure, write_results
 from rpg_env.experts.config import EXPERT_CONFIG_DIR, TRAINABLE_ALGOS, ExpertConfig, load_expert_config
 from rpg_env.experts.evaluate import mean_t_interval, run_episodes
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     record = provenance(seed=args.seeds, tasks=args.tasks, algos=args.algos, steps=args.steps,
                         visible_turns=args.visible_turns, episodes=args.episodes, device=args.device,
-                        device_name=device_label(args.device),
+                        device_name=device_description(args.device),
                         eval_seeds={s: EVAL_SEED_BASE + EVAL_SEED_STRIDE * s for s in args.seeds},
                         wall_seconds=round(time.perf_counter() - started, 1),
                         goals={"proof": "TrXL-PPO >= 0.95, memoryless PPO at chance (0.5)",
@@ -260,13 +260,6 @@ def main(argv: list[str] | None = None) -> None:
                                "speed": "TrXL-PPO >= 1,500 env steps/s on 2 CPU cores"},
                         summary=summary, runs=runs)
     write_results(args.out, record, lambda png: plot(summary, png))
-
-
-def device_label(device: str) -> str:
-    """The hardware behind ``device``: the GPU's name, or "cpu"."""
-    import torch
-
-    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
 
 
 def train_all(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
+    from rpg_base.provenance import device_description, pinned_torch_threads, portable_path, provenance
     from rpg_base.results import write_results
 
     # Both sides run with the same thread count (record() below may change torch's setting).
@@ -334,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "ours_parameters": parameters,
         "sorrel_parameters": sorrel_info["parameters"] if sorrel_info else None,
         "device": args.device,
-        "device_name": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
-        else "cpu",
+        "device_name": device_description(args.device),
         "threads": threads,
         "sorrel_threads": sorrel_info["threads"] if sorrel_info else None,
         "steps_per_round": steps,

@@ -412,14 +412,9 @@ def earlier_row(path: Path, name: str, flag: str, instead: str) -> dict:
         "device": earlier.get("device", "cpu")}}
 
 
-def device_label(device: str) -> str:
-    """The hardware behind ``device``: the GPU's name, or "cpu"."""
-    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
-
-
 def main(argv: list[str] | None = None) -> None:
     from rpg_base.errors import InputError
-    from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
+    from rpg_base.provenance import device_description, pinned_torch_threads, portable_path, provenance
     from rpg_base.results import write_results
 
     args = build_parser().parse_args(argv)
@@ -456,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(summary, indent=1))
     if not args.quick:
         record_ = provenance(seed=0, data=portable_path(data), threads=args.threads, chunk=args.chunk,
-                             device=args.device, device_name=device_label(args.device),
+                             device=args.device, device_name=device_description(args.device),
                              eval_every=eval_every, eval_windows=args.eval_windows, rows=rows,
                              summary=summary,
                              held_out="test split (150 games), every transition once, full history")

@@ -94,6 +94,16 @@ def cpu_description() -> dict[str, Any]:
     return fields
 
 
+def device_description(device: str) -> str:
+    """The hardware behind a torch ``device`` name, for a record of where a figure was measured: the
+    GPU's name for ``cuda``/``cuda:N`` (torch is imported then), else ``"cpu"``."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device))
+
+
 def first_processor(cpuinfo: str) -> dict[str, str]:
     """``name``, ``family`` and ``model`` of the first processor in a ``/proc/cpuinfo`` text (the
     fields it has; none of an empty text)."""

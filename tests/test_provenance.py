@@ -99,3 +99,9 @@ def test_write_results_keeps_the_old_record_when_the_new_one_cannot_be_written(t
     with pytest.raises(TypeError):
         write_results(out, {"figure": object()})  # not JSON: fails before touching the file
     assert json.loads(out.read_text()) == {"figure": 1}
+
+
+def test_a_cpu_device_is_described_as_the_cpu():
+    from rpg_base.provenance import device_description
+
+    assert device_description("cpu") == "cpu"
