@@ -24,6 +24,16 @@ the same way in both worlds:
 - ``wall_breaks``: where impossible wall layouts began (the cells a move brought in, or cells
   carried over from the frame before);
 - ``whole_games_valid``: the share of whole episodes with no impossible frame;
+- whole-game self-consistency (`rpg_worldmodel.envs.consistency`; real games score exactly 1):
+  ``room_games``, the share of whole games some start position in the open room explains (every
+  frame's walls under the moves, blocked by the border, an agent ahead blocking or not), and
+  ``room_frames``, the share of frames before the first break; ``map_games`` and ``map_frames``, the
+  same for a map of the dream's own (dead reckoning by the frames: no wall or floor shown before is
+  contradicted at the same cell, and the floor never spans more than the map's inside), the measure
+  for generated levels;
+- inhabitants: ``co_players``, other agents in view per frame, and ``items_turns_LO_HI``, items in view
+  per frame of turns 0-10, 10-40, 40-70, 70-100, imagined and real (``inhabitants_vs_real``: their
+  ratios, and items kept imagined less real in points);
 - ``return``: points per episode after the opening, imagined and real, their gap and the gap as a
   share of the real return;
 - ``rollout`` (with ``--rollout-data``, the file the models learned from): open-loop rollouts from
@@ -32,19 +42,19 @@ the same way in both worlds:
   (`rpg_worldmodel.evaluation.rollouts`).
 
 Every figure carries a 95% bootstrap interval over worlds. Policies: ``greedy``, ``random``,
-``dqn`` (the shipped expert whose games the model learned) and ``dream`` (the agent trained in
-the shipped model's imagination). Samplers: ``sampled`` (temperature 1; with a cell refiner one
-joint draw in ``--rounds`` rounds, no kind below ``--floor`` drawn in a cell,
-`rpg_worldmodel.models.refiner`) and ``argmax``; views
-drawn as the game can show them (``--views game``: the learner at the centre, at most
-``num_agents - 1`` others) or every cell on its own (``--views cells``: the placement rule off).
+``eps-greedy`` (greedy with 30% random actions), ``wall-follower`` (a wall on its right hand: the
+walls stay in view), ``dqn`` (the shipped expert whose games the model learned) and ``dream`` (the
+agent trained in the shipped model's imagination). Samplers: ``sampled`` (temperature 1; with a cell
+refiner one joint draw in ``--rounds`` rounds, no kind below ``--floor`` drawn in a cell,
+`rpg_worldmodel.models.refiner`) and ``argmax``. No rule places the agents in a drawn view.
 
-    python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...] [--views game cells]
+    python benchmarks/imagination_fidelity.py [--checkpoint pretrained OTHER ...]
         [--samplers sampled argmax] [--rounds 1 8 81] [--doubt 0.2] [--floor 0 0.001]
-        [--policies greedy random dqn dream]
+        [--policies greedy random eps-greedy wall-follower dqn dream]
         [--worlds 64] [--seed 0] [--rollout-data runs/pipeline/data/dqn.h5 [--rollout-horizon 95]]
 
-Writes ``benchmarks/results/imagination_fidelity.json`` and ``.png`` (validity by turn).
+Writes ``benchmarks/results/imagination_fidelity.json`` (``--out``) and ``.png`` (validity by turn), and
+prints a line a row and, at the end, a table of the whole-game figures.
 """
 
 from __future__ import annotations
@@ -66,10 +76,9 @@ from rpg_base.provenance import pinned_torch_threads, provenance
 from rpg_base.results import pyplot, save_figure, write_results
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint, read_checkpoint_record
 from rpg_worldmodel.data.sources import DataSource
-from rpg_worldmodel.envs.imagination import VIEWS
 from rpg_worldmodel.envs.whole_games import JUDGING_POLICIES, dream_and_real, judging_policy, reference_of
 from rpg_worldmodel.evaluation.run import EvalOptions, Evaluation
-from rpg_worldmodel.report.text import dream_line, rollout_line
+from rpg_worldmodel.report.text import dream_line, rollout_line, whole_game_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = JUDGING_POLICIES
@@ -97,12 +106,12 @@ def sampler_settings(name: str) -> tuple[int | None, float | None]:
     return (int(rounds) if rounds else None), (float(floor) if floor else None)
 
 
-def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str], worlds: int,
+def compare(checkpoint: str, samplers: list[str], policies: list[str], worlds: int,
             seed: int, doubt: float | None = None) -> dict:
     loaded = load_checkpoint(checkpoint)
     ref = reference_of(loaded)
     used = choose_checkpoint(checkpoint).describe(portable=True)
-    out = {"checkpoint": checkpoint, "checkpoint_used": used, "views": views, "rows": {}}
+    out = {"checkpoint": checkpoint, "checkpoint_used": used, "rows": {}}
     sampled_once = False
     for sampler in samplers:
         rounds, floor = sampler_settings(sampler)
@@ -112,10 +121,10 @@ def compare(checkpoint: str, views: str, samplers: list[str], policies: list[str
             sampled_once = True
         for name in policies:
             row = dream_and_real(loaded, ref, partial(judging_policy, name), sample=sampler != "argmax",
-                                 views=views, worlds=worlds, seed=seed, sample_rounds=rounds,
+                                 worlds=worlds, seed=seed, sample_rounds=rounds,
                                  sample_doubt=doubt, sample_floor=floor)
             out["rows"][f"{sampler}/{name}"] = row
-            print(line(checkpoint, views, sampler, name, row), flush=True)
+            print(line(checkpoint, sampler, name, row), flush=True)
     return out
 
 
@@ -143,25 +152,26 @@ def rollouts(ev: Evaluation, horizon: int) -> dict:
     return table
 
 
-def line(checkpoint: str, views: str, sampler: str, name: str, row: dict) -> str:
-    return (f"{checkpoint} [{views}, {sampler}] {name:>6}: {dream_line(row)}; "
+def line(checkpoint: str, sampler: str, name: str, row: dict) -> str:
+    return (f"{checkpoint} [{sampler}] {name:>6}: {dream_line(row)}; "
             f"{row['imagined_steps_per_s']:,.0f} imagined steps/s")
 
 
 def plot(results: list[dict], path: Path) -> None:
-    """Validity by frame: one panel per world model and sampler of views, a colour per policy,
+    """Validity by frame: one panel per world model, a colour per policy,
     solid sampled, dashed arg-max."""
     plt = pyplot()
 
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4.2), squeeze=False)
-    colours = dict(zip(POLICIES, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True))
+    palette = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:green", "tab:red")
+    colours = dict(zip(POLICIES, palette, strict=True))
     for ax, result in zip(axes[0], results, strict=True):
         for key, row in result["rows"].items():
             sampler, name = key.split("/")
             curve = row["validity_by_turn"]
             ax.plot(range(len(curve)), curve, color=colours[name], ls="--" if sampler == "argmax" else "-",
                     lw=1, label=f"{name}, {sampler}")
-        ax.set_title(f"{result['checkpoint']}, views: {result['views']}", fontsize=9)
+        ax.set_title(result["checkpoint"], fontsize=9)
         ax.set_xlabel("frames since the imagined episode began")
         ax.set_ylim(0, 1.02)
         ax.legend(fontsize=7)
@@ -176,9 +186,6 @@ def build_parser() -> ArgumentParser:
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", nargs="+", default=["pretrained"],
                         help="world models to compare (run folders, checkpoint folders or 'pretrained')")
-    parser.add_argument("--views", nargs="+", default=["game"], choices=VIEWS,
-                        help="'game': views the game can show (the imagined env's default); 'cells': every "
-                             "cell on its own (the agent placement rule off)")
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS,
                         help="sampled (temperature 1) and/or argmax")
     parser.add_argument("--rounds", type=positive_int, nargs="+", default=None,
@@ -221,10 +228,10 @@ def main(argv: list[str] | None = None) -> None:
         horizons = {ck: rollout_horizon(ck, args.rollout_data, args.rollout_horizon) for ck in models}
         evaluations = {ck: Evaluation(ck, [args.rollout_data], EvalOptions(seed=args.seed)) for ck in models}
         samplers = sampler_names(args.samplers, args.rounds, args.floor)
-        results = [compare(ck, views, samplers, args.policies, args.worlds, args.seed, args.doubt)
-                   for ck in args.checkpoint for views in args.views]
+        results = [compare(ck, samplers, args.policies, args.worlds, args.seed, args.doubt)
+                   for ck in args.checkpoint]
         tables = {ck: rollouts(ev, horizons[ck]) for ck, ev in evaluations.items()}
-        for result in results:  # one table a world model: its rollouts do not depend on --views
+        for result in results:
             if result["checkpoint"] in tables:
                 result["rollout"] = tables[result["checkpoint"]]
     record = provenance(seed=args.seed, worlds=args.worlds, policies=args.policies, samplers=args.samplers,
@@ -232,6 +239,9 @@ def main(argv: list[str] | None = None) -> None:
                         rollout_data=str(args.rollout_data) if args.rollout_data else None,
                         rollout_horizon=horizons or None,
                         threads=args.threads, results=results)
+    for result in results:
+        print(f"\n{result['checkpoint']}: whole games, imagined (real)")
+        print("\n".join(whole_game_table(result["rows"])), flush=True)
     write_results(args.out, record, lambda png: plot(results, png))
 
 

@@ -3,18 +3,17 @@ SB3's DQN and PPO, greedy, random and (optionally) DreamerV3 through sheeprl.
 
     python benchmarks/sample_efficiency.py --seeds 0 1 2                     # the issue's table
     python benchmarks/sample_efficiency.py --methods dqn ppo --seeds 0 1 2   # the model-free anchors only
-    python benchmarks/sample_efficiency.py --methods learn learn-no-rules --budgets 10000 --seeds 0
     python benchmarks/sample_efficiency.py --dreamer-python /path/to/sheeprl-venv/bin/python --methods dreamer
     python benchmarks/sample_efficiency.py --methods dreamer --dreamer-eval EVAL.json --budgets 2000 5000
     python benchmarks/sample_efficiency.py --quick                           # seconds: a smoke check
 
 Methods, each trained from nothing per seed:
 
-- ``learn``: `rpg_worldmodel.learn` on its defaults (movement table and reward prior on), one run
-  per seed to the largest budget; at each budget, the agent of the last iteration that ended
+- ``learn``: `rpg_worldmodel.learn` on its defaults (world models told nothing of the game), one
+  run per seed to the largest budget; at each budget, the agent of the last iteration that ended
   within it (the loop collects ``collect_steps`` at a time: a 5,000 budget gets the 4,000-step
-  agent, its row's ``steps_used``).
-- ``learn-no-rules``: the same with ``rules=false``, everything learned.
+  agent, its row's ``steps_used``). Runs of schema 11 and before (``--learn-from``) are named by
+  what their world models were told: ``learn, rules on (schema 11)`` or ``learn, rules off (schema 11)``.
 - ``dqn``, ``ppo``: ``python -m rpg_env.experts train`` with the shipped configs, one run per
   budget and seed (``total_timesteps`` = the budget, so each schedule fits its budget, as the
   ANCHORS table was measured).
@@ -69,7 +68,7 @@ from rpg_env.experts.evaluate import mean_t_interval
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sample_efficiency.json"
 REPO = Path(__file__).resolve().parents[1]
-METHODS = ("learn", "learn-no-rules", "dqn", "ppo", "dreamer")
+METHODS = ("learn", "dqn", "ppo", "dreamer")
 #: What every row of ``runs`` holds, so a merged file's rows join the summary like this run's own.
 MERGED_KEYS = frozenset({"method", "seed", "steps", "return", "cpu_minutes"})
 #: First seed of the evaluation games: far from training envs (seed + i), the experts' in-training
@@ -78,7 +77,7 @@ EVAL_SEED = 900_000
 
 
 # ------------------------------------------------------------------------------------- methods
-def run_learn(seed: int, budgets: list[int], episodes: int, rules: bool, root: Path,
+def run_learn(seed: int, budgets: list[int], episodes: int, root: Path,
               overrides: list[str]) -> list[dict[str, Any]]:
     """One `rpg_worldmodel.learn` run to the largest budget; a row per budget."""
     from rpg_base.typed_config.config import with_overrides
@@ -86,8 +85,8 @@ def run_learn(seed: int, budgets: list[int], episodes: int, rules: bool, root: P
     from rpg_worldmodel.learn_config import LearnConfig
 
     cfg = with_overrides(LearnConfig(seed=seed, real_steps=max(budgets), eval_episodes=episodes,
-                                     eval_seed=EVAL_SEED, move_rules=rules), overrides).validate()
-    out = learn(cfg, root / f"learn-{'rules' if rules else 'no-rules'}-s{seed}")
+                                     eval_seed=EVAL_SEED), overrides).validate()
+    out = learn(cfg, root / f"learn-s{seed}")
     return learn_rows(out, budgets)
 
 
@@ -120,13 +119,16 @@ def learn_rows(run: Path, budgets: list[int]) -> list[dict[str, Any]]:
 
 
 def learn_method(run: Path) -> tuple[str, int]:
-    """Which method a finished learn run measured, and its seed: ``learn`` or ``learn-no-rules``, with
-    its agent's imagined worlds and steps an iteration where they differ from today's defaults."""
+    """Which method a finished learn run measured, and its seed: ``learn``, or for a run of schema
+    11 and before what its world models were told (the ``rules`` switch it recorded), with its
+    agent's imagined worlds and steps an iteration where they differ from today's defaults."""
     from rpg_worldmodel.learn_config import LearnConfig, run_config
 
-    cfg = run_config(read_curve(run)["config"], str(run / "curve.json"))
+    recorded = dict(read_curve(run)["config"])
+    told = [recorded.pop(key) for key in ("move_rules", "rules") if key in recorded]
+    cfg = run_config(recorded, str(run / "curve.json"))
     agent, default = cfg.agent_config(0), LearnConfig().agent_config(0)
-    method = "learn" if cfg.move_rules else "learn-no-rules"
+    method = "learn" if not told else f"learn, rules {'on' if told[0] else 'off'} (schema 11)"
     if (agent.n_envs, agent.total_timesteps) != (default.n_envs, default.total_timesteps):
         method += f" ({agent.n_envs} worlds, {agent.total_timesteps // 1000}k)"
     return method, cfg.seed
@@ -390,7 +392,7 @@ def plot(summary: dict[str, dict[str, Any]], path: Path) -> None:
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/sample_efficiency.py", description=__doc__.split("\n")[0])
     parser.add_argument("--methods", nargs="+", choices=METHODS,
-                        default=["learn", "learn-no-rules", "dqn", "ppo"],
+                        default=["learn", "dqn", "ppo"],
                         help="what to train (dreamer needs --dreamer-python)")
     parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budgets", type=positive_int, nargs="+", default=[5_000, 10_000, 25_000],
@@ -461,14 +463,14 @@ def main(argv: list[str] | None = None) -> None:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         runs += given_runs(args, learned, dreamer_seeds, evaluated, budgets) + merged
-        read_from = {"learn": args.learn_from, "learn-no-rules": args.learn_from,
+        read_from = {"learn": args.learn_from,
                      "dreamer": [*args.dreamer_from, *args.dreamer_eval]}
         for method in args.methods:
             for seed in args.seeds:
                 if read_from.get(method):
                     continue  # read from the given runs
-                if method.startswith("learn"):
-                    rows = run_learn(seed, budgets, args.episodes, method == "learn", root, args.learn)
+                if method == "learn":
+                    rows = run_learn(seed, budgets, args.episodes, root, args.learn)
                 elif method == "dreamer":
                     rows = run_dreamer(args.dreamer_python, seed, budgets, root.resolve(), args.dreamer)
                 else:

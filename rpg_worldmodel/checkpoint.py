@@ -259,10 +259,13 @@ def load_model_weights(
     record: CheckpointRecord | None = None,
 ) -> CheckpointRecord:
     """Load a checkpoint's weights into an existing ``model``; raises `CheckpointError` naming both
-    configs when they differ. Returns the checkpoint's record (``record``: already read, not read again)."""
+    configs when they differ (but for ``model.kind_limits``, which holds no weight: a fine-tuned
+    model reads it off its own, larger, data). Returns the checkpoint's record (``record``: already
+    read, not read again)."""
     folder = resolve_checkpoint(path)
     record = record or read_record(folder / META_FILE)
-    diffs = config_differences(record.config.model, model.cfg)
+    diffs = [d for d in config_differences(record.config.model, model.cfg)
+             if not d.startswith("kind_limits:")]
     if diffs:
         raise CheckpointError(
             f"checkpoint {folder} does not fit this model: model config differs "

@@ -104,6 +104,11 @@ class ModelConfig:
         "refiner_width": Removed(32, "the cell refiner is 32 wide (schema 7's 2 x 64 one is not read; "
                                      "benchmarks/results/imagination_fidelity_refiner_1x32.json)"),
         "refiner_heads": Removed(2, "the cell refiner has 2 heads"),
+        **{name: Removed(value, "the game's movement table and reward table, which the model was told "
+                                "(schema <= 11); it learns its moves and rewards from the training files "
+                                "now (models/motion.py)")
+           for name, value in (("move_rules", False), ("entered_rewards", ()), ("move_deltas", ()),
+                               ("blocking_kinds", ()))},
         "sample_doubt": Removed(0.2, "the joint draw's doubt budget; the imagined env's sample_doubt "
                                     "keyword changes it"),
     }
@@ -158,25 +163,19 @@ class ModelConfig:
         "drawn independently; each round keeps the surest cells while the sum of their "
         "1 - p(likeliest kind) stays within 0.2 (models/refiner.py, SAMPLE_DOUBT; the imagined env's "
         "sample_doubt changes it)")
+    fixed_cells: tuple[int, ...] = setting(
+        (), "cells of the view (flat indices) that show one kind in every view of the training files (an "
+        "egocentric view's own viewer, which moves with it): the memory map keeps them as a kind of their "
+        "own and the shift read off two views ignores them; filled from the training split when empty")
+    kind_limits: tuple[int, ...] = setting(
+        (), "the most cells of each kind (channel) any training view holds: a sampled view holds no more "
+        "(models/refiner.py, joint_sample); filled from the training split when empty")
     sample_floor: float = setting(
         0.001, "in a joint draw, a kind whose refined probability in a cell is below this is not drawn "
         "there (epsilon sampling; the likeliest kind always may be): the tails a likelihood-trained "
         "refiner leaves on every cell; 0: the refined distributions as they are. It must stay below "
         "the rarest event the data has (benchmarks/imagination_fidelity.py's spawn rate shows it when "
         "it is not)")
-    move_rules: bool = setting(
-        True, "condition on the game's movement table: the motion prior chooses by the move's "
-        "outcome (a blocked move is its own choice) and the reward head reads the entered cell's kind "
-        "(models/steps.py)")
-    entered_rewards: tuple[float, ...] = setting(
-        (), "with move_rules and the reward head: the points of entering each channel's kind (a wall: "
-        "the bump's penalty), which start the reward prior; filled from the training file's env_kwargs")
-    move_deltas: tuple[int, ...] = setting(
-        (), "with memory_map or move_rules: the (row, col) move of each action, flattened; filled from "
-        "the training file's action names when empty")
-    blocking_kinds: tuple[int, ...] = setting(
-        (), "with memory_map or move_rules: the entity kinds a move cannot enter; filled from the "
-        "training file's channel names when empty")
 
     def validate(self) -> None:
         """Positive sizes; patches that tile the view and heads that split the width."""
@@ -215,20 +214,13 @@ class ModelConfig:
             raise ConfigError(f"model.action_frames must be >= 0 (0: a linear head on the global token), "
                               f"got {self.action_frames}")
         self._validate_memory_and_refiner()
-        if self.move_deltas and len(self.move_deltas) != 2 * self.num_actions:
-            raise ConfigError(f"model.move_deltas holds a (row, col) pair per action: {2 * self.num_actions} "
-                              f"numbers for {self.num_actions} actions, got {len(self.move_deltas)}")
-        rewards = set(self.entered_rewards)
-        if rewards and len(self.entered_rewards) != self.num_channels:
-            raise ConfigError(f"model.entered_rewards holds one value per channel ({self.num_channels}), "
-                              f"got {len(self.entered_rewards)}; leave it empty to read it from the "
-                              f"training file")
-        if rewards and self.reward_values and not rewards <= set(self.reward_values):
-            raise ConfigError(f"model.entered_rewards {list(self.entered_rewards)} must be among "
-                              f"model.reward_values {list(self.reward_values)}")
-        if any(not 0 <= k < self.num_channels for k in self.blocking_kinds):
-            raise ConfigError(f"model.blocking_kinds must be channel indices in 0..{self.num_channels - 1}, "
-                              f"got {list(self.blocking_kinds)}")
+        if self.kind_limits and (len(self.kind_limits) != self.num_channels or min(self.kind_limits) < 0):
+            raise ConfigError(f"model.kind_limits holds a count >= 0 per channel ({self.num_channels}), got "
+                              f"{list(self.kind_limits)}; leave it empty to read it from the training file")
+        if any(not 0 <= k < self.view_size**2 for k in self.fixed_cells):
+            raise ConfigError(f"model.fixed_cells must be cells of the view, 0..{self.view_size**2 - 1}, "
+                              f"got {list(self.fixed_cells)}; leave it empty to read it from the training "
+                              f"file")
         values = list(self.reward_values)
         if values != sorted(set(values)):
             raise ConfigError(f"model.reward_values must be distinct and ascending, got {values}")

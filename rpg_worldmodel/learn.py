@@ -1,6 +1,6 @@
 """Learn the game from nothing: the IRIS loop of collecting, fitting the world model and dreaming.
 
-    python -m rpg_worldmodel.learn [--steps 10000] [--no-move-rules] [--seed S] [--out DIR] [key=value ...]
+    python -m rpg_worldmodel.learn [--steps 10000] [--seed S] [--out DIR] [key=value ...]
     python -m rpg_worldmodel.learn --resume DIR [--steps N]
 
 It starts with no expert, no recorded file and no pretrained weights, and only orchestrates what
@@ -18,7 +18,8 @@ exists. Iteration k:
              random: one point of the curve (real return against real steps used).
 
 It stops when ``real_steps`` are spent (the last iteration collects what is left, whole games).
-``move_rules=false`` (``--no-move-rules``) also learns the movement table and the reward prior.
+The world models are told nothing of the game but the file's spaces and reward classes: which
+action moves where, what blocks a move and what a step pays, they learn (docs/worldmodel.md).
 
 Run folder: ``config.yaml``, ``provenance.json``, ``iter_000/`` ... (``games.h5``, ``world_model/``,
 ``agent/``, ``iteration.json``), ``curve.json`` (every point, and ``final``: the last agent's
@@ -52,7 +53,6 @@ from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, portable_command, portable_path, provenance, write_whole
 from rpg_base.results import pyplot, save_figure
 from rpg_base.typed_config import config as tc
-from rpg_base.typed_config.config import note_renamed
 from rpg_worldmodel.learn_config import CONFIG_FILE, LearnConfig, load_run_config
 
 DEFAULT_OUT_ROOT = "runs/learn"
@@ -301,7 +301,7 @@ def _write_curve(out: Path, cfg: LearnConfig, curve: Curve, new: bool) -> None:
 
     _write_json(out / CURVE_FILE, curve.to_dict(cfg))
     plot_curve(curve.points, out / "curve.png", title=f"learn from scratch, seed {cfg.seed}, "
-                                                      f"rules {'on' if cfg.move_rules else 'off'}")
+                                                      f"{cfg.real_steps:,} real steps")
     if not new:
         return
     point = curve.points[-1]
@@ -338,9 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=positive_int, default=None,
                         help="real learner steps (config real_steps)")
     parser.add_argument("--seed", type=int, default=None, help="seed (config seed)")
-    parser.add_argument("--no-move-rules", action="store_true",
-                        help="learn the movement table and the reward prior too (config move_rules=false)")
-    parser.add_argument("--no-rules", action="store_true", help=argparse.SUPPRESS)  # its old name
+    # switches of the movement table and reward prior the world models no longer have
+    parser.add_argument("--no-move-rules", "--no-rules", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", default=None, help="YAML file of LearnConfig keys")
     parser.add_argument("--out", type=output_folder, default=None,
                         help="run folder (default: runs/learn/<time>-s<seed>)")
@@ -356,12 +355,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     words = list(argv) if argv is not None else sys.argv[1:]
     command = "python -m rpg_worldmodel.learn " + portable_command(words)
-    if args.no_rules:
-        note_renamed("--no-rules", "--no-move-rules", "flag")
-    no_move_rules = args.no_move_rules or args.no_rules
+    if args.no_move_rules:
+        print("note: --no-move-rules has no effect: the world models have no movement table or reward "
+              "prior to turn off; they learn both", file=sys.stderr)
     if args.resume is not None:
         given = [name for name in ("seed", "config", "out") if getattr(args, name) is not None]
-        if given or no_move_rules or args.overrides:
+        if given or args.overrides:
             parser.error("--resume takes no other argument but --steps: the run keeps its config.yaml")
         if missing := [n for n in (CONFIG_FILE, "provenance.json") if not (args.resume / n).is_file()]:
             raise InputError(f"--resume {args.resume}: no learn run there ({' and '.join(missing)} missing); "
@@ -371,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = extend_budget(args.resume, cfg, args.steps, command)
         print(f"run folder: {learn(cfg, args.resume, resume=True)}")
         return 0
-    flags = {"real_steps": args.steps, "seed": args.seed, "move_rules": False if no_move_rules else None}
+    flags = {"real_steps": args.steps, "seed": args.seed}
     cfg = tc.load(LearnConfig, args.config, args.overrides, {k: v for k, v in flags.items() if v is not None})
     out = args.out or Path(DEFAULT_OUT_ROOT) / f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-s{cfg.seed}"
     print(f"run folder: {learn(cfg, out, command)}")

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rpg_base.cli import check_device
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import setting
-from rpg_base.typed_config.values import ConfigError
+from rpg_base.typed_config.values import ConfigError, Removed
 
 CONFIG_FILE = "config.yaml"
 
@@ -23,14 +23,17 @@ CONFIG_FILE = "config.yaml"
 class LearnConfig:
     """Every setting of a learn run (``key=value`` overrides; ``config.yaml`` records them)."""
 
+    REMOVED_SETTINGS: ClassVar[dict[str, Removed]] = {
+        name: Removed(False, "the switch that turned the world model's movement table and reward prior off; "
+                             "the model has neither now and learns both (schema 12)")
+        for name in ("move_rules", "rules")}
+
     seed: int = setting(0, "seed of everything: collection waves, world model, agent")
     real_steps: int = setting(10_000, "budget of real learner steps (the learner's env steps in the real "
                                       "game, summed over games)")
     collect_steps: int = setting(2_000, "real learner steps collected per iteration (whole games of "
                                         "max_turns steps)")
     collect_envs: int = setting(10, "real games played together while collecting")
-    move_rules: bool = setting(True, "the world models condition on the game's movement table and reward "
-                                     "prior (model.move_rules); false: both learned", formerly=("rules",))
     world_model_steps: int = setting(400, "world-model optimisation steps of the first iteration")
     world_model_steps_later: int = setting(200, "world-model optimisation steps of each later iteration "
                                                 "(from the last iteration's weights)")
@@ -112,7 +115,7 @@ class LearnConfig:
         steps = self.world_model_steps if k == 0 else self.world_model_steps_later
         base = WorldModelConfig()
         cfg = replace(base, data=replace(base.data, agent_id=0),
-                      model=replace(base.model, sample_floor=self.sample_floor, move_rules=self.move_rules),
+                      model=replace(base.model, sample_floor=self.sample_floor),
                       train=replace(base.train, seed=self.seed, max_steps=steps,
                                     warmup_steps=max(1, min(100, steps // 4)), eval_every=steps,
                                     checkpoint_every=steps, num_threads=self.torch_threads,

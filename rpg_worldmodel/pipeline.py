@@ -31,7 +31,6 @@ are of the first seed's model; the seeds stage adds the spread over training see
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -51,6 +50,7 @@ from rpg_base.provenance import pinned_torch_threads
 from rpg_worldmodel.config import WorldModelConfig
 
 PIPELINE_OUT_ROOT = "runs/pipeline"
+EXPLORE_FILE = "explore.h5"  # the games of random play, in the run's data/ folder
 #: Imagined worlds (and as many real games) of the dream stage.
 DREAM_WORLDS = 32
 #: What a pipeline run writes into its folder (all of it is replaced by --overwrite, nothing else).
@@ -94,6 +94,9 @@ class PipelineSettings:
     self_games: int = 1500  # games for the self file (split by game); recording is cheap, more data
     # curbs the action head's over-fitting (measured: 600 games over-fit after ~1000 steps)
     cross_games: int = 80  # games of the cross expert (all scored: the model never saw them)
+    # Games of random play trained on beside the self expert's: the expert almost never bumps into a
+    # wall, so its games alone do not show the model what blocks a move (docs/worldmodel.md)
+    explore_games: int = 300
     num_envs: int = 64
     record_co_players: bool = False  # model one agent's own stream, as the reference did
     train_overrides: list[str] = field(default_factory=list)  # key=value for the main run
@@ -118,7 +121,7 @@ class PipelineSettings:
     def quick_settings(cls, out: str = "", seed: int = 0) -> PipelineSettings:
         """A tiny end-to-end run (seconds): scripted policies, a tiny model, a few steps."""
         return cls(out=out, seed=seed, self_expert="greedy", cross_expert="random", self_games=24,
-                   cross_games=6, num_envs=8,
+                   cross_games=6, explore_games=6, num_envs=8,
                    train_overrides=["model.width=24", "model.num_heads=2", "model.num_layers=1",
                                     "model.num_frames=3", "train.max_steps=6", "train.warmup_steps=2",
                                     "train.batch_size=16", "train.eval_every=3", "train.log_every=2",
@@ -238,10 +241,10 @@ def masked_config(cfg: WorldModelConfig, mask: str, fraction: float, start: Path
     return short.validate()
 
 
-def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path, Path]:
-    """Train ``cfg`` on ``data`` into ``run_dir``; returns ``(best checkpoint, run folder)``.
+def stage_train(data: list[Path], run_dir: Path, cfg: WorldModelConfig) -> tuple[Path, Path]:
+    """Train ``cfg`` on the files ``data`` into ``run_dir``; returns ``(best checkpoint, run folder)``.
 
-    Same as ``python -m rpg_worldmodel.train --data DATA --out RUN_DIR [overrides]``.
+    Same as ``python -m rpg_worldmodel.train --data DATA [--data MORE] --out RUN_DIR [overrides]``.
     """
     import copy
 
@@ -249,7 +252,7 @@ def stage_train(data: Path, run_dir: Path, cfg: WorldModelConfig) -> tuple[Path,
     from rpg_worldmodel.train import train
 
     cfg = copy.deepcopy(cfg)
-    cfg.data.path = str(data)
+    cfg.data.path = str(data[0]) if len(data) == 1 else [str(p) for p in data]
     cfg.out_dir = str(run_dir)
     result = train(cfg.validate())
     print(f"    {run_dir.name}: step {result.step}, val loss {result.val.get('loss', float('nan')):.4f}, "
@@ -268,7 +271,7 @@ def run_pipeline(settings: PipelineSettings, overwrite: bool = False) -> Path:
 def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
     from rpg_worldmodel.data.masks import mask_choices
     from rpg_worldmodel.data.sources import DataSource
-    from rpg_worldmodel.report.document import write_report
+    from rpg_worldmodel.report.document import pipeline_section, write_report
 
     s = settings
     out = Path(s.out or default_out())
@@ -282,8 +285,9 @@ def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
         print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
     with Stage(2, total, "record", timings):
         self_file, cross_file, recorded = stage_record_both(s, experts, out / "data")
+    training = [self_file, *([out / "data" / EXPLORE_FILE] if s.explore_games else [])]
     with Stage(3, total, "train", timings):
-        checkpoint, run_dir, masked = stage_train_both(s, cfg, self_file, out)
+        checkpoint, run_dir, masked = stage_train_both(s, cfg, training, out)
     masks = s.eval_masks or mask_choices(DataSource.open(self_file).channel_names)
     ev = stage_evaluate(s, checkpoint, masked, (self_file, cross_file), masks, (total, timings))
     with Stage(8, total, "dream (whole games beside the real game)", timings):
@@ -291,7 +295,7 @@ def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
     seeds = None
     if s.extra_seeds:
         with Stage(9, total, f"seeds ({', '.join(map(str, (s.seed, *s.extra_seeds)))})", timings):
-            seeds = stage_seeds(ev, cfg, self_file, cross_file, out, s)
+            seeds = stage_seeds(ev, cfg, training, cross_file, out, s)
     section = {"settings": {**asdict(s), "eval_masks": masks}, "recorded": recorded, "run_dir": str(run_dir),
                "masked_checkpoint": str(masked) if masked else None, "timings_s": timings,
                "dream_fidelity": dream}
@@ -307,7 +311,8 @@ def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
 
 def stage_record_both(s: PipelineSettings, experts: tuple[tuple[str, str], tuple[str, str]],
                       folder: Path) -> tuple[Path, Path, dict]:
-    """Each expert's games into ``folder/<label>.h5``: ``(self file, cross file, summaries)``."""
+    """Each expert's games into ``folder/<label>.h5`` and the games of random play into
+    ``folder/explore.h5`` (``s.explore_games``): ``(self file, cross file, summaries)``."""
     (self_policy, self_label), (cross_policy, cross_label) = experts
     self_file, cross_file = folder / f"{self_label}.h5", folder / f"{cross_label}.h5"
     recorded = {
@@ -316,20 +321,23 @@ def stage_record_both(s: PipelineSettings, experts: tuple[tuple[str, str], tuple
         "cross": stage_record(cross_policy, cross_label, cross_file, s.cross_games, s.seed + 1,
                               s.num_envs, s.record_co_players, s.quick),
     }
+    if s.explore_games:
+        recorded["explore"] = stage_record("random", "random", folder / EXPLORE_FILE, s.explore_games,
+                                           s.seed + 2, s.num_envs, s.record_co_players, s.quick)
     for key, summary in recorded.items():
         print(f"    {key}: {summary['games']} games, {summary['agent_steps']} steps, mean return "
               f"{summary['mean_return']:.2f}, {summary['seconds']:.1f}s -> {summary['path']}")
     return self_file, cross_file, recorded
 
 
-def stage_train_both(s: PipelineSettings, cfg: WorldModelConfig, self_file: Path,
+def stage_train_both(s: PipelineSettings, cfg: WorldModelConfig, training: list[Path],
                      out: Path) -> tuple[Path, Path, Path | None]:
     """The main model, then (unless ``s.mask_train`` is empty or none) its mask-fine-tuned probe:
     ``(main best checkpoint, main run folder, probe best checkpoint or None)``."""
-    checkpoint, run_dir = stage_train(self_file, out / "run", cfg)
+    checkpoint, run_dir = stage_train(training, out / "run", cfg)
     masked = None
     if s.mask_train and s.mask_train != "none":
-        masked, _ = stage_train(self_file, out / f"run_mask_{s.mask_train}",
+        masked, _ = stage_train(training, out / f"run_mask_{s.mask_train}",
                                 masked_config(cfg, s.mask_train, s.mask_train_steps_fraction, checkpoint))
     return checkpoint, run_dir, masked
 
@@ -359,22 +367,24 @@ def stage_evaluate(s: PipelineSettings, checkpoint: Path, masked: Path | None, f
     return ev
 
 
-def stage_seeds(first, cfg: WorldModelConfig, self_file: Path, cross_file: Path, out: Path,
+def stage_seeds(first, cfg: WorldModelConfig, training: list[Path], cross_file: Path, out: Path,
                 s: PipelineSettings) -> dict:
-    """One more model per seed of ``s.extra_seeds``, trained and scored like the first (``first``,
-    an `Evaluation` whose files are scored); the headline figures across all seeds."""
+    """One more model per seed of ``s.extra_seeds``, trained on ``training`` (the self file first) and
+    scored like the first (``first``, an `Evaluation` whose files are scored); the headline figures
+    across all seeds."""
     import copy
 
     from rpg_worldmodel.evaluation.run import Evaluation
     from rpg_worldmodel.evaluation.seeds import across_seeds
     from rpg_worldmodel.report.text import seeds_line
 
+    self_file = training[0]
     own, cross = [first.scores[str(self_file)][1]], [first.scores[str(cross_file)][1]]
     runs = [str(out / "run")]
     for seed in s.extra_seeds:
         seeded = copy.deepcopy(cfg)
         seeded.train.seed = seed
-        checkpoint, run_dir = stage_train(self_file, out / f"run_seed_{seed}", seeded)
+        checkpoint, run_dir = stage_train(training, out / f"run_seed_{seed}", seeded)
         ev = Evaluation(checkpoint, [self_file, cross_file], first.options, baselines=first.baselines)
         own.append(ev.scores_of(self_file))
         cross.append(ev.scores_of(cross_file))
@@ -386,10 +396,11 @@ def stage_seeds(first, cfg: WorldModelConfig, self_file: Path, cross_file: Path,
 
 def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
     """The trained model's dream beside the real game over whole episodes
-    (`rpg_worldmodel.envs.whole_games`), under greedy and random play, the shipped DQN expert and the
-    shipped dream agent (`JUDGING_POLICIES`), sampled at temperature 1 (``policies``) and at arg-max
-    (``argmax``): what the one-step figures cannot see (frames the game could not show, a map not
-    kept, items lost)."""
+    (`rpg_worldmodel.envs.whole_games`), under the scripts (greedy, random, greedy with 30% random
+    actions, a wall-follower), the shipped DQN expert and the shipped dream agent (`JUDGING_POLICIES`),
+    sampled at temperature 1 (``policies``) and at arg-max (``argmax``): what the one-step figures
+    cannot see (frames the game could not show, no one room for the whole game, co-players and items
+    lost)."""
     from rpg_worldmodel.checkpoint import load_checkpoint
     from rpg_worldmodel.envs.whole_games import (
         JUDGING_POLICIES,
@@ -402,7 +413,7 @@ def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
 
     loaded = load_checkpoint(checkpoint)
     ref, worlds = reference_of(loaded), 8 if s.quick else DREAM_WORLDS
-    out: dict = {"worlds": worlds, "sampler": "temperature 1, game views", "skipped": {}}
+    out: dict = {"worlds": worlds, "sampler": "temperature 1", "skipped": {}}
     names = []
     for name in JUDGING_POLICIES:  # a shipped agent removed from the install costs its rows, not the run
         try:
@@ -414,39 +425,12 @@ def stage_dream(checkpoint: Path, s: PipelineSettings) -> dict:
     for key, sample in (("policies", True), ("argmax", False)):
         out[key] = {}
         for name in names:
-            row = dream_and_real(loaded, ref, partial(judging_policy, name), sample=sample, views="game",
+            row = dream_and_real(loaded, ref, partial(judging_policy, name), sample=sample,
                                  worlds=worlds, seed=s.seed)
             print(f"    {name}{'' if sample else ', arg-max'}: " + dream_line(row), flush=True)
             row.pop("imagined_steps_per_s")  # a timing: the stage's time is in timings_s
             out[key][name] = row
     return out
-
-
-def pipeline_section(p: dict) -> list[str]:
-    """The report's "How this was made" section from the pipeline's part of metrics.json."""
-    from rpg_worldmodel.report.text import dream_line
-
-    rec = p["recorded"]
-    lines = ["## How this was made", "",
-             "`python -m rpg_worldmodel.pipeline` with settings:", "", "```json",
-             json.dumps(p["settings"], indent=1), "```", "",
-             f"- self expert: {rec['self']['policy_id']}, {rec['self']['games']} games "
-             f"(mean return {rec['self']['mean_return']:.2f}); cross expert: {rec['cross']['policy_id']}, "
-             f"{rec['cross']['games']} games (mean return {rec['cross']['mean_return']:.2f})",
-             f"- training run: `{p['run_dir']}`; probe model (that model fine-tuned with a mask): "
-             f"`{p['masked_checkpoint']}`",
-             "- stage timings (s): " + ", ".join(f"{k} {v}" for k, v in p["timings_s"].items()), ""]
-    dream = p.get("dream_fidelity")
-    if dream:
-        lines += ["## The dream over whole games", "",
-                  f"{dream['worlds']} imagined worlds beside as many real games, from the same real opening "
-                  f"to the episode's end ({dream['sampler']}; `rpg_worldmodel.envs.whole_games`; 95% "
-                  "intervals over worlds):", ""]
-        lines += [f"- {name}: {dream_line(row)}" for name, row in dream["policies"].items()] + [""]
-        if dream.get("argmax"):  # written before the arg-max rows were added
-            lines += ["At arg-max (each cell's likeliest kind):", ""]
-            lines += [f"- {name}: {dream_line(row)}" for name, row in dream["argmax"].items()] + [""]
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

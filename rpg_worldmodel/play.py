@@ -21,7 +21,11 @@ window.
 
 The panel also says whether the imagined frame is one the game could show
 (`rpg_worldmodel.envs.fidelity.frame_validity`: its walls, the learner at the centre, the number of
-agents, the kinds); a frame that is not is outlined in magenta. The model runs on ``--threads``
+agents, the kinds); a frame that is not is outlined in magenta. Below it, whether one room still
+explains the whole dream so far (`rpg_worldmodel.envs.consistency`): ``room ok``, or ``room broken
+at turn k`` from the first turn whose walls no start position in the room explains under the moves
+(on generated levels ``map ok`` / ``map broken at turn k``: a map of its own, of the map's size).
+The model runs on ``--threads``
 torch threads (1 by default: its steps are small, and more threads only wait on each other,
 docs/imagination.md).
 
@@ -152,11 +156,35 @@ class DreamView(ShownWorld):
         super().__init__(env)
         meta = env.unwrapped.metadata
         self.reference = FidelityReference.for_game(meta["rules"], channel_names=meta["channel_names"])
+        self.codes: list[np.ndarray] = []  # the dream's frames since its reset, as cell codes
+        self.actions: list[int] = []
+        self.first_turn = 0
+        self._judged: tuple[int, str] = (0, "")
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
         self.view = obs
+        self.codes, self.actions = [np.asarray(obs).argmax(0)], []
+        self.first_turn = int(info.get("turn", 0))
         return obs, info
+
+    def step(self, action):
+        out = super().step(action)
+        self.codes.append(np.asarray(self.view).argmax(0))
+        self.actions.append(int(action))
+        return out
+
+    def whole_game(self) -> str:
+        """The dream so far as one game (`whole_game_status`): ``room ok`` or ``room broken at turn k``."""
+        from rpg_worldmodel.envs.consistency import whole_game_status
+
+        if not self.codes:
+            return ""
+        if self._judged[0] != len(self.codes):  # judged once a frame, however often the panel asks
+            status = whole_game_status(np.stack(self.codes), np.array(self.actions, dtype=np.int64),
+                                       self.reference, self.first_turn)
+            self._judged = (len(self.codes), status)
+        return self._judged[1]
 
     @property
     def mode(self) -> str:
@@ -180,10 +208,13 @@ class DreamView(ShownWorld):
         return frame
 
     def status(self, info: dict) -> list[str]:
-        """The panel's lines about the dream: its uncertainty, the mode and the frame's validity."""
+        """The panel's lines about the dream: its uncertainty, the mode, the frame's validity and the
+        whole game's consistency so far."""
         failed = self.failed_conditions()
         validity = f"invalid frame ({', '.join(failed)})" if failed else "valid frame"
-        return [f"uncertainty {info['entropy']:.3f} nats/cell", f"{self.mode}: {validity}"]
+        whole = self.whole_game()
+        lines = [f"uncertainty {info['entropy']:.3f} nats/cell", f"{self.mode}: {validity}"]
+        return [*lines, whole] if whole else lines
 
     def toggle_sampling(self) -> str:
         worlds = self.env.unwrapped.worlds

@@ -109,6 +109,8 @@ def _checked(folder: Path, cfg: WorldModelConfig, data: DataRecord, doing: str,
     files' contents, in any order; with ``more_data``, ``data`` may hold further files too)."""
     record = read_record(folder / META_FILE)
     diffs = config_differences(record.config.model, cfg.model)
+    if more_data:  # more games may hold more of a kind: the draw's limits follow the data, not the weights
+        diffs = [d for d in diffs if not d.startswith("kind_limits:")]
     if diffs:
         raise CheckpointError(
             f"cannot {doing} {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}; "
@@ -132,8 +134,13 @@ def _splits(record: CheckpointRecord) -> dict[str, np.ndarray]:
 
 
 def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: DataRecord) -> Resume:
-    """Read the checkpoint a run resumes from (its latest); refused as `_checked` says."""
+    """Read the checkpoint a run resumes from (its latest); refused as `_checked` says. What the
+    run read off its training views when it began (``model.fixed_cells``, ``model.kind_limits``)
+    is taken from it where ``cfg`` leaves them empty."""
     folder = resolve_checkpoint(path, "latest")
+    if not cfg.model.kind_limits:
+        saved = read_record(folder / META_FILE).config.model
+        cfg.model.fixed_cells, cfg.model.kind_limits = saved.fixed_cells, saved.kind_limits
     record = _checked(folder, cfg, data, "resume")
     return Resume(folder, record, _splits(record), load_training_state(folder))
 
@@ -148,6 +155,8 @@ def starting_checkpoint(cfg: WorldModelConfig) -> Path:
         raise CheckpointError(f"train.init_from={cfg.train.init_from}: {exc}") from None
     for name in SPLIT_SETTINGS:
         setattr(cfg.data, name.partition(".")[2], copy.deepcopy(_setting(saved, name)))
+    if not cfg.model.fixed_cells:  # what the map keeps apart, as the start's weights learned it
+        cfg.model.fixed_cells = saved.model.fixed_cells
     return folder
 
 

@@ -6,9 +6,9 @@ here only, with the schema migrations that keep every older checkpoint readable.
     CheckpointRecord  a RunRecord with the checkpoint's step, config and validation metrics
     DataRecord        the training data: its files (DataFile: path, fingerprint, episodes) and game
 
-`read_record` reads a meta.json of any supported schema (1..`CHECKPOINT_VERSION`) as the current
-one (`migrate`) and refuses a missing, corrupt, foreign or newer one with a `CheckpointError` that
-names the file; `write_record` writes the current schema.
+`read_record` reads a meta.json of the current schema (`CHECKPOINT_VERSION`) and refuses a missing,
+corrupt, foreign, older or newer one with a `CheckpointError` that names the file and says why
+(`check_schema`); `write_record` writes the current schema.
 """
 
 from __future__ import annotations
@@ -26,42 +26,15 @@ from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.config import WorldModelConfig
 
 CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
-#: The checkpoint schema. 2 added rotary positions and the reward head (model.position,
-#: model.reward_head, model.reward_values, train.reward_loss_weight); 3 records the training data as
-#: a list of files (``data.files``: path, fingerprint, num_episodes each), the split's episode ids
-#: counting over all of them in that order (one file: its own ids); 4 added the frame-stack action
-#: head (model.action_frames; older checkpoints have the linear head, 0); 5 the memory map and the
-#: movement table (model.memory_map, model.move_rules, model.move_deltas, model.blocking_kinds;
-#: older ones have neither); 6 fine-tuning (train.init_from; older runs started from random
-#: weights); 7 the episode-long memory map (model.memory_steps, model.map_size, model.train_window;
-#: older maps reached back num_frames steps and trained on num_frames windows) and the cell refiner
-#: (model.refiner_layers and its sizes, model.sample_rounds, train.refiner_loss_weight; older models
-#: drew cells independently); 8 the refiner's doubt budget; 9 the choice of global layer (model.layer,
-#: model.srwm_heads; older models attend); 10 the map read along rows and columns (model.map_reach;
-#: older maps read each cell alone); 11 the joint draw's floor (model.sample_floor; older models
-#: drew from the refined distributions as they are).
-CHECKPOINT_VERSION = 11
-#: How a checkpoint of an older schema is read: the config values it lacked, as its model was
-#: (schema 2's one data file becomes a list of one by `migrate`). A key since removed (a section's
-#: ``REMOVED_SETTINGS`` in `rpg_worldmodel.config`) is read as nothing when it holds the value the
-#: code now always runs with, and refused when it holds another.
-MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
-    1: {"model": {"position": "learned", "reward_head": False, "reward_values": []}},
-    2: {},
-    3: {"model": {"action_frames": 0}},
-    4: {"model": {"memory_map": False, "move_rules": False}},
-    5: {"train": {"init_from": ""}},
-    6: {"model": {"memory_steps": 0, "map_size": 64, "refiner_layers": 0, "train_window": 0}},
-    # schema 7 drew a fixed, geometric number of cells a round; that schedule is gone, and its
-    # refiners draw with the doubt budget, capped at the rounds they were given
-    7: {"model": {"sample_doubt": 0.2, "refiner_views": 64}},
-    8: {"model": {"layer": "attention", "srwm_heads": 1}},
-    9: {"model": {"map_reach": 0}},
-    10: {"model": {"sample_floor": 0.0}},
-}
+#: The checkpoint schema. 12: the model learns which shift an action causes and what a step pays
+#: (model.motion, the reward head's per-action view map) and places no agents by rule; schemas
+#: 1..11 were told the game's movement table, reward table or agent placement (or came before
+#: them) and are refused (`check_schema`): their models cannot be rebuilt by this code.
+CHECKPOINT_VERSION = 12
+
 #: The keys of meta.json this version reads; any other is kept in `CheckpointRecord.extra`.
 KNOWN_KEYS = ("format", "version", "step", "config", "splits", "data", "seed", "versions", "init_from",
-              "provenance", "metrics", "shipped", "migrated_from")
+              "provenance", "metrics", "shipped")
 
 
 class CheckpointError(InputError):
@@ -162,8 +135,6 @@ class CheckpointRecord(RunRecord):
     """Validation loss and figures at ``step``."""
     shipped: dict[str, str] | None = None
     """A shipped model's origin: "from" (the checkpoint), "weights" (dtype)."""
-    migrated_from: int | None = None
-    """The older schema it was written in (read only, never written)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know, kept on rewrite."""
 
@@ -190,11 +161,10 @@ class CheckpointRecord(RunRecord):
         config.data.path = files[0].path if len(files) == 1 else [f.path for f in files]
         config.out_dir = Path(config.out_dir).name
         return dataclasses.replace(self, data=dataclasses.replace(self.data, files=files), provenance=prov,
-                                   config=config, shipped={"from": origin, "weights": weights},
-                                   migrated_from=None)
+                                   config=config, shipped={"from": origin, "weights": weights})
 
     def to_json(self) -> dict[str, Any]:
-        """meta.json's content at the current schema (`migrated_from` is not written)."""
+        """meta.json's content at the current schema."""
         meta: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION,
                                 "step": int(self.step), "config": self.config.to_dict(),
                                 "splits": self.splits, "data": self.data.to_dict(), "seed": self.seed,
@@ -208,9 +178,9 @@ class CheckpointRecord(RunRecord):
 
     @classmethod
     def from_json(cls, meta: dict[str, Any], source: str = "checkpoint") -> CheckpointRecord:
-        """``meta`` of any supported schema (`migrate`) as a record; `CheckpointError` naming
+        """``meta`` of the current schema (`check_schema`) as a record; `CheckpointError` naming
         ``source`` (the meta.json) when a part is missing or malformed."""
-        meta = migrate(meta, source)
+        check_schema(meta, source)
         try:
             config = WorldModelConfig.from_dict(meta["config"], source=source)
         except (ConfigError, KeyError, TypeError) as exc:
@@ -221,7 +191,6 @@ class CheckpointRecord(RunRecord):
                        versions=dict(meta.get("versions") or {}), init_from=meta.get("init_from"),
                        provenance=meta.get("provenance"), step=int(meta["step"]), config=config,
                        metrics=dict(meta.get("metrics") or {}), shipped=meta.get("shipped"),
-                       migrated_from=meta.get("migrated_from"),
                        extra={k: v for k, v in meta.items() if k not in KNOWN_KEYS})
         except KeyError as exc:
             raise CheckpointError(f"{source} records no {exc.args[0]!r}: it was edited or is corrupt; "
@@ -231,37 +200,26 @@ class CheckpointRecord(RunRecord):
                                   f"retrain, or restore the checkpoint") from None
 
 
-def migrate(meta: dict[str, Any], source: Path | str = "checkpoint") -> dict[str, Any]:
-    """``meta`` of any supported schema as schema `CHECKPOINT_VERSION` reads it: an older one gets
-    the config values it lacked (`MIGRATIONS`) and ``migrated_from``; an unknown one is refused."""
+def check_schema(meta: dict[str, Any], source: Path | str = "checkpoint") -> None:
+    """Nothing for ``meta`` of schema `CHECKPOINT_VERSION`; a `CheckpointError` in one line that
+    says why for any other."""
     version = meta.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise CheckpointError(f"{source} has checkpoint schema version {version!r}, which no rpg_worldmodel "
-                              f"wrote (this one reads 1..{CHECKPOINT_VERSION}); the meta.json was edited or "
-                              f"is corrupt: retrain, or restore the checkpoint")
+                              f"wrote (this one reads {CHECKPOINT_VERSION}); the meta.json was edited or is "
+                              f"corrupt: retrain, or restore the checkpoint")
     if version > CHECKPOINT_VERSION:
         raise CheckpointError(
             f"{source} was written by a newer rpg_worldmodel (checkpoint schema {version}; this one reads "
-            f"up to {CHECKPOINT_VERSION}); upgrade the package to use it"
+            f"{CHECKPOINT_VERSION}); upgrade the package to use it"
         )
-    if version == 5 and "move_rules" not in dict((meta.get("config") or {}).get("model") or {}):
-        # schema 5 gained the movement table (and a map that leaves the centre alone) before it was
-        # released; a checkpoint of the interim development form would load into the wrong model
-        raise CheckpointError(f"{source} is a schema-5 checkpoint from before the movement table (its config "
-                              f"has no model.move_rules), a development form this package cannot rebuild: "
-                              f"retrain it")
-    if version == CHECKPOINT_VERSION:
-        return meta
-    config = dict(meta.get("config") or {})
-    for old in range(version, CHECKPOINT_VERSION):
-        for section, values in MIGRATIONS[old].items():
-            config[section] = {**values, **dict(config.get(section) or {})}
-    data = dict(meta.get("data") or {})
-    if "files" not in data and "path" in data:
-        one = {"path": data.pop("path"), "fingerprint": data.pop("fingerprint", None),
-               "num_episodes": data.get("num_episodes")}
-        data["files"] = [one]
-    return {**meta, "config": config, "data": data, "migrated_from": version, "version": CHECKPOINT_VERSION}
+    if version < CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{source} is a checkpoint of schema {version}, whose model was told the game's movement table, "
+            f"reward table or agent placement (or came before them); this package's model learns them "
+            f"(schema {CHECKPOINT_VERSION}) and cannot rebuild it: retrain it with python -m "
+            f"rpg_worldmodel.train, or evaluate it with a revision from before schema 12 (CHANGELOG.md)"
+        )
 
 
 def read_record(file: Path) -> CheckpointRecord:

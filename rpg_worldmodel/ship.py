@@ -65,7 +65,7 @@ def ship_worldmodel(pipeline_out: Path, dest: Path = PRETRAINED_DIR / SHIPPED["w
     save_half(choice.folder / MODEL_FILE, folder / MODEL_FILE)
     record = read_record(choice.folder / META_FILE)
     shipped = _ship_record(record, choice, pipeline_out, folder)
-    _ship_baselines(record, folder)
+    _ship_baselines(record, folder, Path(metrics["self"]).name)
     main = metrics["files"][metrics["self"]]
     held_out = {name: {fig: figs[fig] for fig in EVAL_FIGURES if fig in figs}
                 for name, figs in main["predictors"].items()}
@@ -99,13 +99,15 @@ def _ship_record(record: CheckpointRecord, choice: Choice, pipeline_out: Path,
     return shipped
 
 
-def _ship_baselines(record: CheckpointRecord, folder: Path) -> Path:
+def _ship_baselines(record: CheckpointRecord, folder: Path, evaluated: str) -> Path:
     """The baselines fitted as `rpg_worldmodel.evaluation.run.Evaluation` fits them (its default
-    options, the first training file's train split), saved in the checkpoint ``folder``, so the shipped
-    model is evaluated beside them where its training file is not (known by its fingerprint there, so
-    only the file's name is recorded)."""
+    options, the train split of the training file the pipeline evaluated, named ``evaluated``, else
+    the first), saved in the checkpoint ``folder``, so the shipped model is evaluated beside them
+    where its training file is not (known by its fingerprint there, so only the file's name is
+    recorded)."""
     options = EvalOptions()
-    trained = training_files(record)[0]
+    files = training_files(record)
+    trained = next((f for f in files if Path(f.name).name == evaluated), files[0])
     if trained.path is None or not trained.path.is_file():
         raise InputError(f"the run's training file {trained.name} is gone; the shipped model carries the "
                          "baselines fitted on it: ship from a pipeline run whose data is still there")

@@ -66,6 +66,7 @@ from rpg_worldmodel.data.shards import (
     split_data_args,
     training_splits,
     training_windows,
+    view_statistics,
 )
 from rpg_worldmodel.data.sources import check_data_matches, fill_game_settings
 from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows, collate_batch
@@ -220,6 +221,9 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         splits, run_dir = resumed.splits, resumed.run_dir
     elif start is not None:
         splits = start_from(start, cfg, record, splits)
+    if not cfg.model.kind_limits:  # read off the training games' views, once: then part of the config
+        fixed, cfg.model.kind_limits = view_statistics(files, splits["train"])
+        cfg.model.fixed_cells = cfg.model.fixed_cells or fixed  # a fine-tuned model keeps its start's
     train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window)
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)

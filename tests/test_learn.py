@@ -52,6 +52,10 @@ def test_each_iteration_learns_from_everything_collected_so_far(tiny_run):
     first = read_checkpoint_record(tiny_run / "iter_000/world_model", "best")
     second = read_checkpoint_record(tiny_run / "iter_001/world_model", "best")
     assert first.init_from is None and "iter_000/world_model" in second.init_from
+    # read off the games: the viewer's cell kept from the start, the draw's limits from all games so far
+    assert first.config.model.fixed_cells == second.config.model.fixed_cells == (40,)
+    limits = zip(first.config.model.kind_limits, second.config.model.kind_limits, strict=True)
+    assert all(later >= earlier for earlier, later in limits)
     assert sorted(Path(f.path).parent.name for f in second.data.files) == ["iter_000", "iter_001"]
     # The first iteration's held-out games stay held out in the second (renumbered with the new file).
     offsets, first_id = {}, 0
@@ -79,20 +83,25 @@ def test_the_learner_keeps_only_its_own_stream(tiny_run):
     assert collected["games"] == 10 and collected["agent_steps"] == 1000
 
 
-def test_rules_off_trains_the_world_model_without_the_movement_table(tmp_path, capsys, monkeypatch):
-    from rpg_base.typed_config import config as tc
-
-    monkeypatch.setattr(tc, "_NOTED", set())  # each old name is noted once a process: this test sees it
-    cfg = _tiny("move_rules=false")
-    wm = cfg.world_model_config(0, [tmp_path / "a.h5"], tmp_path / "wm")
-    assert wm.model.move_rules is False
-    assert _tiny().world_model_config(0, [tmp_path / "a.h5"], tmp_path / "wm").model.move_rules is True
-    # The key's old name still works, with a note; so does the old flag.
-    assert _tiny("rules=false").move_rules is False
-    assert "rules is now move_rules" in capsys.readouterr().err
-    with pytest.raises(InputError, match="--resume takes no other argument"):
-        main(["--resume", str(tmp_path), "--no-rules"])  # refused with --resume, after the note
-    assert "--no-rules is now --no-move-rules" in capsys.readouterr().err
+def test_the_world_models_are_told_no_game_and_the_rules_switch_is_gone(tmp_path, capsys):
+    """The loop's world models learn the moves and the rewards: there is no movement table to turn
+    off. The switch's keys read as nothing at the value the code runs with (off), are refused at on
+    in one line, and the flags only leave a note."""
+    wm = _tiny().world_model_config(0, [tmp_path / "a.h5"], tmp_path / "wm")
+    assert not any(hasattr(wm.model, key) for key in ("move_rules", "move_deltas", "blocking_kinds",
+                                                      "entered_rewards"))
+    assert not hasattr(_tiny(), "move_rules")
+    assert _tiny("move_rules=false") == _tiny() == _tiny("rules=false")  # a record of before
+    for key in ("move_rules", "rules"):
+        with pytest.raises(ConfigError, match=rf"{key}=True can no longer be set: {key} was removed "
+                                              rf"\(.*movement table and reward prior.*\)") as refused:
+            _tiny(f"{key}=true")
+        assert "\n" not in str(refused.value)
+    for flag in ("--no-move-rules", "--no-rules"):
+        # no longer a setting: with --resume it is not refused as one, the missing run is
+        with pytest.raises(InputError, match="no learn run there"):
+            main(["--resume", str(tmp_path), flag])
+        assert "note: --no-move-rules has no effect" in capsys.readouterr().err
 
 
 def test_the_world_model_and_agent_configs_take_the_loop_settings_as_typed_values(tmp_path):
@@ -227,10 +236,11 @@ def test_the_benchmark_names_a_loop_run_by_what_differs_from_the_defaults(tmp_pa
     module = _benchmark()
     default = tc_to_dict(load_learn_config(None, ["seed=2"]))
     before = {k: v for k, v in default.items() if k not in ("imagined_worlds", "rollout_steps")}
-    old = {("rules" if k == "move_rules" else k): v for k, v in default.items()}  # the key's old name
+    on, off = ("learn, rules on (schema 11)", 2), ("learn, rules off (schema 11)", 2)
     for name, config, method in (("now", default, ("learn", 2)),
-                                 ("rules-off", {**default, "move_rules": False}, ("learn-no-rules", 2)),
-                                 ("old-rules-off", {**old, "rules": False}, ("learn-no-rules", 2)),
+                                 ("rules-on", {**default, "move_rules": True}, on),
+                                 ("rules-off", {**default, "move_rules": False}, off),
+                                 ("old-rules-off", {**default, "rules": False}, off),
                                  ("first", {**before, "agent_steps": 40_000}, ("learn (16 worlds, 40k)", 2))):
         (tmp_path / name).mkdir()
         (tmp_path / name / "curve.json").write_text(json.dumps({"config": config, "points": []}))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rpg_base.errors import InputError
+from rpg_worldmodel.envs.whole_games import JUDGING_POLICIES
 from rpg_worldmodel.pipeline import PipelineSettings, resolve_expert, run_pipeline, training_config
 
 
@@ -101,7 +102,7 @@ def test_quick_pipeline_outputs(quick_run):
     # The dream over whole games, beside the real game: the real games score 1.0 exactly, the measures
     # are shares with intervals, and the report carries them.
     dream = metrics["pipeline"]["dream_fidelity"]
-    assert set(dream["policies"]) == set(dream["argmax"]) == {"greedy", "random", "dqn", "dream"}
+    assert set(dream["policies"]) == set(dream["argmax"]) == set(JUDGING_POLICIES)
     for row in [*dream["policies"].values(), *dream["argmax"].values()]:
         assert row["real"]["frame_validity"]["value"] == 1.0 == row["real"]["geometric_consistency"]["value"]
         valid = row["imagined"]["frame_validity"]
@@ -111,6 +112,20 @@ def test_quick_pipeline_outputs(quick_run):
     assert "At arg-max" in report and "- dream: valid frames " in report
     rounds = [dream[key]["greedy"]["sample_rounds"] for key in ("policies", "argmax")]
     assert rounds[0] is not None and rounds[1] is None  # arg-max draws nothing
+
+
+def test_quick_pipeline_judges_whole_dreams_and_their_inhabitants(quick_run):
+    """One room and one map of its own from the first turn to the last: exactly 1 for the real games;
+    co-players and items in view beside the real game's; all in metrics.json and the report's table."""
+    out, _ = quick_run
+    dream = json.loads((out / "metrics.json").read_text())["pipeline"]["dream_fidelity"]
+    for row in [*dream["policies"].values(), *dream["argmax"].values()]:
+        for whole in ("room_games", "room_frames", "map_games", "map_frames"):
+            assert row["real"][whole]["value"] == 1.0 and 0.0 <= row["imagined"][whole]["value"] <= 1.0
+        assert row["real"]["co_players"]["total"] > 0 and "co_players" in row["inhabitants_vs_real"]
+    report = (out / "report.md").read_text()
+    assert "| dream | room_games | room_frames | map_games |" in report
+    assert "| argmax/wall-follower | " in report and "one room: " in report
 
 
 def test_quick_pipeline_reports_every_headline_figure_across_seeds(quick_run):
@@ -190,5 +205,5 @@ def test_the_dream_stage_skips_a_shipped_agent_that_is_missing(tiny_world_model,
 
     monkeypatch.setattr(whole_games, "judging_source", without_the_dream_agent)
     dream = stage_dream(run, PipelineSettings.quick_settings())
-    assert set(dream["policies"]) == set(dream["argmax"]) == {"greedy", "random", "dqn"}
+    assert set(dream["policies"]) == set(dream["argmax"]) == set(JUDGING_POLICIES) - {"dream"}
     assert "missing" in dream["skipped"]["dream"]

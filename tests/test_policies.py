@@ -13,7 +13,7 @@ from rpg_env.envs.treasurehunt import TreasurehuntEnv
 from rpg_env.game.constants import AGENT, BONE, EMPTY, FOOD, GEM, NUM_CELL_KINDS, WALL
 from rpg_env.policies.base import BatchPolicy, CallablePolicy, check_policy_actions
 from rpg_env.policies.registry import make_policy
-from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
+from rpg_env.policies.scripted import EpsilonGreedyPolicy, GreedyPolicy, RandomPolicy, WallFollowerPolicy
 
 MOVES = [(-1, 0), (1, 0), (0, -1), (0, 1)]
 Z_CRIT = 3.89  # two-sided p = 1e-4
@@ -238,6 +238,9 @@ def test_single_observation_call():
 def test_make_policy_specs():
     assert isinstance(make_policy("random"), RandomPolicy)
     assert isinstance(make_policy("greedy"), GreedyPolicy)
+    assert isinstance(make_policy("eps-greedy"), EpsilonGreedyPolicy)
+    assert make_policy("eps-greedy").epsilon == 0.3
+    assert isinstance(make_policy("wall-follower"), WallFollowerPolicy)
     policy = GreedyPolicy()
     assert make_policy(policy) is policy
 
@@ -263,3 +266,52 @@ def test_check_policy_actions(actions, error, fragment):
     with pytest.raises(error, match=fragment):
         check_policy_actions(actions, 2, "p")
     assert check_policy_actions(np.array([0, 3], dtype=np.int32), 2, "p").dtype == np.int64
+
+
+# ---------------------------------------------------------------------------- eps-greedy, wall-follower
+def _play(name: str, seed: int, **rules):
+    """16 real games of ``name``: codes (N, T + 1, V, V), actions (N, T), rewards (N, T)."""
+    import rpg_env
+
+    venv = gym.make_vec(rpg_env.ENV_ID, num_envs=16, co_policy="random", **rules)
+    obs, _ = venv.reset(seed=seed)
+    policy = make_policy(name)
+    policy.seed(np.random.default_rng(seed))
+    codes, actions, rewards = [obs.argmax(1)], [], []
+    for _ in range(100):
+        action = policy.act(obs)
+        obs, reward, *_ = venv.step(action)
+        codes.append(obs.argmax(1))
+        actions.append(action)
+        rewards.append(reward)
+    venv.close()
+    return np.stack(codes, 1), np.stack(actions, 1), np.stack(rewards, 1)
+
+
+@pytest.mark.parametrize("rules", [{}, {"num_levels": 20}, {"num_levels": 20, "distribution_mode": "hard"}])
+def test_the_wall_follower_keeps_a_wall_at_hand_and_never_bumps(rules):
+    codes, actions, _ = _play("wall-follower", 0, **rules)
+    side = codes.shape[-1]
+    c, moves = side // 2, np.array(MOVES)[actions]
+    cells = (c + moves[..., 0]) * side + c + moves[..., 1]
+    ahead = np.take_along_axis(codes[:, :-1].reshape(16, 100, -1), cells[..., None], -1)[..., 0]
+    around = codes[:, :-1, c + np.array(MOVES)[:, 0], c + np.array(MOVES)[:, 1]]  # (N, T, 4)
+    shut_in = np.isin(around, [WALL, AGENT]).all(-1)  # a dead end with an agent behind
+    assert not (ahead == WALL)[~shut_in].any()  # it turns before a wall instead of bumping into it
+    beside = (codes[:, 50:, c - 1 : c + 2, c - 1 : c + 2] == WALL).any((-1, -2))
+    assert beside.mean() > 0.85  # by the second half of the game it walks beside walls
+    again, again_actions, _ = _play("wall-follower", 0, **rules)
+    np.testing.assert_array_equal(again_actions, actions)  # seeded
+
+
+def test_eps_greedy_strays_from_greedy_by_its_epsilon():
+    rng = np.random.default_rng(0)
+    obs = one_hot_views(random_views(rng, 4000, 9, [0.8, 0.05, 0.05, 0.04, 0.05, 0.01]))
+    greedy, eps = GreedyPolicy(), EpsilonGreedyPolicy(epsilon=0.3)
+    greedy.seed(np.random.default_rng(1))
+    eps.seed(np.random.default_rng(1))
+    # the same generator draws the greedy part first: a stray that draws the greedy action agrees
+    differ = (greedy.act(obs) != eps.act(obs)).mean()
+    assert abs(differ - 0.3 * 0.75) < 0.03
+    with pytest.raises(ValueError, match="epsilon"):
+        EpsilonGreedyPolicy(epsilon=1.5)

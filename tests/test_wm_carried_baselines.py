@@ -125,7 +125,7 @@ def test_a_shipped_checkpoint_holds_no_path_of_its_machine_and_evaluates_as_its_
     shutil.copy(choice.folder / MODEL_FILE, folder / MODEL_FILE)
     record_ = read_record(choice.folder / META_FILE)
     _ship_record(record_, choice, pipeline, folder)
-    _ship_baselines(record_, folder)
+    _ship_baselines(record_, folder, data.name)
     meta, baselines = (json.loads((folder / name).read_text()) for name in (META_FILE, BASELINES_FILE))
     assert [f["path"] for f in meta["data"]["files"]] == [data.name] == [baselines["fitted_on"]["path"]]
     assert meta["shipped"]["from"].startswith("pipeline/run/checkpoints/step_")

@@ -22,7 +22,10 @@ from rpg_worldmodel.config import (
 #: any default changes the default run's numbers; update the digest only on purpose (last: the joint
 #: draw's floor, model.sample_floor = 0.001, which changes how views are drawn, not how they train).
 #: Removing the settings nothing varied left it as it was: they hold the values they defaulted to.
-DEFAULT_RUN_DIGEST = "24b296716dc1906bc3080282784bae0ccb9db8fe83b3cc0d1ee12e9b6d4289c6"
+#: Schema 12 changed it on purpose: the model is told no movement table (model.move_rules, which
+#: defaulted to true, now always runs as false) and adds model.fixed_cells and model.kind_limits
+#: (read off the training views).
+DEFAULT_RUN_DIGEST = "c166774fbd42ad4ce3e4366b086a6cbb635c96e904dd1973b2fc19bf05010f60"
 
 
 def removed_settings_restored(config: dict) -> dict:
@@ -67,7 +70,7 @@ def test_the_shipped_configs_are_the_dream_agents_only():
 def test_a_removed_setting_reads_as_nothing_at_its_value_and_is_refused_at_another(tmp_path):
     # every record of before names them: the shipped models' meta.json, a run folder's config.yaml
     total = sum(len(cls.REMOVED_SETTINGS) for cls in SECTIONS.values())
-    assert total == 24 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 45
+    assert total == 28 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 43
     old = removed_settings_restored(WorldModelConfig().to_dict())
     assert WorldModelConfig.from_dict(old).to_dict() == WorldModelConfig().to_dict()
     path = tmp_path / "config.yaml"
@@ -91,13 +94,35 @@ def test_a_removed_setting_reads_as_nothing_at_its_value_and_is_refused_at_anoth
         load_world_model_config(None, ["train.item_weight=2"])
     with pytest.raises(ConfigError, match=r"model.agent_embedding=1 can no longer be set"):  # not False
         WorldModelConfig.from_dict({"model": {"agent_embedding": 1}})
+    # the game's movement and reward tables (schema <= 11's default run told the model them)
+    told = {"move_rules": True, "entered_rewards": [0.0, -1.0, 10.0, -10.0, 5.0, 0.0],
+            "move_deltas": [-1, 0, 1, 0, 0, -1, 0, 1], "blocking_kinds": [1, 5]}
+    for key, value in told.items():
+        with pytest.raises(ConfigError, match=rf"model.{key}=.* can no longer be set: .*movement table "
+                                              rf"and reward table.*models/motion.py") as refused:
+            WorldModelConfig.from_dict({"model": {key: value}})
+        assert "\n" not in str(refused.value)
+
+
+def test_the_training_file_gives_the_model_its_reward_classes_and_nothing_else():
+    from rpg_worldmodel.data.sources import fill_game_settings
+
+    meta = {"channel_names": ["empty", "wall", "gem", "bone", "food", "agent"],
+            "action_names": ["up", "down", "left", "right"],
+            "env_kwargs": {"gem_value": 10.0, "food_value": 5.0, "bone_value": -10.0, "wall_penalty": -1.0}}
+    model = ModelConfig()
+    fill_game_settings(model, meta)
+    assert model == ModelConfig(reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))  # nothing else is filled
+    given = ModelConfig(reward_values=(-1.0, 0.0))
+    fill_game_settings(given, meta)
+    assert given.reward_values == (-1.0, 0.0)  # a config's own classes stand
 
 
 def test_overrides_parse_yaml_values_and_accept_unique_bare_keys(tmp_path):
-    cfg = load_world_model_config(None, ["train.lr=3e-4", "max_steps=7", "model.move_rules=false",
+    cfg = load_world_model_config(None, ["train.lr=3e-4", "max_steps=7", "model.memory_map=false",
                                          "data.split_fractions=[0.5, 0.25, 0.25]", "out_dir=x/y"])
     assert cfg.train.lr == pytest.approx(3e-4) and cfg.train.max_steps == 7
-    assert cfg.model.move_rules is False and cfg.data.split_fractions == (0.5, 0.25, 0.25)
+    assert cfg.model.memory_map is False and cfg.data.split_fractions == (0.5, 0.25, 0.25)
     assert cfg.out_dir == "x/y"
     # A file round-trips, then overrides win over the file.
     path = tmp_path / "c.yaml"
@@ -178,6 +203,9 @@ def test_train_without_config_runs_the_defaults_and_records_every_value(tmp_path
     saved = (tmp_path / "run" / "config.yaml").read_text()
     expected = load_world_model_config(None, overrides)
     expected.data.path, expected.out_dir = str(data), str(tmp_path / "run")
-    fill_game_settings(expected.model, DataSource.open(data).meta)  # the game's settings, read from the file
+    fill_game_settings(expected.model, DataSource.open(data).meta)  # the file's settings, read from it
+    expected.model.fixed_cells = (40,)  # the view's centre, the viewer: the one cell the views never change
+    expected.model.kind_limits = load_world_model_config(tmp_path / "run" / "config.yaml").model.kind_limits
+    assert expected.model.kind_limits[5] == 2  # two agents at most in a view: the learner and the other
     assert load_world_model_config(tmp_path / "run" / "config.yaml").to_dict() == expected.to_dict()
     assert _keys(yaml.safe_load(saved)) == _keys(WorldModelConfig().to_dict())  # a record: every key

@@ -19,8 +19,7 @@ from rpg_worldmodel.models.fast_weights import SelfReferentialWeights, srwm_chun
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.run_record import CheckpointError
 
-TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=3, reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0),
-            move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1), blocking_kinds=(1, 5))
+TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=3, reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))
 
 
 def _views(b, t, seed=0):
@@ -95,8 +94,7 @@ def test_config_names_the_layer_and_refuses_what_does_not_fit():
 
 
 def test_equal_parameters_to_attention_with_one_head_of_the_full_width():
-    cfg = load_world_model_config(None, ["model.move_deltas=[-1,0,1,0,0,-1,0,1]",
-                                         "model.blocking_kinds=[1,5]", "model.reward_values=[-1,0,1]"]).model
+    cfg = load_world_model_config(None, ["model.reward_values=[-1,0,1]"]).model
     attention = WorldModel(cfg).num_parameters()
     cfg.layer = "srwm"
     assert abs(WorldModel(cfg).num_parameters() / attention - 1) < 0.001

@@ -45,7 +45,7 @@ def test_the_fidelity_benchmark_gives_a_row_for_each_floor(tmp_path):
     loaded = load_checkpoint("pretrained")
     assert loaded.config.model.sample_floor == 0.001
     default = dream_and_real(loaded, reference_of(loaded), lambda: make_policy("random"), sample=True,
-                             views="game", worlds=2, seed=0)
+                             worlds=2, seed=0)
     floored, bare = rows["sampled floor=0.001/random"], rows["sampled floor=0/random"]
     assert floored["validity_by_turn"] == default["validity_by_turn"]
     assert floored["return"]["imagined"] == default["return"]["imagined"]
@@ -72,8 +72,8 @@ def test_the_imagination_benchmark_times_an_episodes_last_turns_against_its_firs
 @pytest.mark.slow
 def test_the_fidelity_benchmark_adds_the_rollouts_of_each_model_once(tiny_world_model, tmp_path, monkeypatch):
     """``--rollout-data``: the open-loop rollout table from the held-out games of the file the model
-    learned from, every k beside the memory and motion oracles; one table a model, whatever its views,
-    by default to the game's last turn."""
+    learned from, every k beside the memory and motion oracles; one table a model, however often it is
+    named, by default to the game's last turn."""
     from rpg_worldmodel.checkpoint import load_checkpoint
 
     run, data = tiny_world_model
@@ -82,12 +82,12 @@ def test_the_fidelity_benchmark_adds_the_rollouts_of_each_model_once(tiny_world_
     monkeypatch.setattr(module, "rollouts", lambda ev, horizon, made_by=module.rollouts: made.append(horizon)
                         or made_by(ev, horizon))
     out = tmp_path / "fidelity.json"
-    common = ["--checkpoint", str(run), "--worlds", "1", "--policies", "random", "--samplers", "argmax",
-              "--rollout-data", str(data), "--out", str(out)]
-    module.main([*common, "--views", "game", "cells", "--rollout-horizon", "3"])
+    common = ["--checkpoint", str(run), str(run), "--worlds", "1", "--policies", "random",
+              "--samplers", "argmax", "--rollout-data", str(data), "--out", str(out)]
+    module.main([*common, "--rollout-horizon", "3"])
     saved = json.loads(out.read_text())
-    game, cells = saved["results"]
-    assert made == [3] and game["rollout"] == cells["rollout"] and game["rollout"]["horizon"] == 3
+    game, again = saved["results"]
+    assert made == [3] and game["rollout"] == again["rollout"] and game["rollout"]["horizon"] == 3
     assert {"memory_oracle", "motion_oracle", "copy"} <= set(game["rollout"]["model_minus"])
     assert len(game["rollout"]["predictors"]["memory_oracle"]["view_ce"]) == 3
     assert saved["rollout_horizon"] == {str(run): 3} and saved["rollout_data"] == str(data)

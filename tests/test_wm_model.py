@@ -11,7 +11,7 @@ from rpg_worldmodel.data.masks import MASKED_CHANNELS, apply_input_mask, mask_ch
 from rpg_worldmodel.models.world_model import ACTION_LOSS_WEIGHT, WorldModel
 
 TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4, reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))
-MEMORY_MAP = dict(memory_map=True, move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1), blocking_kinds=(1, 5))
+MEMORY_MAP = dict(memory_map=True)
 
 
 def _views(b, t, v=9, seed=0):
@@ -32,29 +32,39 @@ def test_output_shapes_for_full_and_shorter_windows():
         assert view_logits.shape == (3, t, 6, 9, 9) and action_logits.shape == (3, t, 4)
         assert torch.isfinite(view_logits).all() and torch.isfinite(action_logits).all()
         assert reward_logits.shape == (3, t, 5)
-    # a fifth action ("stay") needs its own move for the memory map
-    other = _model(view_size=12, patch_size=4, num_actions=5, reward_head=False,
-                   move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1, 0, 0), blocking_kinds=(1, 5))
+    # a fifth action ("stay") is one more action to learn the shift of: nothing to declare
+    other = _model(view_size=12, patch_size=4, num_actions=5, reward_head=False, memory_map=True)
     vl, al, rl = other(_views(2, 3, v=12), torch.randint(0, 5, (2, 3)))
     assert rl is None
     assert vl.shape == (2, 3, 6, 12, 12) and al.shape == (2, 3, 5)
 
 
-def test_a_stay_move_gets_a_reward_without_a_rule_prior():
-    # "stay" enters the agent's own cell, which no rule prices: the reward prior adds nothing there
-    # (the hidden cell's row), while a move into a gem gets the gem's rule logit.
-    model = _model(num_actions=5, move_deltas=(-1, 0, 1, 0, 0, -1, 0, 1, 0, 0), blocking_kinds=(1, 5),
-                   entered_rewards=(0.0, -1.0, 10.0, -10.0, 5.0, 0.0))
+def test_the_reward_head_has_no_rule_and_reads_the_view_per_action():
+    """No reward is written into the model (no table of what entering a kind pays): the per-action
+    map of the view is how a reward of the cell a move enters is learned. Set by hand here: action
+    0's weight of "a gem above the agent" moves its logits of the gem's class, and no other."""
+    from rpg_worldmodel.models.heads import RewardHead
+
+    model = _model(num_actions=5)
+    assert isinstance(model.reward_head, RewardHead) and not hasattr(model, "reward_prior")
     views = torch.zeros(1, 2, 6, 9, 9)
     views[:, :, 0] = 1
     views[:, :, :, 3, 4] = 0
     views[:, :, 2, 3, 4] = 1  # a gem above the agent
-    stay, up = model(views, torch.tensor([[4, 4]])), model(views, torch.tensor([[0, 0]]))
-    assert torch.isfinite(stay.reward).all()
-    rule = model.reward_prior.weight
-    assert rule[0].abs().sum() == 0  # the row stay shares
-    assert up.reward[0, 1].argmax() == model.cfg.reward_values.index(10.0)
-    assert stay.reward[0, 1].argmax() != model.cfg.reward_values.index(10.0)
+    stay, up = torch.tensor([[4, 4]]), torch.tensor([[0, 0]])
+    assert torch.isfinite(model(views, stay).reward).all()
+    with torch.no_grad():
+        model.reward_head.by_view.linear.weight.zero_()
+        model.reward_head.by_view.linear.bias.zero_()
+        base_stay, base_up = model(views, stay).reward, model(views, up).reward
+        gem, cells = model.cfg.reward_values.index(10.0), 6 * 9 * 9
+        model.reward_head.by_view.linear.weight.view(5, 5, cells)[0, gem, 2 * 81 + 3 * 9 + 4] = 50.0
+        after_stay, after_up = model(views, stay).reward, model(views, up).reward
+    torch.testing.assert_close(after_stay, base_stay, rtol=0, atol=0)
+    expected = base_up.clone()
+    expected[..., gem] += 50.0
+    torch.testing.assert_close(after_up, expected)
+    assert (after_up[0].argmax(-1) == gem).all()
 
 
 def test_patch_layout_maps_each_cell_back_to_its_place():
@@ -156,7 +166,11 @@ def test_channel_masks_find_their_channel_by_name():
 # ------------------------------------------------------------------------------ loss and groups
 def _old_compute_losses(model, batch, mask_kind, generator):
     """The loss as train.compute_losses computed it before it moved into the model (its weights:
-    1 for the view, 0.5 for the action, every cell alike)."""
+    1 for the view, 0.5 for the action, every cell alike), and the motion head's cross-entropy the
+    model adds to it now (on the steps whose shift the unmasked views tell)."""
+    from rpg_worldmodel.models.motion import infer_shifts
+    from rpg_worldmodel.models.steps import cell_kinds
+
     t = model.cfg.num_frames
     views, actions = batch["views"].float(), batch["actions"]
     inputs = apply_input_mask(views[:, :t], mask_kind, 0.15, generator)
@@ -166,7 +180,10 @@ def _old_compute_losses(model, batch, mask_kind, generator):
     weights = torch.ones_like(cell_ce)
     view_loss = (cell_ce * weights).sum() / weights.sum()
     action_ce = F.cross_entropy(action_logits.flatten(0, 1), actions[:, 1:].reshape(-1))
-    return 1.0 * view_loss + 0.5 * action_ce, cell_ce.mean(), action_ce
+    shifts = infer_shifts(cell_kinds(views))  # (B, T): the shift of each step read, -1: untold
+    known = shifts >= 0
+    motion_ce = F.cross_entropy(model.motion(inputs, actions[:, :t])[known], shifts[known])
+    return 1.0 * view_loss + 0.5 * action_ce, cell_ce.mean(), action_ce, motion_ce
 
 
 @pytest.mark.parametrize("mask", ["none", "random_cells", "gem"])
@@ -176,10 +193,11 @@ def test_loss_is_the_former_training_loss(mask):
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
     mask_fn = None if mask == "none" else lambda v: apply_input_mask(v, mask, 0.15, g1)
     loss, stats = model.loss(batch, mask_fn)
-    ref_loss, ref_view_ce, ref_action_ce = _old_compute_losses(model, batch, mask, g2)
-    assert ACTION_LOSS_WEIGHT == 0.5 and torch.equal(loss, ref_loss)
+    ref_loss, ref_view_ce, ref_action_ce, ref_motion_ce = _old_compute_losses(model, batch, mask, g2)
+    assert ACTION_LOSS_WEIGHT == 0.5 and torch.equal(loss, ref_loss + ref_motion_ce)
+    assert torch.equal(stats["motion_ce"], ref_motion_ce)
     assert torch.equal(stats["view_ce"], ref_view_ce) and torch.equal(stats["action_ce"], ref_action_ce)
-    assert set(stats) == {"view_ce", "action_ce", "action_acc", "cell_acc"}
+    assert set(stats) == {"view_ce", "action_ce", "action_acc", "cell_acc", "motion_ce", "motion_acc"}
     assert 0 <= stats["cell_acc"] <= 1 and not stats["cell_acc"].requires_grad
 
 
@@ -188,14 +206,18 @@ def test_param_groups_decay_matrices_and_kernels_only():
     decay, no_decay = model.param_groups(0.05)
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
     assert {p.dim() for p in decay["params"]} == {2, 4}
-    assert {p.dim() for p in no_decay["params"]} == {1, 2, 3}
-    assert [id(p) for p in no_decay["params"] if p.dim() == 2] == [id(model.reward_prior.weight)]
+    assert {p.dim() for p in no_decay["params"]} == {1, 3, 5}
+    # the memory map's gate, a scale per cell of the view, is the one 5-dimensional parameter
+    assert [id(p) for p in no_decay["params"] if p.dim() == 5] == [id(model.memory_map.gate)]
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
     # The same groups, in the same order, as the former rule by name (which decided the runs so far).
     named = list(model.named_parameters())
     old = [p for n, p in named if p.dim() >= 2 and "position" not in n and "temporal" not in n
-           and n != "reward_prior.weight"]
+           and n != "memory_map.gate"]
     assert [id(p) for p in decay["params"]] == [id(p) for p in old]
+    # the motion head and the reward head's per-action view map are matrices: decayed
+    assert any(p is model.motion.linear.weight for p in decay["params"])
+    assert any(p is model.reward_head.by_view.linear.weight for p in decay["params"])
     rank3 = {n for n, p in named if p.dim() == 3}
     # the additive tables (the cell refiner's cells too); rotary positions have none
     assert rank3 == {"embed.patch_position", "refiner.position"}
@@ -208,26 +230,28 @@ def test_the_first_versions_parts_compose_under_its_checkpoints_names():
     from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead
 
     reference = _model(position="learned", reward_head=False, action_frames=0, memory_map=False,
-                       move_rules=False, refiner_layers=0)
+                       refiner_layers=0)
     assert isinstance(reference.positions, LearnedPositions) and reference.context_steps == 4
     assert isinstance(reference.action_head, LinearActionHead)
     assert [type(p).__name__ for p in reference.view_priors] == ["MoveConv"]
-    assert reference.reward_head is None and reference.reward_prior is None
-    # Old checkpoints load by these names: the parts keep the attributes the first version had.
+    assert reference.reward_head is None and not hasattr(reference, "reward_prior")
+    # The parts keep the names the first version's checkpoints gave them; the motion head, which
+    # every model has now (schema 12), comes after them.
     outside_layers = [k for k in reference.state_dict() if not k.startswith(("blocks.", "embed.conv."))]
     assert outside_layers == [
         "embed.patch_position", "embed.temporal", "embed.patch.weight", "embed.patch.bias",
         "embed.action.weight", "norm_local.weight", "norm_local.bias", "norm_global.weight",
         "norm_global.bias", "patch_in.weight", "patch_in.bias", "global_to_patch.weight",
         "global_to_patch.bias", "view_head.weight", "view_head.bias", "action_head.weight",
-        "action_head.bias", "action_conv.weight", "action_conv.bias"]
+        "action_head.bias", "motion.linear.weight", "motion.linear.bias", "action_conv.weight",
+        "action_conv.bias"]
     batch = {"views": _views(2, 5), "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5)}
     loss, stats = reference.train().loss(batch)
     loss.backward()
     assert "reward_ce" not in stats and reference.embed.temporal.grad.abs().sum() > 0
     default = _model(**MEMORY_MAP)
     assert [type(p).__name__ for p in default.view_priors] == ["MoveConv", "MemoryMap"]
-    assert default.context_steps == default.cfg.memory_steps and default.memory_map.rules is default.moves
+    assert default.context_steps == default.cfg.memory_steps and not hasattr(default, "moves")
     assert _model(**MEMORY_MAP, memory_steps=0).context_steps == 2 * 3 + 2  # the attention's reach
 
 
@@ -241,7 +265,8 @@ def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
     loss, stats = model.loss(batch)
     loss.backward()
     assert {"reward_ce", "reward_acc"} <= set(stats) and stats["reward_ce"] > 0
-    assert model.reward_head[0].weight.grad.abs().sum() > 0
+    assert model.reward_head.mlp[0].weight.grad.abs().sum() > 0
+    assert model.reward_head.by_view.linear.weight.grad.abs().sum() > 0
     assert model.reward_classes(torch.tensor([5.0, -1.0])).tolist() == [3, 1]
     with pytest.raises(ValueError, match="reward 7 is not one of the model's reward classes"):
         model.loss({**batch, "rewards": torch.full((4, 5), 7.0)})
@@ -343,7 +368,6 @@ def test_codes_and_kinds_are_the_set_channel_of_one_hot_views():
     want = views.argmax(2)
     assert torch.equal(view_codes(views), want) and torch.equal(view_codes(views.to(torch.uint8)), want)
     kinds = cell_kinds(views)
-    assert kinds[0, 0, 2, 2] == HIDDEN and (kinds[..., 4, 4] == 6).all()  # 6: the agent's own cell
+    assert kinds[0, 0, 2, 2] == HIDDEN  # the centre is no kind of its own: just what its channel says
     shown = views.amax(2) > 0
-    shown[..., 4, 4] = False
-    assert torch.equal(kinds[shown], want[shown])
+    assert torch.equal(kinds[shown], want[shown]) and torch.equal(kinds[..., 4, 4], want[..., 4, 4])

@@ -1,10 +1,15 @@
-"""Sampled next views are views the game can show: never more other agents than the game has,
-placed as the model's own distribution conditioned on that says, and seeded."""
+"""Sampled next views are the model's own draws, seeded: each cell from its distribution (or, with a
+cell refiner, one joint draw), with no rule of the game added: no agent placed at the centre, no cap
+on how many agents a view holds."""
+
+import dataclasses
 
 import numpy as np
 import torch
 
-from rpg_worldmodel.models.sampling import ViewSampler, sample_cells, sample_view
+from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.models.refiner import CellRefiner, joint_sample
+from rpg_worldmodel.models.sampling import ViewSampler, sample_cells
 
 AGENT, C, V = 5, 6, 9
 
@@ -16,68 +21,83 @@ def _probs(n: int, agent_mass: float, seed: int = 0) -> torch.Tensor:
     p[..., AGENT] = 0
     p = p / p.sum(-1, keepdim=True) * (1 - agent_mass)
     p[..., AGENT] = agent_mass
-    p[:, V // 2, V // 2] = 0
-    p[:, V // 2, V // 2, AGENT] = 1  # the centre is the agent itself
     return p
 
 
-def test_never_more_other_agents_than_the_game_has():
-    probs = _probs(500, agent_mass=0.3)  # independent sampling would give ~24 agents a view
-    independent = sample_cells(probs, torch.Generator().manual_seed(0))
-    assert (independent == AGENT).sum((1, 2)).float().mean() > 10
-    for others in (1, 2):
-        kinds = sample_view(probs, torch.Generator().manual_seed(0), AGENT, others)
-        off_centre = (kinds == AGENT).sum((1, 2)) - (kinds[:, V // 2, V // 2] == AGENT).long()
-        assert int(off_centre.max()) == others  # the constraint binds, and is never exceeded
-        assert (kinds[:, V // 2, V // 2] == AGENT).all()
-
-
-def test_one_other_agent_is_placed_as_the_conditioned_distribution_says():
-    # Two candidate cells with agent probability 0.5 and 0.2, none elsewhere: conditioned on at
-    # most one agent, P(a) : P(b) : P(nobody) = 1 : 0.25 : 1 (odds p / (1 - p), and 1).
+def test_each_cell_is_drawn_from_its_own_distribution():
     probs = torch.zeros(20000, V, V, C)
     probs[..., 0] = 1.0
-    a, b = (1, 1), (7, 2)
-    probs[:, a[0], a[1]] = torch.tensor([0.5, 0, 0, 0, 0, 0.5])
-    probs[:, b[0], b[1]] = torch.tensor([0.8, 0, 0, 0, 0, 0.2])
-    kinds = sample_view(probs, torch.Generator().manual_seed(1), AGENT, 1)
-    at_a, at_b = kinds[:, a[0], a[1]] == AGENT, kinds[:, b[0], b[1]] == AGENT
-    np.testing.assert_allclose([float(at_a.float().mean()), float(at_b.float().mean())],
-                               [1 / 2.25, 0.25 / 2.25], atol=0.015)
-    assert not (at_a & at_b).any()
-    # a cell that is not an agent takes its other kinds' distribution: here always empty
-    assert (kinds[:, a[0], a[1]][kinds[:, a[0], a[1]] != AGENT] == 0).all()
+    probs[:, 1, 1] = torch.tensor([0.5, 0.1, 0, 0.2, 0, 0.2])
+    kinds = sample_cells(probs, torch.Generator().manual_seed(1))
+    assert kinds.shape == (20000, V, V) and kinds.dtype == torch.long
+    drawn = torch.bincount(kinds[:, 1, 1], minlength=C).float() / len(kinds)
+    np.testing.assert_allclose(drawn.numpy(), probs[0, 1, 1].numpy(), atol=0.015)
+    assert (kinds[:, 0, 0] == 0).all()  # a sure cell is what it is sure of
 
 
-def test_a_world_that_draws_nobody_places_no_further_agent():
-    # One candidate cell with agent probability 0.5 and room for two others: the constraint does
-    # not bind, so the cell is an agent half the time (a second draw after "nobody" would make it
-    # three quarters).
-    probs = torch.zeros(20000, V, V, C)
-    probs[..., 0] = 1.0
-    probs[:, 1, 1] = torch.tensor([0.5, 0, 0, 0, 0, 0.5])
-    kinds = sample_view(probs, torch.Generator().manual_seed(2), AGENT, 2)
-    assert abs(float((kinds[:, 1, 1] == AGENT).float().mean()) - 0.5) < 0.015
-
-
-def test_no_agent_probability_places_no_agent_and_sampling_is_seeded():
-    probs = _probs(64, agent_mass=0.0, seed=3)
-    kinds = sample_view(probs, torch.Generator().manual_seed(5), AGENT, 1)
-    assert int((kinds == AGENT).sum()) == 64  # the centres only
-    again = sample_view(probs, torch.Generator().manual_seed(5), AGENT, 1)
-    assert torch.equal(kinds, again)
-
-
-def test_the_sampler_follows_the_games_vocabulary():
-    sampler = ViewSampler.for_game(["empty", "wall", "gem", "bone", "food", "agent"], {"num_agents": 3})
-    assert (sampler.agent, sampler.others) == (5, 2)
-    alone = ViewSampler.for_game(["empty", "wall"], {})
-    probs = torch.full((2, V, V, 2), 0.5)
-    assert alone.agent is None and alone(probs, torch.Generator().manual_seed(0)).shape == (2, V, V)
-
-
-def test_the_centre_is_always_the_agent_itself():
-    probs = _probs(200, agent_mass=0.1, seed=4)
+def test_no_rule_caps_the_agents_or_fixes_the_centre():
+    """What the game allows (one agent at the centre, at most num_agents - 1 others) is for the
+    model to learn: the sampler draws what the distributions say."""
+    probs = _probs(500, agent_mass=0.3)
     probs[:, V // 2, V // 2] = torch.tensor([0.3, 0.3, 0.1, 0.1, 0.1, 0.1])  # a model unsure of it
-    kinds = sample_view(probs, torch.Generator().manual_seed(2), AGENT, 1)
-    assert (kinds[:, V // 2, V // 2] == AGENT).all()
+    sampler = ViewSampler()
+    fields = ["refiner", "rounds", "doubt", "floor", "limits"]
+    assert [f.name for f in dataclasses.fields(ViewSampler)] == fields
+    kinds = sampler(probs.log(), torch.Generator().manual_seed(0))
+    assert (kinds == AGENT).sum((1, 2)).float().mean() > 10  # ~24 a view, as the cells say
+    centre = kinds[:, V // 2, V // 2]
+    assert (centre != AGENT).float().mean() > 0.8 and len(centre.unique()) == C
+
+
+def test_a_sampler_without_refiner_draws_cells_from_the_softened_logits_and_is_seeded():
+    logits = _probs(64, agent_mass=0.1, seed=3).log()
+    sampler = ViewSampler()
+    kinds = sampler(logits, torch.Generator().manual_seed(5))
+    assert torch.equal(kinds, sampler(logits, torch.Generator().manual_seed(5)))
+    assert torch.equal(kinds, sample_cells(torch.softmax(logits, -1), torch.Generator().manual_seed(5)))
+    hot = sampler(logits, torch.Generator().manual_seed(5), temperature=0.5)
+    assert torch.equal(hot, sample_cells(torch.softmax(logits / 0.5, -1), torch.Generator().manual_seed(5)))
+    cold = sampler(logits, torch.Generator().manual_seed(5), temperature=1e-4)
+    assert (cold == logits.argmax(-1)).float().mean() > 0.99  # near zero: each cell's likeliest kind
+
+
+def test_a_sampler_with_a_refiner_makes_one_joint_draw_with_its_settings():
+    torch.manual_seed(0)
+    refiner = CellRefiner(ModelConfig(refiner_layers=1)).eval()
+    sampler = ViewSampler(refiner, rounds=4, doubt=0.2, floor=0.01)
+    logits = _probs(8, agent_mass=0.2, seed=6).log()
+    kinds = sampler(logits, torch.Generator().manual_seed(2), temperature=0.8)
+    want = joint_sample(refiner, logits, torch.Generator().manual_seed(2), 4, 0.8, doubt=0.2, floor=0.01)
+    assert kinds.shape == (8, V, V) and torch.equal(kinds, want)
+    assert torch.equal(kinds, sampler(logits, torch.Generator().manual_seed(2), temperature=0.8))
+
+
+def test_a_joint_draw_holds_no_kind_in_more_cells_than_the_training_views_did():
+    """``limits`` (``model.kind_limits``, read off the training views, not the game): a kind that
+    reached its count is drawn in no further cell, and cells that would pass it together are drawn
+    again; without limits the same model draws as many as its cells say."""
+    torch.manual_seed(0)
+    refiner = CellRefiner(ModelConfig(refiner_layers=1)).eval()
+    logits = _probs(64, agent_mass=0.4, seed=7).log()
+    limits = torch.tensor([81, 81, 81, 81, 81, 2])
+    for rounds, doubt in ((1, 0.0), (4, 0.2), (32, 0.2)):
+        held = ViewSampler(refiner, rounds, doubt, limits=limits)(logits, torch.Generator().manual_seed(1))
+        free = ViewSampler(refiner, rounds, doubt)(logits, torch.Generator().manual_seed(1))
+        assert ((held >= 0) & (held < C)).all()  # every cell drawn, the ones a limit sent back too
+        assert (held == AGENT).sum((1, 2)).max() <= 2 < (free == AGENT).sum((1, 2)).max()
+        assert (held == AGENT).sum((1, 2)).min() == 2  # as many as the distributions and the limit allow
+
+
+def test_the_views_tell_the_fixed_cells_and_the_most_cells_of_each_kind(tmp_path):
+    from rpg_env.record import record
+    from rpg_worldmodel.data.shards import DataFiles, view_statistics
+
+    data = tmp_path / "games.h5"
+    record("random", data, 8, seed=0, num_envs=4, mode="w", progress=False)
+    files = DataFiles.open(str(data))
+    fixed, most = view_statistics(files, np.arange(len(files)), chunk=3)
+    assert fixed == (V * V // 2,)  # the viewer, the one cell no view changes
+    assert len(most) == C and most[AGENT] == 2 and most[0] <= V * V and most[1] >= 9
+    views = np.concatenate([files.store(np.arange(len(files)), stream=False).gather(
+        np.array([i]), np.zeros(1, dtype=np.int64), 100)[0][0] for i in range(len(files))])
+    assert tuple(int(x) for x in views.reshape(len(views), C, -1).sum(2).max(0)) == most

@@ -23,7 +23,7 @@ from rpg_worldmodel.data.sources import DataMismatchError
 from rpg_worldmodel.data.stores import StreamedEpisodes, views_nbytes
 from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows, collate_batch
 from rpg_worldmodel.evaluation.episodes import checkpoint_split, select_episodes, training_files
-from rpg_worldmodel.run_record import CheckpointError, CheckpointRecord, DataFile
+from rpg_worldmodel.run_record import CHECKPOINT_VERSION, CheckpointError, CheckpointRecord, DataFile
 
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=3",
@@ -153,13 +153,19 @@ def test_shards_train_alike_from_memory_and_from_disk_and_evaluate_per_file(shar
     assert T.main(["--resume", str(out), "--data", *map(str, paths), "train.max_steps=5"]) == 0
 
 
-def test_a_schema_2_checkpoint_reads_as_one_file():
-    data = {"path": "/runs/a.h5", "fingerprint": "f", "obs_shape": [6, 9, 9],
+def test_a_record_of_one_file_is_a_list_of_one_and_schema_2_is_refused():
+    data = {"files": [{"path": "/runs/a.h5", "fingerprint": "f", "num_episodes": 4}], "obs_shape": [6, 9, 9],
             "channel_names": ["empty", "wall"], "action_names": ["up", "down"], "env_id": "Treasurehunt-v0",
             "env_kwargs": {}, "num_episodes": 4}
-    rec = CheckpointRecord.from_json({"version": 2, "step": 1, "config": {}, "data": data,
-                                      "splits": {"train": [0], "test": [1]}})
-    assert rec.data.files == (DataFile("/runs/a.h5", "f", 4),) and rec.migrated_from == 2
+    meta = {"version": CHECKPOINT_VERSION, "step": 1, "config": {}, "data": data,
+            "splits": {"train": [0], "test": [1]}}
+    rec = CheckpointRecord.from_json(meta)
+    assert rec.data.files == (DataFile("/runs/a.h5", "f", 4),)
     assert rec.data.num_episodes == 4 and rec.data.channel_names == ("empty", "wall")
     assert training_files(rec)[0].part(checkpoint_split(rec)) == {"train": [0], "test": [1]}
+    # schema 2 recorded one data.path; its model was told the game's moves: refused, not read
+    old = {**meta, "version": 2, "data": {**{k: v for k, v in data.items() if k != "files"},
+                                         "path": "/runs/a.h5", "fingerprint": "f"}}
+    with pytest.raises(CheckpointError, match=r"^old/meta.json is a checkpoint of schema 2, .*retrain it"):
+        CheckpointRecord.from_json(old, "old/meta.json")
 

@@ -140,7 +140,7 @@ def test_training_run_end_to_end(files, tmp_path):
         assert set(rec.splits[k]) == {e for e in expected[k].tolist() if e % 2 == 0}
     assert not games["train"] & games["val"] and not games["train"] & games["test"]
     assert rec.seed == 0 and "torch" in rec.versions and rec.step == 6 and rec.init_from is None
-    assert rec.migrated_from is None and rec.provenance["seed"] == 0 and rec.extra == {}
+    assert rec.provenance["seed"] == 0 and rec.extra == {}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["val"]["loss"] == pytest.approx(rec.metrics["loss"])
     # The validation loss is computed on val windows only.

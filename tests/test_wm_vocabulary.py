@@ -103,10 +103,10 @@ def test_a_file_with_a_new_kind_trains_evaluates_and_reports(ruby_file, tmp_path
     from rpg_worldmodel.report.document import write_report
     from rpg_worldmodel.train import train
 
-    # The game's movement table and reward rules are read from the vocabulary by name, which does
-    # not know a ruby's points: this model predicts views and actions only, of 7 channels.
-    game_free = ["model.num_channels=7", "model.reward_head=false", "model.move_rules=false",
-                 "model.memory_map=false"]
+    # The model is told nothing of the game (its moves it learns, with the memory map that follows
+    # them); the reward classes are read from the vocabulary by name, which does not know a ruby's
+    # points: this model predicts views and actions only, of 7 channels.
+    game_free = ["model.num_channels=7", "model.reward_head=false"]
     cfg = load_world_model_config(None, [*TINY_WORLD_MODEL, *game_free, "train.max_steps=6",
                                          "train.eval_every=6", "train.checkpoint_every=6"])
     cfg.data.path, cfg.out_dir = str(ruby_file), str(tmp_path / "refused")

@@ -10,24 +10,27 @@ from typing import Any
 
 from rpg_env.policies.base import BatchPolicy, CallablePolicy
 from rpg_env.policies.sb3 import SB3Policy
-from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
+from rpg_env.policies.scripted import EpsilonGreedyPolicy, GreedyPolicy, RandomPolicy, WallFollowerPolicy
 
-POLICY_NAMES = ("random", "greedy")
+#: The scripted policies by name: uniform random, greedy, greedy with 30% random actions, and a
+#: wall-follower (a wall on its right hand).
+SCRIPTED_POLICIES = {"random": RandomPolicy, "greedy": GreedyPolicy, "eps-greedy": EpsilonGreedyPolicy,
+                     "wall-follower": WallFollowerPolicy}
+POLICY_NAMES = tuple(SCRIPTED_POLICIES)
 #: ``package.module:attribute``, as setuptools writes entry points.
 ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def make_policy(spec: Any) -> BatchPolicy:
-    """Build a policy from ``"random"``, ``"greedy"``, a path to an SB3 ``.zip``, an SB3 model,
+    """Build a policy from a name of `POLICY_NAMES` (``"random"``, ``"greedy"``, ``"eps-greedy"``,
+    ``"wall-follower"``), a path to an SB3 ``.zip``, an SB3 model,
     a `BatchPolicy`, an entry point ``"package.module:factory"`` (called with no arguments; it
     returns a `BatchPolicy`, e.g. ``"rpg_worldmodel.policy:pretrained"``), or any callable
     ``obs -> action``."""
     if isinstance(spec, BatchPolicy):
         return spec
-    if isinstance(spec, str) and spec == "random":
-        return RandomPolicy()
-    if isinstance(spec, str) and spec == "greedy":
-        return GreedyPolicy()
+    if isinstance(spec, str) and spec in SCRIPTED_POLICIES:
+        return SCRIPTED_POLICIES[spec]()
     if isinstance(spec, (str, Path)) and str(spec).endswith(".zip"):
         return load_expert_policy(spec)
     if isinstance(spec, str) and ENTRY_POINT.match(spec):
@@ -37,8 +40,9 @@ def make_policy(spec: Any) -> BatchPolicy:
     if callable(spec):
         return CallablePolicy(spec)
     raise ValueError(
-        f"unknown policy {spec!r}: use 'random', 'greedy', a path to a Stable-Baselines3 .zip, "
-        f"an entry point 'package.module:factory', an SB3 model, a BatchPolicy, or a callable obs -> action"
+        f"unknown policy {spec!r}: use one of {', '.join(map(repr, POLICY_NAMES))}, a path to a "
+        f"Stable-Baselines3 .zip, an entry point 'package.module:factory', an SB3 model, a BatchPolicy, "
+        f"or a callable obs -> action"
     )
 
 

@@ -1,8 +1,9 @@
-"""Scripted policies: uniform random, and greedy (the shortest safe path to the best visible item).
+"""Scripted policies: uniform random, greedy (the shortest safe path to the best visible item),
+greedy with a share of random actions, and a wall-follower (a wall kept on its right hand).
 
 What the greedy agent goes for and avoids comes from the vocabulary (`rpg_env.game.constants`):
 it seeks the pick-ups worth points (the most valuable first), and never steps into walls or
-pick-ups that cost points.
+pick-ups that cost points. The wall-follower knows walls and agents only as kinds it cannot enter.
 """
 
 from __future__ import annotations
@@ -115,6 +116,76 @@ class GreedyPolicy(BatchPolicy):
         actions = np.where(has_target, seek, explore).astype(np.int64)
         self._heading = actions
         return actions
+
+
+class EpsilonGreedyPolicy(GreedyPolicy):
+    """`GreedyPolicy` that takes a uniform random action instead with probability ``epsilon``
+    (0.3 by default: a greedy player that often strays, bumping walls now and then)."""
+
+    policy_id = "eps-greedy"
+
+    def __init__(self, epsilon: float = 0.3, persistence: float = 0.7) -> None:
+        super().__init__(persistence)
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be a probability in [0, 1], got {epsilon!r}")
+        self.epsilon = epsilon
+
+    def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
+        actions = super().act(obs, episode_start)
+        stray = self.rng.random(len(actions)) < self.epsilon
+        drawn = self.rng.integers(0, vocabulary().num_actions, size=len(actions))
+        self._heading = np.where(stray, drawn, actions).astype(np.int64)
+        return self._heading.copy()
+
+
+class WallFollowerPolicy(BatchPolicy):
+    """Follows walls with a wall on its right hand (the maze walker's rule).
+
+    Each row keeps a heading (drawn at the episode's start) and walks straight on; where its way
+    is blocked (a kind it cannot enter: a wall or an agent) it turns left until the way is free, so
+    a wall it meets ends up on its right; where the wall it had on its right a step ago ends, it
+    turns right round the wall's end. In the open room it walks the border round and round, so the
+    border stays in view; in a level it walks the rooms' walls.
+    """
+
+    policy_id = "wall-follower"
+
+    def __init__(self) -> None:
+        super().__init__()
+        vocab = vocabulary()
+        deltas = [tuple(d) for d in vocab.action_deltas.tolist()]
+        self._right = np.array([deltas.index((dc, -dr)) for dr, dc in deltas], dtype=np.int64)
+        self._left = np.array([deltas.index((-dc, dr)) for dr, dc in deltas], dtype=np.int64)
+        self._heading: np.ndarray | None = None
+        self._wall_was_right: np.ndarray | None = None
+
+    def seed(self, rng: np.random.Generator) -> None:
+        super().seed(rng)
+        self._heading = self._wall_was_right = None
+
+    def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
+        vocab = vocabulary()
+        codes = np.asarray(obs).argmax(axis=1)
+        b, side = len(codes), codes.shape[-1]
+        if self._heading is None or len(self._heading) != b:
+            episode_start = np.ones(b, dtype=bool)
+            self._heading, self._wall_was_right = np.zeros(b, dtype=np.int64), np.zeros(b, dtype=bool)
+        if episode_start is not None and np.any(episode_start):
+            self._heading = np.where(episode_start, self.rng.integers(0, vocab.num_actions, size=b),
+                                     self._heading)
+            self._wall_was_right &= ~np.asarray(episode_start, dtype=bool)
+        if side == 1:  # nothing seen around: walk on
+            return self._heading.copy()
+        c, rows = side // 2, np.arange(b)
+        ahead = codes[:, c + vocab.action_deltas[:, 0], c + vocab.action_deltas[:, 1]]  # (B, A)
+        wall, blocked = ahead == vocab.wall, ~vocab.passable[ahead]
+        heading = self._heading
+        wall_ended = self._wall_was_right & ~wall[rows, self._right[heading]]
+        heading = np.where(wall_ended, self._right[heading], heading)
+        for _ in range(vocab.num_actions - 1):
+            heading = np.where(blocked[rows, heading], self._left[heading], heading)
+        self._heading, self._wall_was_right = heading, wall[rows, self._right[heading]]
+        return heading.copy()
 
 
 def _move_keys(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -153,6 +153,30 @@ class DataFiles:
         return EpisodeShards(parts, np.asarray(ids, dtype=np.int64))
 
 
+def view_statistics(files: DataFiles, ids: np.ndarray, chunk: int = 256
+                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What the views of episodes ``ids`` show, read off them, not from the game: the cells of the
+    view (flat indices) that hold one kind in every view (an egocentric view's own viewer, which
+    moves with it; ``model.fixed_cells``), and the most cells of each kind (channel) one view holds
+    (``model.kind_limits``)."""
+    ids = np.sort(np.asarray(ids, dtype=np.int64))
+    c, v = files.meta["obs_shape"][0], files.meta["obs_shape"][-1]
+    same, first, most = np.ones(v * v, dtype=bool), None, np.zeros(c, dtype=np.int64)
+    for start in range(0, len(ids), chunk):
+        chosen = ids[start:start + chunk]
+        store = files.store(chosen, stream=False)
+        for row in range(len(chosen)):
+            one = np.array([row])
+            views = store.gather(one, np.zeros(1, dtype=np.int64), int(store.lengths[row]))[0][0]
+            views = views.reshape(len(views), c, v * v)
+            codes = np.where(views.max(1) > 0, views.argmax(1), -1)  # (S, V*V)
+            first = codes[0] if first is None else first
+            same &= (codes == first).all(0)
+            most = np.maximum(most, views.sum(2).max(0))
+    fixed = tuple(int(i) for i in np.flatnonzero(same & (first >= 0))) if first is not None else ()
+    return fixed, tuple(int(x) for x in most)
+
+
 def training_splits(files: DataFiles, data_cfg: DataConfig) -> dict[str, np.ndarray]:
     """Split by game across all files (``data.split_fractions``, the split's seed 0; a game is
     keyed by file and game id), then keep the streams of ``data.agent_id`` (-1: every agent);

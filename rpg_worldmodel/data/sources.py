@@ -24,7 +24,6 @@ from rpg_base.typed_config.values import ConfigError
 from rpg_env.game.constants import vocabulary
 from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.steps import game_moves
 
 
 class DataMismatchError(ConfigError, InputError):
@@ -110,27 +109,12 @@ def kind_values(meta: dict[str, Any]) -> np.ndarray:
     return values
 
 
-def movement_rules(meta: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The game's movement table as a trajectory file names its actions and channels:
-    ``(move_deltas, blocking_kinds)`` for the model's movement table (`rpg_worldmodel.models.steps`)."""
-    try:
-        return game_moves(meta["action_names"], meta["channel_names"])
-    except ValueError as exc:
-        raise InputError(f"model.memory_map and model.move_rules need the game's moves: {exc}; set "
-                         f"model.memory_map=false model.move_rules=false or give model.move_deltas and "
-                         f"model.blocking_kinds") from None
-
-
 def fill_game_settings(model: ModelConfig, meta: dict[str, Any]) -> None:
-    """Fill the model settings a config leaves empty that are the game's, from a trajectory file's
-    metadata: the reward classes, the points of entering each kind and the movement table. They
-    are resolved from the training files once, then part of the config (and of every checkpoint)."""
+    """Fill the model settings a config leaves empty that are the file's: its reward classes (one
+    per value the game can pay). Resolved from the training files once, then part of the config
+    (and of every checkpoint). Nothing else of the game is given to the model: it learns it."""
     if model.reward_head and not model.reward_values:
         model.reward_values = reward_classes(meta).values
-    if model.move_rules and model.reward_head and not model.entered_rewards:
-        model.entered_rewards = tuple(float(x) for x in kind_values(meta))
-    if (model.memory_map or model.move_rules) and not model.move_deltas:
-        model.move_deltas, model.blocking_kinds = movement_rules(meta)
 
 
 def reward_classes(meta: dict[str, Any]) -> RewardClasses:

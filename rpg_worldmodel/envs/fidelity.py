@@ -279,12 +279,14 @@ def geometric_consistency(views: np.ndarray, actions: np.ndarray, ref: FidelityR
     return Track(Share(consistent.sum(1), np.full(n, t_len, dtype=np.int64)), consistent, positions)
 
 
-def follow_moves(views: np.ndarray, actions: np.ndarray, ref: FidelityReference, possible: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def follow_moves(views: np.ndarray, actions: np.ndarray, ref: FidelityReference, possible: np.ndarray,
+                 agent_may_leave: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`geometric_consistency`'s walk from the ``possible`` (N, H * W) bool positions of view 0
     (views (N, T, V, V) and actions checked): ``consistent`` (N, T) bool, the flat cell (N, T)
     where one position remains (else -1), and the positions still possible after the last view
-    (N, H * W) bool."""
+    (N, H * W) bool. Up to the first inconsistent frame the possible positions are exactly those
+    that explain every frame so far. ``agent_may_leave``: a move into an agent the view shows may
+    also succeed (that agent stepped away first), both outcomes kept."""
     n, t_len = views.shape[:2]
     ids, cells = ref.mask_id(views), ref.mask_ids[None]
     blocked = agent_ahead(views, actions, ref)
@@ -297,6 +299,8 @@ def follow_moves(views: np.ndarray, actions: np.ndarray, ref: FidelityReference,
             rows, cols = np.nonzero(possible)
             possible = np.zeros_like(possible)
             possible[rows, dest[rows, cols]] = True
+            if agent_may_leave:
+                possible[rows, ref.moves[actions[rows, t - 1], cols]] = True
         matching = possible & (cells == ids[:, t, None]) & (ids[:, t, None] >= 0)
         consistent[:, t] = matching.any(1)
         possible = np.where(consistent[:, t, None], matching, possible)

@@ -146,8 +146,6 @@ class GivenContext:
         return self.start
 
 
-#: How sampled views are drawn: as the game can show them, or every cell on its own (diagnosis).
-VIEWS = ("game", "cells")
 #: torch intra-op threads of a step. A step is small matrix work per world: on CPU one thread beat
 #: two at N = 1, 16 and 256, by ~10x once another process competed for the cores (docs/imagination.md).
 DEFAULT_TORCH_THREADS = 1
@@ -161,10 +159,9 @@ class ImaginedWorlds:
     ``temperature``) or taken as its arg-max (``sample=False``), and so is the reward class. With
     the model's cell refiner a sampled view is one joint draw in at most ``sample_rounds`` rounds of
     at most ``sample_doubt`` each, no kind below ``sample_floor`` drawn in a cell (None: the model's
-    settings, and `rpg_worldmodel.models.refiner.SAMPLE_DOUBT`), the agent itself at the centre;
-    without, each cell is drawn on its own, at most ``num_agents - 1`` other agents placed
-    (`rpg_worldmodel.models.sampling`). ``views="cells"`` leaves out the agent placement rule. The generator
-    is reseeded by each full reset, so the same seed and actions give the same imagined worlds, bit
+    settings, and `rpg_worldmodel.models.refiner.SAMPLE_DOUBT`); without, each cell is drawn on its
+    own (`rpg_worldmodel.models.sampling`). No rule places the agents: the model's draw does. The
+    generator is reseeded by each full reset, so the same seed and actions give the same imagined worlds, bit
     for bit on CPU.
 
     ``horizon``: most imagined turns of an episode before it is truncated (None: until the game's
@@ -178,7 +175,7 @@ class ImaginedWorlds:
     """
 
     def __init__(self, loaded: LoadedCheckpoint, num_worlds: int, context: Context, *, sample: bool = True,
-                 temperature: float = 1.0, device: str | torch.device = "cpu", views: str = "game",
+                 temperature: float = 1.0, device: str | torch.device = "cpu",
                  torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
                  sample_doubt: float | None = None, sample_floor: float | None = None,
                  horizon: int | None = None) -> None:
@@ -188,8 +185,6 @@ class ImaginedWorlds:
                              f"an imagined game needs rewards; retrain it with this version")
         if not temperature > 0:
             raise InputError(f"temperature must be > 0, got {temperature}")
-        if views not in VIEWS:
-            raise InputError(f"views must be one of {', '.join(VIEWS)}, got {views!r}")
         positive = type(torch_threads) is int and torch_threads >= 1  # not a bool, not a float
         if torch_threads is not None and not positive:
             raise InputError(f"torch_threads must be a positive int or None (torch's setting), "
@@ -221,9 +216,7 @@ class ImaginedWorlds:
         self.num_frames, self.max_turns = cfg.num_frames, int(data.env_kwargs["max_turns"])
         self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
         refiner = self.model.refiner
-        drawing = (refiner, rounds, doubt, float(floor))
-        self.sample_view = (ViewSampler.for_game(data.channel_names, data.env_kwargs, *drawing)
-                            if views == "game" else ViewSampler(None, 0, *drawing))
+        self.sample_view = ViewSampler(refiner, rounds, doubt, float(floor), self.model.kind_limits)
         self.generator = torch.Generator(device=self.device)
         self.views = torch.zeros(self.num_worlds, cfg.num_channels, cfg.view_size, cfg.view_size,
                                  device=self.device)  # the view each world is in, one-hot float

@@ -4,7 +4,9 @@ N imagined worlds (`ImaginedWorlds`) and N real games start from one real openin
 burn-in of ``num_frames - 1`` turns beside a random co-player, as the imagined env's own openings
 are played, handed to the dream through a `GivenContext`), and one policy plays both on to the
 last turn. Every frame from the last real one is measured with `rpg_worldmodel.envs.fidelity`, the
-same way in both worlds, and so is the return after the opening. `benchmarks/imagination_fidelity.py`
+same way in both worlds, and so are the whole games (`rpg_worldmodel.envs.consistency`: one room or
+one map of the map's size from the first frame to the last; co-players and items in view) and the
+return after the opening. `benchmarks/imagination_fidelity.py`
 runs it over policies and samplers; the pipeline runs it on the model it trained.
 """
 
@@ -21,6 +23,7 @@ from rpg_env.game.constants import vocabulary
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
+from rpg_worldmodel.envs.consistency import INHABITANT_MEASURES, whole_game_shares
 from rpg_worldmodel.envs.fidelity import (
     FidelityReference,
     Share,
@@ -112,24 +115,30 @@ def mean_bootstrap_interval(per_world: np.ndarray, seed: int) -> dict[str, float
 
 
 def measured(codes: np.ndarray, actions: np.ndarray, ref: FidelityReference, start_cells: np.ndarray,
-             seed: int) -> dict[str, Any]:
+             seed: int, first_turn: int = 0) -> dict[str, Any]:
     """`MEASURES` of a batch of episodes with intervals, the share of whole episodes whose every frame
-    is valid (``whole_games_valid``: a dream that stayed a world the whole game), the frames failing
-    each validity check, and where impossible wall layouts began (`wall_breaks`)."""
+    is valid (``whole_games_valid``: a dream that stayed a world the whole game), the whole-game
+    measures (`rpg_worldmodel.envs.consistency.whole_game_shares`: ``room_games``, ``room_frames``,
+    ``map_games``, ``map_frames``, ``co_players`` and ``items_turns_LO_HI``; view 0 is turn
+    ``first_turn``), the frames failing each validity check, and where impossible wall layouts began
+    (`wall_breaks`)."""
     shares = fidelity(codes, actions, ref, start=start_cells)
+    games = whole_game_shares(codes, actions, ref, first_turn)
     shares["consistency_any_start"] = geometric_consistency(codes, actions, ref).share
     valid = shares["frame_validity"]
     every_frame = (valid.hits == valid.total) & (valid.total > 0)
     whole = Share(every_frame.astype(np.int64), np.ones_like(valid.total))
     return {**{m: share_interval(shares[m], seed) for m in MEASURES},
             "whole_games_valid": share_interval(whole, seed),
+            **{m: share_interval(share, seed) for m, share in games.items()},
             "failed": {k: int(v) for k, v in shares["failed"].items()},
             "wall_breaks": wall_breaks(codes, actions, ref)}
 
 
-#: The policies a dream is judged under (`judging_policy`): two scripts unlike the data, the expert
+#: The policies a dream is judged under (`judging_policy`): four scripts unlike the data (greedy,
+#: random, greedy with 30% random actions, a wall-follower that keeps the walls in view), the expert
 #: whose games the shipped model learned, and the agent trained in the shipped model's dream.
-JUDGING_POLICIES = ("greedy", "random", "dqn", "dream")
+JUDGING_POLICIES = ("greedy", "random", "eps-greedy", "wall-follower", "dqn", "dream")
 
 
 def judging_source(name: str) -> str:
@@ -152,21 +161,22 @@ def judging_policy(name: str) -> BatchPolicy:
 
 
 def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Callable[[], BatchPolicy],
-                   *, sample: bool, views: str, worlds: int, seed: int,
+                   *, sample: bool, worlds: int, seed: int,
                    sample_rounds: int | None = None, sample_doubt: float | None = None,
                    sample_floor: float | None = None) -> dict[str, Any]:
     """One policy (``policy()`` makes a fresh one per world) in the dream of ``loaded`` and in the
     real game, from the same opening: the measures of both, the consistency from the real start an
     ideal dream reaches in these games (`consistency_ceiling`: what the opening leaves unknown),
     the return per episode of both and their gap (points and share of the real return), the
-    dream's validity by frame, and its imagined steps per second. ``sample_rounds``,
+    inhabitants imagined over real (`inhabitants_vs_real`), the dream's validity by frame, and its
+    imagined steps per second. ``sample_rounds``,
     ``sample_doubt``, ``sample_floor``: most rounds of a joint draw, the doubt each takes on and the
     least probability a drawn kind has (None: the model's)."""
     rules, num_frames = dict(loaded.record.data.env_kwargs), loaded.config.model.num_frames
     start, real, obs, first = real_opening(rules, num_frames, worlds, seed)
     context = GivenContext()
     context.give(start)
-    dream = ImaginedWorlds(loaded, worlds, context, sample=sample, views=views, sample_rounds=sample_rounds,
+    dream = ImaginedWorlds(loaded, worlds, context, sample=sample, sample_rounds=sample_rounds,
                            sample_doubt=sample_doubt, sample_floor=sample_floor)
     dream.reset(np.arange(worlds), np.random.default_rng(seed))
     began = time.perf_counter()
@@ -178,9 +188,13 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
     share = float(gap.mean() / abs(re_return.mean())) if re_return.mean() else None
     ideal = consistency_ceiling(start.views.argmax(2), start.actions, re_codes, re_actions, ref, first,
                                 np.random.default_rng(seed + 3))
+    first_turn = int(start.turns[0])
+    imagined = measured(im_codes, im_actions, ref, first, seed, first_turn)
+    real_measures = measured(re_codes, re_actions, ref, first, seed, first_turn)
     return {
-        "imagined": measured(im_codes, im_actions, ref, first, seed),
-        "real": measured(re_codes, re_actions, ref, first, seed),
+        "imagined": imagined,
+        "real": real_measures,
+        "inhabitants_vs_real": inhabitants_vs_real(imagined, real_measures),
         "ideal_dream": {"geometric_consistency": share_interval(ideal, seed)},
         "return": {"imagined": mean_bootstrap_interval(im_return, seed),
                    "real": mean_bootstrap_interval(re_return, seed),
@@ -192,6 +206,22 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
         "sample_floor": dream.sample_floor if sample else None,
         "imagined_steps_per_s": round(im_actions.size / seconds, 1),  # the policy's time included
     }
+
+
+def inhabitants_vs_real(imagined: dict[str, Any], real: dict[str, Any]) -> dict[str, float | None]:
+    """`INHABITANT_MEASURES` of a dream over the real game's (``measured`` rows of both): each as
+    imagined / real (None where the real one is 0 or undefined), and ``item_persistence_points``,
+    the items kept imagined less real in points (hundredths)."""
+    def value(row: dict, name: str) -> float | None:
+        return (row.get(name) or {}).get("value")
+
+    out: dict[str, float | None] = {}
+    for name in INHABITANT_MEASURES:
+        im, re = value(imagined, name), value(real, name)
+        out[name] = None if im is None or not re else round(im / re, 4)
+    im, re = value(imagined, "item_persistence"), value(real, "item_persistence")
+    out["item_persistence_points"] = None if im is None or re is None else round(100 * (im - re), 2)
+    return out
 
 
 def consistency_ceiling(opening: np.ndarray, opening_actions: np.ndarray, views: np.ndarray,

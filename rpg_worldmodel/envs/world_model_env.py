@@ -78,9 +78,6 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
         co_policy: the real game's co-player during the burn-in.
         sample: sample the next view per cell and the reward (True) or take the arg-max.
         temperature: softens (> 1) or sharpens (< 1) the sampled distributions.
-        views: how sampled views are drawn: ``"game"``, as the game can show them (the agent at the
-            centre, at most ``num_agents - 1`` others; `rpg_worldmodel.models.sampling`), or
-            ``"cells"``, every cell on its own (a factorised model's plain sample, for diagnosis).
         torch_threads: torch's CPU threads while a step runs (1: best for these small steps, even
             on a busy machine; None: torch's own setting); restored after each step.
         sample_rounds: most rounds of a joint draw of the next view, for a model with a cell
@@ -98,7 +95,7 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(self, checkpoint: str | Path, *, burn_in_policy: Any = "greedy",
                  reset_from: str | Path | None = None, reset_split: str = "auto", co_policy: Any = "random",
                  sample: bool = True, temperature: float = 1.0, device: str = "cpu",
-                 render_mode: str | None = None, views: str = "game",
+                 render_mode: str | None = None,
                  torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
                  sample_doubt: float | None = None, sample_floor: float | None = None,
                  horizon: int | None = None) -> None:
@@ -106,7 +103,7 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
             raise InputError(f"render_mode must be 'rgb_array' or None, got {render_mode!r}")
         self.worlds, loaded = _worlds(checkpoint, 1, burn_in_policy, reset_from, reset_split, co_policy,
                                       sample=sample,
-                                      temperature=temperature, device=device, views=views,
+                                      temperature=temperature, device=device,
                                       torch_threads=torch_threads, sample_rounds=sample_rounds,
                                       sample_doubt=sample_doubt, sample_floor=sample_floor,
                                       horizon=horizon)
@@ -160,7 +157,7 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
                  reset_from: str | Path | None = None, reset_split: str = "auto", co_policy: Any = "random",
                  sample: bool = True, temperature: float = 1.0, device: str = "cpu",
                  render_mode: str | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, views: str = "game",
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
                  torch_threads: int | None = DEFAULT_TORCH_THREADS, sample_rounds: int | None = None,
                  sample_doubt: float | None = None, sample_floor: float | None = None,
                  horizon: int | None = None) -> None:
@@ -171,7 +168,7 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.worlds, loaded = _worlds(checkpoint, self.num_envs, burn_in_policy, reset_from, reset_split,
                                       co_policy,
-                                      sample=sample, temperature=temperature, device=device, views=views,
+                                      sample=sample, temperature=temperature, device=device,
                                       torch_threads=torch_threads, sample_rounds=sample_rounds,
                                       sample_doubt=sample_doubt, sample_floor=sample_floor,
                                       horizon=horizon)

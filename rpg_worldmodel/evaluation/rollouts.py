@@ -183,8 +183,8 @@ def rollout_table(model: WorldModel, config, es: EvalSet, baselines: FittedBasel
     items = [i for i, name in enumerate(channels) if name in M.item_names(channels)]
     values = config.model.reward_values if config.model.reward_head else ()
     reward_values = np.asarray(values, dtype=np.float64)
-    sampler = ViewSampler.for_game(channels, es.store().meta.get("env_kwargs") or {}, model.refiner,
-                                   model.cfg.sample_rounds, SAMPLE_DOUBT, model.cfg.sample_floor)
+    sampler = ViewSampler(model.refiner, model.cfg.sample_rounds, SAMPLE_DOUBT, model.cfg.sample_floor,
+                          model.kind_limits)
     predictions = {**_model_rollouts(model, starts, num_frames, horizon, seed, device, sampler),
                    **_baseline_rollouts(baselines, starts, num_frames, horizon)}
     units, unit_of_row = np.unique(es.game_ids, return_inverse=True)

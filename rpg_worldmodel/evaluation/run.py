@@ -109,9 +109,15 @@ class Evaluation:
         self._provenance: dict | None = None
 
     def _training_file(self) -> tuple[Path, list[int]] | None:
-        """The first training file found (at its recorded path, or among ``--data``) and its
-        episodes of the training split; None when none is here."""
+        """The training file the baselines are fitted on and its episodes of the training split: the
+        first of ``data`` the model trained on (the file evaluated first: a model trained on an
+        expert's games beside random play is judged beside the expert's baselines), else the first
+        training file found (at its recorded path, or among ``--data``); None when none is here."""
         split = checkpoint_split(self.record)
+        for path in self.data:
+            given = training_file(self.record, path)
+            if given is not None and given.part(split)["train"]:
+                return Path(path), given.part(split)["train"]
         for trained in training_files(self.record):
             train = trained.part(split)["train"]
             if trained.path is not None and trained.path.exists() and train:

@@ -1,8 +1,8 @@
 """The world model's heads beside the view head, and the view priors added to the view head's logits.
 
 * `FrameStackActionHead`: the next action, read the way a policy reads it;
-* the reward head (`reward_mlp`) and its rule prior, started at the game's rule (`start_rule_prior`,
-  `predict_reward`);
+* the reward head (`RewardHead`): the step's reward class from the tokens and, per action, the view
+  the action is taken in;
 * the view priors, each a part with ``add_to(view_logits, steps)`` that adds its logits of view t+1
   (B, T, C, V, V) to the view head's, reading the steps as `rpg_worldmodel.models.steps.Steps`
   holds them: the motion prior (`MoveConv`, with the per-choice convolution behind it) and the
@@ -12,15 +12,15 @@
 egocentric, so a cell seen a few steps ago sits at another place of every later view, and a cell
 that left the view is in none of them. Attention over past steps can in principle learn to follow
 the agent's moves back to it; in practice (docs/worldmodel.md, "Longer context") a transformer
-trained for minutes does not. The map does that bookkeeping by dead reckoning, as the memory oracle
-does (`rpg_worldmodel.evaluation.oracles`): each step moves the agent by its action's delta unless
-the target cell holds a blocking kind (a wall, an agent), and every cell of the steps in reach is
-placed at its offset from the frame of the *next* view. For each cell of view t+1 the map holds the
+trained for minutes does not. The map does that bookkeeping by dead reckoning: each step moves the
+agent by the shift the motion head gives it (`rpg_worldmodel.models.motion`, learned from the
+data), and every cell of the steps in reach is placed at its offset from the frame of the *next*
+view. For each cell of view t+1 the map holds the
 kind it had when last seen and how many steps before t that was (or that it was not seen in
 reach). The model learns what that is worth: `MemoryMap` turns each (age, kind) into a logit per
-kind of the next view, added to the view head's (zero at the centre, where the agent itself always
-is). The bookkeeping is exact for the agent that moves first (the learner); the co-player's view is
-re-drawn with the same rule, which can be wrong when the learner has just moved into its way.
+kind of the next view, added to the view head's through a learned gate per cell of the view (where
+a view always shows the same thing whatever the map holds, as an egocentric view's own agent, the
+gate learns to close).
 
 How long a cell is kept is ``model.memory_steps`` (0: the attention window, ``num_frames`` steps).
 Over a window the map is re-drawn from the window's steps (`memory_canvas`); imagination keeps it
@@ -28,7 +28,8 @@ on a canvas (`rpg_worldmodel.models.steps.canvas_step`), so a wall seen at turn 
 turn 100. The prior tells ages below ``num_frames`` apart one by one and older ones in doubling bins
 up to the longest a training window shows (``model.train_window``): there attention no longer sees
 the cell, and the prior learns what the map alone is worth. An older sighting still reads as the
-last bin. Nothing of a particular game is written here: kinds and moves come from the training file.
+last bin. Nothing of a particular game is written here: the kinds come from the training file, the
+shifts from the learned motion head.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
-from rpg_worldmodel.models.steps import HIDDEN, MoveRules, Steps, dead_reckoning
+from rpg_worldmodel.models.motion import SHIFTS, ViewMapPerAction
+from rpg_worldmodel.models.steps import HIDDEN, Steps, dead_reckoning
 
 
 class FrameStackActionHead(nn.Module):
@@ -85,52 +87,21 @@ class FrameStackActionHead(nn.Module):
         return self.out(torch.cat([self.cnn(stack), global_], -1))
 
 
-#: How strongly the reward prior starts on the game's rule (logits). The learned head leans ~3
-#: logits towards "nothing" (most steps pay nothing) wherever it has no data, a bump included: at 6
-#: a dream still paid nothing for 4% of bumps and a gem for 3%.
-RULE_LOGIT = 10.0
+class RewardHead(nn.Module):
+    """The reward of step t as a class of ``model.reward_values``: an MLP over [global token, mean
+    patch token] (B, T, 2D), plus a linear map of the one-hot view per action (`ViewMapPerAction`):
+    a reward that depends on the cell a move enters (an item picked up, a bump) is learned from
+    data without being told which cell that is, as one weight, not a pattern of tokens.
+    ``forward(tokens (B, T, 2D), views (B, T, C, V, V), actions (B, T))`` -> logits (B, T, K)."""
 
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        k, d = len(cfg.reward_values), cfg.width
+        self.mlp = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, k))
+        self.by_view = ViewMapPerAction(cfg.num_channels, cfg.view_size, cfg.num_actions, k)
 
-def reward_mlp(cfg: ModelConfig) -> nn.Sequential:
-    """The reward head: [global token, centre patch token] (B, T, 2D) -> logits (B, T, K) of the
-    step's reward class, K = ``len(model.reward_values)``.
-
-    The rule prior beside it (``WorldModel.reward_prior``, with the movement table) is a table of
-    logits of the reward class per kind of the entered cell, (C + 1, K), row 0 a hidden cell, added
-    to the head's and started at the game's rule (`start_rule_prior`). Learned from data alone, the
-    row of walls never learned the bump's penalty (the expert bumps on 0.09% of its steps) and a
-    dream paid a gem for 10% of bumps, which PPO found and exploited."""
-    return nn.Sequential(nn.Linear(2 * cfg.width, cfg.width), nn.GELU(),
-                         nn.Linear(cfg.width, len(cfg.reward_values)))
-
-
-def start_rule_prior(prior: nn.Embedding | None, cfg: ModelConfig) -> None:
-    """Row k + 1 favours the class of ``cfg.entered_rewards[k]`` by `RULE_LOGIT`; row 0 (a hidden
-    cell), and every row of a model without the values, start at zero."""
-    if prior is None:
-        return
-    with torch.no_grad():
-        prior.weight.zero_()
-        for kind, points in enumerate(cfg.entered_rewards):
-            prior.weight[kind + 1, list(cfg.reward_values).index(points)] = RULE_LOGIT
-
-
-def rule_logits(prior: nn.Embedding, entered: torch.Tensor, num_channels: int) -> torch.Tensor:
-    """The prior's reward logits (B, T, K) for the entered cells' kinds (B, T): row 0 for a hidden
-    cell (-1). A move that stays enters the agent's own cell (kind ``num_channels``), which no rule
-    prices: it shares the hidden cell's row, which starts at zero."""
-    return prior(torch.where(entered >= num_channels, -1, entered) + 1)
-
-
-def predict_reward(head: nn.Sequential | None, prior: nn.Embedding | None, global_: torch.Tensor,
-                   centre: torch.Tensor, entered: torch.Tensor | None) -> torch.Tensor | None:
-    """The reward head's logits (B, T, K) from the global tokens and the centre patch's tokens
-    (B, T, D), plus the rule prior's for the ``entered`` kinds (B, T) where the model has one;
-    None without a reward head."""
-    if head is None:
-        return None
-    reward = head(torch.cat([global_, centre], -1))
-    return reward if prior is None else reward + rule_logits(prior, entered, prior.num_embeddings - 1)
+    def forward(self, tokens: torch.Tensor, views: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.mlp(tokens) + self.by_view(views, actions)
 
 
 def unfold_same(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -161,35 +132,35 @@ def conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> t
 
 
 class MoveConv(nn.Conv2d):
-    """The motion prior: a 3x3 convolution of view t per move outcome.
+    """The motion prior: a 3x3 convolution of view t per shift (`rpg_worldmodel.models.motion.SHIFTS`).
 
     Moving shifts the whole egocentric view by one cell, which a 3x3 kernel expresses exactly;
-    the transformer then only has to learn what motion alone does not explain (blocked moves,
-    pick-ups, the co-player, cells entering the view). With the movement table a blocked move
-    (the view stays) is a choice of its own beside the actions.
+    the transformer then only has to learn what motion alone does not explain (pick-ups, the
+    co-player, cells entering the view). The kernel is chosen by the shift the motion head gives
+    the step (``steps.shifts``), so a blocked move uses the kernel of no shift.
     """
 
     def __init__(self, cfg: ModelConfig):
-        moves = cfg.num_actions + 1 if cfg.move_rules else cfg.num_actions
-        super().__init__(cfg.num_channels, moves * cfg.num_channels, 3, padding=1)
+        super().__init__(cfg.num_channels, len(SHIFTS) * cfg.num_channels, 3, padding=1)
 
     def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
         flat = steps.views.reshape(-1, *steps.views.shape[2:])
-        return view_logits + conv_for_choice(self, flat, steps.moves.reshape(-1)).view_as(view_logits)
+        return view_logits + conv_for_choice(self, flat, steps.shifts.reshape(-1)).view_as(view_logits)
 
 
 # ------------------------------------------------------------------ the memory map
-def memory_canvas(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor, blocking: torch.Tensor,
-                  reach: int, queries: int) -> tuple[torch.Tensor, torch.Tensor]:
+def memory_canvas(kinds: torch.Tensor, shifts: torch.Tensor, reach: int, queries: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """The map of the last ``queries`` steps of a history.
 
-    ``kinds`` (B, S, V, V) from `cell_kinds`, ``actions`` (B, S) long. For each query step t (the
+    ``kinds`` (B, S, V, V) from `cell_kinds`, ``shifts`` (B, S) long (each step's shift, an index
+    into `rpg_worldmodel.models.motion.SHIFTS`). For each query step t (the
     last ``queries`` of the S) and each cell of view t+1's frame: the kind it had in the latest step
     s in ``[t - reach + 1, t]`` that showed it, and ``t - s``. Returns ``kind`` (B, Q, V, V) long
     (``HIDDEN``: not seen in reach) and ``age`` of the same shape (``reach`` where not seen).
     """
     b, s_len, v, _ = kinds.shape
-    before, after = dead_reckoning(kinds, actions, deltas, blocking)
+    before, after = dead_reckoning(shifts)
     first = s_len - queries
     cells = torch.arange(v, device=kinds.device)
     kind = kinds.new_full((b, queries, v, v), HIDDEN)
@@ -215,38 +186,32 @@ def memory_canvas(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tens
 class MemoryMap(nn.Module):
     """The memory map as a view prior: (age, kind last seen) -> logits of the cell's next kind.
 
-    ``forward(kinds (B, S, V, V), actions (B, S), queries, moves)`` -> logits (B, Q, C, V, V) for
-    the last ``queries`` steps, reaching back ``model.num_frames`` steps (the attention's window),
-    placed by the movement table ``moves`` (`rpg_worldmodel.models.steps.MoveRules`). As a view
-    prior, ``add_to(view_logits, steps)`` re-draws ``steps.history`` with the model's own table
-    ``rules`` (shared with the model, it holds no weights).
+    ``forward(kinds (B, S, V, V), shifts (B, S), queries)`` -> logits (B, Q, C, V, V) for the last
+    ``queries`` steps, reaching back ``model.memory_steps`` steps, placed by the steps' shifts. As a
+    view prior, ``add_to(view_logits, steps)`` re-draws ``steps.history``.
     """
 
-    def __init__(self, cfg: ModelConfig, rules: MoveRules):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.keep = cfg.memory_steps or cfg.num_frames  # steps a cell is kept
         self.exact = cfg.num_frames  # ages told apart one by one
         self.reach = age_bins(cfg)  # ages the prior tells apart: those, then doubling bins
-        self.num_kinds = cfg.num_channels + 1  # the channels and the agent's own cell
+        self.num_kinds = cfg.num_channels + 1  # the channels and the view's fixed cells
         self.prior = nn.Embedding(self.reach * self.num_kinds + 1, cfg.num_channels)
-        # The next view's centre is the agent itself, whatever the map holds there (the cell it
-        # entered, or its own cell after a blocked move): the map says nothing about it. A prior
-        # there taught a rule that fails exactly where imagination drifts (docs/imagination.md).
+        # How much each cell of the next view takes from the map, learned: a cell a view always shows
+        # the same way (an egocentric view's own agent) learns to ignore what the map held there. Five
+        # dimensions keep it out of weight decay (models/world_model.py's param_groups: a scale).
         v = cfg.view_size
-        not_centre = torch.ones(v, v)
-        not_centre[v // 2, v // 2] = 0
-        self.register_buffer("not_centre", not_centre, persistent=False)
-        self.rules = rules
+        self.gate = nn.Parameter(torch.ones(1, 1, 1, v, v))
 
-    def forward(self, kinds: torch.Tensor, actions: torch.Tensor, queries: int,
-                moves: MoveRules) -> torch.Tensor:
-        return self.logits(*memory_canvas(kinds, actions, moves.deltas, moves.blocking, self.keep, queries))
+    def forward(self, kinds: torch.Tensor, shifts: torch.Tensor, queries: int) -> torch.Tensor:
+        return self.logits(*memory_canvas(kinds, shifts, self.keep, queries))
 
     def logits(self, kind: torch.Tensor, age: torch.Tensor) -> torch.Tensor:
         """The prior of the map's ``kind`` and ``age`` (B, Q, V, V) each -> logits (B, Q, C, V, V)."""
         kept = (kind != HIDDEN) & (age < self.keep)
         index = torch.where(kept, self.age_bin(age) * self.num_kinds + kind, self.reach * self.num_kinds)
-        return self.prior(index).permute(0, 1, 4, 2, 3) * self.not_centre
+        return self.prior(index).permute(0, 1, 4, 2, 3) * self.gate
 
     def age_bin(self, age: torch.Tensor) -> torch.Tensor:
         """Ages below ``num_frames`` as themselves; older ones in doubling bins (``num_frames`` ..
@@ -260,8 +225,8 @@ class MemoryMap(nn.Module):
         if steps.map is not None:
             kind, age = steps.map
             return view_logits + self.logits(kind[:, None], age[:, None])
-        kinds, actions = steps.history
-        return view_logits + self(kinds, actions, view_logits.shape[1], self.rules)
+        kinds, shifts = steps.history
+        return view_logits + self(kinds, shifts, view_logits.shape[1])
 
 
 def age_bins(cfg: ModelConfig) -> int:

@@ -146,21 +146,23 @@ def truncated(probs: torch.Tensor, floor: float) -> torch.Tensor:
 # inference path of nn.TransformerEncoderLayer.
 @torch.no_grad()
 def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Generator, rounds: int,
-                 temperature: float = 1.0, fixed: torch.Tensor | None = None,
-                 banned: int | None = None, doubt: float = 0.0, floor: float = 0.0) -> torch.Tensor:
+                 temperature: float = 1.0, fixed: torch.Tensor | None = None, doubt: float = 0.0,
+                 floor: float = 0.0, limits: torch.Tensor | None = None) -> torch.Tensor:
     """Kinds (N, V, V) long: one joint draw of the next views whose view-head ``logits`` are
     (N, V, V, C), each round taking the surest open cells whose summed doubt stays within ``doubt``
     (at least one; see the module's docstring), in at most ``rounds`` rounds, each distribution
     softened by ``temperature``. ``fixed`` (N, V, V) long: kinds given before the first round
-    (``C``: open); ``banned``: a kind no open cell may take (the sampler's placed agents);
-    ``floor``: a kind whose refined probability is below it is not drawn in a cell (the cell's
-    likeliest kind always may be; see `truncated`)."""
+    (``C``: open); ``floor``: a kind whose refined probability is below it is not drawn in a cell
+    (the cell's likeliest kind always may be; see `truncated`); ``limits`` (C,) long: the most cells
+    of each kind a view may hold (``model.kind_limits``, read off the training views): a kind a
+    view holds that many of is drawn in no further cell, and of cells drawn together past a limit
+    the surest keep it (the others are drawn again, after the last round if need be)."""
     n, v, _, c = logits.shape
     flat = logits.reshape(n, v * v, c)
     drawn = torch.full((n, v * v), c, dtype=torch.long, device=logits.device) if fixed is None \
         else fixed.reshape(n, v * v).clone()
     first = torch.arange(v * v, device=logits.device) == 0
-    for k in range(rounds):
+    for k in range(rounds + v * v):  # past `rounds` only to draw cells a limit left open
         uniform = torch.rand(n, v * v, 1, generator=generator, device=logits.device)
         active = (drawn == c).any(1).nonzero()[:, 0]
         if not len(active):
@@ -168,15 +170,30 @@ def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Gen
         part = drawn[active]
         is_open = part == c
         refined = module(flat[active], part) / temperature
-        if banned is not None:
-            refined = refined.index_fill(-1, torch.tensor([banned], device=refined.device), -torch.inf)
+        room = None
+        if limits is not None:
+            room = limits - F.one_hot(part, c + 1)[..., :c].sum(1)  # (A, C) cells each kind has left
+            refined = refined.masked_fill((room <= 0)[:, None, :], -torch.inf)
         probs = truncated(torch.softmax(refined, -1), floor)
         pick = (uniform[active] > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)  # (A, L), inverse CDF
         # surest first; ranking by the probability of the value drawn instead (MaskGIT's
         # confidence) would favour likelier values and bias the draw
         doubts = (1 - probs.amax(-1)).masked_fill(~is_open, torch.inf)
         order = torch.argsort(doubts, dim=1, stable=True)
-        within = (doubts.gather(1, order).cumsum(1) <= doubt) | first | (k == rounds - 1)
+        within = (doubts.gather(1, order).cumsum(1) <= doubt) | first | (k >= rounds - 1)
         take = torch.zeros_like(is_open).scatter(1, order, within) & is_open
+        if room is not None:
+            take = _within_limits(take, pick, order, room)
         drawn[active] = torch.where(take, pick, part)
     return drawn.view(n, v, v)
+
+
+def _within_limits(take: torch.Tensor, pick: torch.Tensor, order: torch.Tensor, room: torch.Tensor
+                   ) -> torch.Tensor:
+    """``take`` (A, L) bool without the cells that would put a kind past its ``room`` (A, C) left:
+    of the cells taking one kind, the first in ``order`` (surest first) keep it."""
+    picked, taken = pick.gather(1, order), take.gather(1, order)
+    counts = (F.one_hot(picked, room.shape[1]) * taken[..., None]).cumsum(1)  # (A, L, C) in order
+    rank = counts.gather(-1, picked[..., None])[..., 0]  # cells of this cell's kind up to it
+    allowed = rank <= room.gather(1, picked)
+    return take & torch.zeros_like(take).scatter(1, order, allowed)

@@ -1,17 +1,14 @@
 """What the world model's heads read of the steps besides their final tokens (`Steps`): the views'
-cell kinds, what each move enters by the game's movement table, the frames the action head
-stacks, and the memory map's bookkeeping; over a window of steps (`window_steps`, training and
-`WorldModel.forward`), or one step at a time from imagination's cached state (`imagined_steps`),
-with the same values. Nothing here has weights.
+cell kinds, the shift each step causes (the motion head's arg-max, `rpg_worldmodel.models.motion`),
+the frames the action head stacks, and the memory map's bookkeeping; over a window of steps
+(`window_steps`, training and `WorldModel.forward`), or one step at a time from imagination's
+cached state (`imagined_steps`), with the same values. Nothing here has weights.
 
-**The movement table.** Egocentric views make a move visible only as the whole view shifting; a
-blocked move (into a wall or another agent) shifts nothing and costs the wall's penalty. An expert
-almost never bumps (0.09% of the DQN expert's steps), so a model that has to learn blocking from
-data never does, and an agent trained in its imagination learns to walk through walls. With the
-table (`MoveRules`) the model is told, at every step, what the move enters: the motion prior
-chooses by the move's outcome (a blocked move is a choice of its own), the reward head reads the
-entered cell's kind, and the memory map follows the agent by dead reckoning. The table comes from
-the training file's action and channel names (`model.move_deltas`, `model.blocking_kinds`).
+**The shift.** Egocentric views make a move visible only as the whole view shifting. The model is
+not told which action moves where or what blocks a move: its motion head learns, from the shifts
+read off consecutive training views, which shift an action causes in the view it is taken in
+(none, where the move is blocked). The motion prior chooses by that shift and the memory map
+follows the agent by it (dead reckoning).
 
 **The memory map's canvas.** Over a window the map is re-drawn from the window's steps
 (`rpg_worldmodel.models.heads.memory_canvas`); imagination keeps it instead on a canvas
@@ -22,37 +19,18 @@ view's frame back, so turn 100 costs what turn 1 does. The canvas is a torus of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
-from torch import nn
 
-from rpg_base.typed_config.values import ConfigError
-from rpg_env.game.constants import ACTION_NAMES, vocabulary
 from rpg_worldmodel.config import MAP_SIZE, ModelConfig
+from rpg_worldmodel.models.motion import MotionHead, shift_offsets
 from rpg_worldmodel.models.state import Imagination
 
 HIDDEN = -1  # a cell the step did not show (masked input, or padding before a start)
 
-#: `MoveRules.outcome` or `moves_unknown`: kinds (B, T, V, V), actions (B, T) -> (entered, outcome)
-MoveOutcome = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor | None, torch.Tensor]]
 
-
-# ------------------------------------------------------------------ cell kinds and the movement table
-def game_moves(action_names: Sequence[str] = ACTION_NAMES, channel_names: Sequence[str] | None = None
-               ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The game's movement table for actions and channels so named: ``(move_deltas, blocking_kinds)``,
-    each action's (row, col) move flattened and the channels of kinds a move cannot enter
-    (defaults: the game's own action and channel order). ValueError for an unknown action."""
-    vocab = vocabulary()
-    names = vocab.cell_names if channel_names is None else channel_names
-    deltas = vocab.deltas_for([str(a) for a in action_names])
-    blocking = tuple(i for i, name in enumerate(names)
-                     if name in vocab.cell_names and not vocab.cells[vocab.code(name)].passable)
-    return tuple(int(x) for x in deltas.reshape(-1)), blocking
-
-
+# ------------------------------------------------------------------ cell kinds and dead reckoning
 def view_codes(views: torch.Tensor) -> torch.Tensor:
     """One-hot views (..., C, V, V) -> entity codes (..., V, V) int64 (the channel that is set; 0
     where none is, as argmax gives)."""
@@ -63,70 +41,31 @@ def view_codes(views: torch.Tensor) -> torch.Tensor:
     return (views * weights.to(views.dtype if views.is_floating_point() else torch.int64)).sum(-3).long()
 
 
-def cell_kinds(views: torch.Tensor) -> torch.Tensor:
+def cell_kinds(views: torch.Tensor, fixed: torch.Tensor | None = None) -> torch.Tensor:
     """One-hot views (..., C, V, V) -> kinds (..., V, V) long: the set channel, ``HIDDEN`` where
-    none is set, and ``C`` for the centre, where the agent itself stands (it has left that cell
-    by the time the cell is seen again)."""
-    c, v = views.shape[-3], views.shape[-1]
+    none is set, and ``C`` in the ``fixed`` cells ((V, V) bool, ``model.fixed_cells``: cells that
+    show one kind in every view of the training files, as an egocentric view's own viewer does)."""
     kinds = torch.where(views.amax(-3) > 0.5, view_codes(views), HIDDEN)
-    kinds[..., v // 2, v // 2] = c
-    return kinds
+    return kinds if fixed is None else kinds.masked_fill(fixed, views.shape[-3])
 
 
-def entered_kinds(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
-    """The kind of the cell each move enters: ``kinds`` (B, S, V, V), ``actions`` (B, S), ``deltas``
-    (A, 2) (row, col) per action -> (B, S) long (``HIDDEN`` where the view did not show it)."""
-    v = kinds.shape[-1]
-    move = deltas[actions]  # (B, S, 2)
-    centre = v // 2
-    entered = (centre + move[..., 0]) * v + centre + move[..., 1]
-    return kinds.flatten(-2).gather(-1, entered[..., None])[..., 0]
+def fixed_mask(cfg: ModelConfig) -> torch.Tensor:
+    """``model.fixed_cells`` as a (V, V) bool mask."""
+    mask = torch.zeros(cfg.view_size**2, dtype=torch.bool)
+    mask[list(cfg.fixed_cells)] = True
+    return mask.view(cfg.view_size, cfg.view_size)
 
 
-class MoveRules(nn.Module):
-    """The movement table as buffers: ``deltas`` (A, 2) long, ``blocking`` (K,) long channel indices.
-
-    `outcome` gives what a model conditions on: the entered cell's kind (B, T) and the move's
-    outcome (B, T): the action where the move goes through, ``num_actions`` where it is blocked.
-    """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.num_actions = cfg.num_actions
-        moves, blocking = (cfg.move_deltas, cfg.blocking_kinds) if cfg.move_deltas else game_moves()
-        if len(moves) != 2 * cfg.num_actions or any(k >= cfg.num_channels for k in blocking):
-            raise ConfigError(f"the game's moves fit {len(moves) // 2} actions, not model.num_actions="
-                              f"{cfg.num_actions}; give model.move_deltas and model.blocking_kinds (train "
-                              f"fills them from the training file) or set model.memory_map=false "
-                              f"model.move_rules=false")
-        self.register_buffer("deltas", torch.tensor(moves, dtype=torch.long).view(-1, 2), persistent=False)
-        self.register_buffer("blocking", torch.tensor(blocking, dtype=torch.long), persistent=False)
-
-    def outcome(self, kinds: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``kinds`` (B, T, V, V) from `cell_kinds`, ``actions`` (B, T) -> (entered kind, outcome)."""
-        entered = entered_kinds(kinds, actions, self.deltas)
-        blocked = torch.isin(entered, self.blocking)
-        return entered, torch.where(blocked, self.num_actions, actions)
-
-
-def moves_unknown(kinds: torch.Tensor, actions: torch.Tensor) -> tuple[None, torch.Tensor]:
-    """`MoveRules.outcome` of a model without the table: no entered kind, and every move goes through."""
-    return None, actions
-
-
-# ------------------------------------------------------------------ the memory map's canvas
-def dead_reckoning(kinds: torch.Tensor, actions: torch.Tensor, deltas: torch.Tensor,
-                   blocking: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where the agent was at each step, relative to the first: ``kinds`` (B, S, V, V), ``actions``
-    (B, S), ``deltas`` (A, 2) (row, col) per action, ``blocking`` (K,) kinds a move cannot enter.
-    Returns ``before`` and ``after`` (B, S, 2) long: the frame of view s and of view s+1."""
-    move = deltas[actions]  # (B, S, 2)
-    target = entered_kinds(kinds, actions, deltas)
-    step = move * (~torch.isin(target, blocking))[..., None]
+def dead_reckoning(shifts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the agent was at each step, relative to the first, from each step's shift ``shifts``
+    (B, S) long (an index into `rpg_worldmodel.models.motion.SHIFTS`). Returns ``before`` and
+    ``after`` (B, S, 2) long: the frame of view s and of view s+1."""
+    step = shift_offsets(shifts.device)[shifts]  # (B, S, 2)
     after = step.cumsum(1)
     return after - step, after
 
 
+# ------------------------------------------------------------------ the memory map's canvas
 #: The memory map on imagination's canvas: what each cell last showed (N, M, M) long (``HIDDEN``:
 #: never), the step that showed it (N, M, M) long, and where the agent is (N, 2) long (row, col).
 Canvas = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -145,14 +84,14 @@ def _around(position: torch.Tensor, v: int, size: int) -> torch.Tensor:
     return (rows[:, :, None] * size + cols[:, None, :]).flatten(1)
 
 
-def canvas_step(canvas: Canvas, kinds: torch.Tensor, actions: torch.Tensor, step: int,
-                moves: MoveRules) -> tuple[tuple[torch.Tensor, torch.Tensor], Canvas]:
+def canvas_step(canvas: Canvas, kinds: torch.Tensor, shifts: torch.Tensor, step: int
+                ) -> tuple[tuple[torch.Tensor, torch.Tensor], Canvas]:
     """One step of the map on its canvas: view ``step`` (``kinds`` (N, V, V) from `cell_kinds`) is
-    written where the agent is, the agent moves by its action (``actions`` (N,); not into a
-    blocking kind), and the map is read in view ``step + 1``'s frame. Returns ``(kind, age)``,
-    (N, V, V) long each, as `rpg_worldmodel.models.heads.memory_canvas` gives them (``age``: steps
-    before ``step``; a cell never seen has kind ``HIDDEN``), and the new canvas. A hidden cell of
-    the view leaves the canvas as it was."""
+    written where the agent is, the agent moves by the step's shift (``shifts`` (N,), an index into
+    `rpg_worldmodel.models.motion.SHIFTS`), and the map is read in view ``step + 1``'s frame.
+    Returns ``(kind, age)``, (N, V, V) long each, as `rpg_worldmodel.models.heads.memory_canvas`
+    gives them (``age``: steps before ``step``; a cell never seen has kind ``HIDDEN``), and the new
+    canvas. A hidden cell of the view leaves the canvas as it was."""
     grid, seen, position = canvas
     v, size = kinds.shape[-1], grid.shape[-1]
     here, shown = _around(position, v, size), kinds.flatten(1)
@@ -160,8 +99,7 @@ def canvas_step(canvas: Canvas, kinds: torch.Tensor, actions: torch.Tensor, step
     keep = shown == HIDDEN
     grid = grid_flat.scatter(1, here, torch.where(keep, grid_flat.gather(1, here), shown)).view_as(grid)
     seen = seen_flat.scatter(1, here, torch.where(keep, seen_flat.gather(1, here), step)).view_as(seen)
-    _, after = dead_reckoning(kinds[:, None], actions[:, None], moves.deltas, moves.blocking)
-    position = position + after[:, 0]
+    position = position + shift_offsets(shifts.device)[shifts]
     there = _around(position, v, size)
     kind = grid.flatten(1).gather(1, there).view(len(grid), v, v)
     age = step - seen.flatten(1).gather(1, there).view(len(grid), v, v)
@@ -172,49 +110,46 @@ def canvas_step(canvas: Canvas, kinds: torch.Tensor, actions: torch.Tensor, step
 class Steps(NamedTuple):
     """What the heads read of the steps besides their final tokens, at each step t of (B, T):
     ``views`` (B, T, C, V, V) and ``actions`` (B, T); ``kinds`` (B, T, V, V) the views' cell kinds
-    (`cell_kinds`); ``entered`` (B, T) the kind of the cell the move enters and ``moves`` (B, T) its
-    outcome (`MoveRules.outcome`; without the movement table ``entered`` is None and ``moves`` the
-    actions); ``frames`` (B, T, k-1, C, V, V) the views the action head stacks with its predicted
-    one (None: no stack); ``history`` the kinds (B, S, V, V) and actions (B, S) of the steps the
-    memory map re-draws, the last T of them these steps; ``map`` the memory map's kind and age
-    (N, V, V) in view t+1's frame where imagination kept it on its canvas (T = 1; `canvas_step`),
-    else None."""
+    (`cell_kinds`); ``shifts`` (B, T) the shift each step causes by the motion head (an index into
+    `rpg_worldmodel.models.motion.SHIFTS`); ``frames`` (B, T, k-1, C, V, V) the views the action
+    head stacks with its predicted one (None: no stack); ``history`` the kinds (B, S, V, V) and
+    shifts (B, S) of the steps the memory map re-draws, the last T of them these steps; ``map`` the
+    memory map's kind and age (N, V, V) in view t+1's frame where imagination kept it on its
+    canvas (T = 1; `canvas_step`), else None."""
 
     views: torch.Tensor
     actions: torch.Tensor
     kinds: torch.Tensor
-    entered: torch.Tensor | None
-    moves: torch.Tensor
+    shifts: torch.Tensor
     frames: torch.Tensor | None
     history: tuple[torch.Tensor, torch.Tensor]
     map: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
-def window_steps(views: torch.Tensor, actions: torch.Tensor, move_outcome: MoveOutcome,
-                 cfg: ModelConfig) -> Steps:
-    """What the heads read of a window's steps (views (B, T, C, V, V), actions (B, T))."""
-    kinds = cell_kinds(views)
-    entered, moves = move_outcome(kinds, actions)
+def window_steps(views: torch.Tensor, actions: torch.Tensor, motion: MotionHead, cfg: ModelConfig,
+                 fixed: torch.Tensor) -> Steps:
+    """What the heads read of a window's steps (views (B, T, C, V, V), actions (B, T); ``fixed``:
+    `fixed_mask`)."""
+    kinds = cell_kinds(views, fixed)
+    shifts = motion.shifts(views, actions)
     frames = frames_before(views, cfg.action_frames)
-    return Steps(views, actions, kinds, entered, moves, frames, (kinds, actions))
+    return Steps(views, actions, kinds, shifts, frames, (kinds, shifts))
 
 
-def imagined_steps(view: torch.Tensor, action: torch.Tensor, state: Imagination, move_outcome: MoveOutcome,
-                   cfg: ModelConfig, rules: MoveRules | None
-                   ) -> tuple[Steps, torch.Tensor | None, Canvas | None]:
+def imagined_steps(view: torch.Tensor, action: torch.Tensor, state: Imagination, motion: MotionHead,
+                   cfg: ModelConfig, fixed: torch.Tensor) -> tuple[Steps, torch.Tensor | None, Canvas | None]:
     """What the heads read of one imagined step (``view`` (N, C, V, V), ``action`` (N,); T = 1),
     from ``state`` where they read earlier steps, and what to keep of it for the next: the action
-    head's recent views and the memory map's canvas (`Imagination`; None without a map, whose
-    movement table is ``rules``)."""
+    head's recent views and the memory map's canvas (`Imagination`; None without a map)."""
     views, actions = view[:, None], action[:, None]
     frames, recent = imagined_frames(view, state.recent_views, cfg.action_frames)
-    kinds = cell_kinds(views)
-    entered, moves = move_outcome(kinds, actions)
+    kinds = cell_kinds(views, fixed)
+    shifts = motion.shifts(views, actions)
     memory, canvas = None, None
     if cfg.memory_map:
         canvas = state.canvas if state.canvas is not None else empty_canvas(len(view), view.device)
-        memory, canvas = canvas_step(canvas, kinds[:, 0], action, state.step, rules)
-    steps = Steps(views, actions, kinds, entered, moves, frames, (kinds, actions), memory)
+        memory, canvas = canvas_step(canvas, kinds[:, 0], shifts[:, 0], state.step)
+    steps = Steps(views, actions, kinds, shifts, frames, (kinds, shifts), memory)
     return steps, recent, canvas
 
 

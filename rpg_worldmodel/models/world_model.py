@@ -1,35 +1,26 @@
 """The world model: a StARformer-style Vision Transformer over (view, action) steps.
 
-Reference design (seed 000, Sorrel's ``sorrel.models.pytorch.transformer``), re-written small:
-
+Seed 000's design (Sorrel's ``sorrel.models.pytorch.transformer``), re-written small:
 * each step t becomes *local* tokens, one per ``patch x patch`` patch of the one-hot view plus
   one for the action taken at t, and a *global* token, a small convolution over the whole view
   (`rpg_worldmodel.models.transformer`);
-* every layer (`StarBlock`) runs a **local** block (attention within one step over its patch and
-  action tokens) and then a **global** block (causal attention across steps over the interleaved
-  sequence ``[local summary_0, global_0, local summary_1, global_1, ...]``). Steps know their
-  order through rotary positions (relative: imagination caches the keys of past steps while its
-  window slides). Attention reaches back ``num_frames`` steps: a window of that length in
-  training, a sliding window of it over a longer history (``model.layer="srwm"``: an SRWM instead);
+* every layer (`StarBlock`) runs a **local** block (attention within one step) and then a
+  **global** block (causal attention across steps over ``[local summary_0, global_0, ...]``),
+  steps ordered by rotary positions, reaching back ``num_frames`` steps (``model.layer="srwm"``:
+  an SRWM instead);
 * heads (`rpg_worldmodel.models.heads`), at step t, reading the final tokens and the steps
-  (`rpg_worldmodel.models.steps`: cell kinds, the game's movement table): the next view, per cell,
-  as logits over the C entity kinds plus those of the view priors (a 3x3 convolution of view t
-  chosen by the move's outcome, "blocked" where the table says the move enters a wall or an agent;
-  the memory map, the cells seen before re-drawn in view t+1's frame); the next action (a small CNN
-  over the frame stack a policy acting at t+1 reads, beside the global token); the reward of step
-  t, as a class over the game's rewards.
+  (`rpg_worldmodel.models.steps`): the next view, per cell, as logits over the C kinds plus the
+  view priors' (a 3x3 convolution of view t chosen by the step's shift; the memory map); the next
+  action (a small CNN over the frame stack a policy acting at t+1 reads, beside the global token);
+  the reward of step t, a class of the file's rewards; the shift (`rpg_worldmodel.models.motion`).
 
-Predictions at step t depend only on steps <= t (tested). The view head reads each patch's final
-local token (at t and t-1) fused with the step's global token and predicts that patch's cells;
-the reward head reads the global token, the token of the patch around the agent, which holds
-the cells a move can enter, and the kind of the cell the move enters.
+Nothing of a particular game is written here: moves, blocking, rewards and where agents stand are
+learned from the training files (docs/worldmodel.md). Predictions at t read only steps <= t (tested).
 
-The default forward pass reads in four files: this one, `rpg_worldmodel.models.transformer`,
-`rpg_worldmodel.models.steps` and `rpg_worldmodel.models.heads`. The parts only older checkpoints
-have are in `rpg_worldmodel.models.legacy`, the SRWM layer in `rpg_worldmodel.models.fast_weights`,
-the cell refiner (trained beside the heads, it draws a next view's cells together) in
-`rpg_worldmodel.models.refiner`. This file reads top to bottom: outputs and tokens, then the model:
-parts, forward, heads, loss, optimizer groups, one-step imagination.
+The default forward pass reads in five files: this one, `transformer`, `motion`, `steps` and
+`heads`; beside them `legacy`, `fast_weights` (the SRWM) and `refiner` (the cell refiner). This file
+reads top to bottom: outputs, tokens, the model's parts, forward, heads, loss, optimizer groups,
+one-step imagination.
 """
 
 from __future__ import annotations
@@ -44,29 +35,24 @@ from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.fast_weights import RecurrentOrder, step_layers
-from rpg_worldmodel.models.heads import (
-    FrameStackActionHead,
-    MemoryMap,
-    MoveConv,
-    predict_reward,
-    reward_mlp,
-    start_rule_prior,
-)
+from rpg_worldmodel.models.heads import FrameStackActionHead, MemoryMap, MoveConv, RewardHead
 from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead, slide_window
+from rpg_worldmodel.models.motion import MotionHead, infer_shifts
 from rpg_worldmodel.models.refiner import BatchPart, CellRefiner, refiner_loss
 from rpg_worldmodel.models.state import Imagination
 from rpg_worldmodel.models.steps import (
-    MoveRules,
+    HIDDEN,
     Steps,
+    cell_kinds,
+    fixed_mask,
     imagined_steps,
-    moves_unknown,
     view_codes,
     window_steps,
 )
 from rpg_worldmodel.models.transformer import RotaryPositions, StarBlock, StepEmbedding
 
-#: The weight of the next-action cross-entropy in the training loss; the view's, the reward's and
-#: the cell refiner's weigh 1.
+#: The weight of the next-action cross-entropy in the training loss; the view's, the reward's, the
+#: shift's and the cell refiner's weigh 1.
 ACTION_LOSS_WEIGHT = 0.5
 
 
@@ -126,30 +112,24 @@ class WorldModel(nn.Module):
         self.view_head = nn.Linear(d, p * p * cfg.num_channels)
         # The frame-stack head a policy reads; schema <= 3's linear one on the global token.
         self.action_head = FrameStackActionHead(cfg) if cfg.action_frames else LinearActionHead(cfg)
-        # The reward of step t depends on the cell the action enters: the head reads the token of
-        # the patch around the agent (holding that cell) beside the step's global token, and with
-        # the movement table a prior per kind of the entered cell, started at the game's rule.
-        centre = cfg.view_size // 2 // p
-        self.centre_patch = centre * self.grid + centre
-        rewards = len(cfg.reward_values) if cfg.reward_head else 0  # schema 1: no reward head
-        self.reward_head = reward_mlp(cfg) if rewards else None
-        prior = rewards and cfg.move_rules  # a table without the values: a model of schema <= 4
-        self.reward_prior = nn.Embedding(cfg.num_channels + 1, rewards) if prior else None
+        # The reward of step t: a class of the file's rewards (models/heads.py).
+        self.reward_head = RewardHead(cfg) if cfg.reward_head and cfg.reward_values else None
         self.register_buffer("reward_values", torch.tensor(cfg.reward_values, dtype=torch.float32),
                              persistent=False)
-        # The view priors, added to the view head's logits in this order (models/heads.py), and the
-        # game's movement table the motion prior and the memory map read (models/steps.py); a model
-        # of schema <= 4 has neither table nor map, one of the loop's rules-off runs the map alone.
+        # Which shift each step causes, learned (models/motion.py); the view priors read it, added
+        # to the view head's logits in this order (models/heads.py).
+        self.motion = MotionHead(cfg.num_channels, cfg.view_size, cfg.num_actions)
+        self.register_buffer("fixed_cells", fixed_mask(cfg), persistent=False)
         self.action_conv = MoveConv(cfg)
-        self.moves = MoveRules(cfg) if cfg.memory_map or cfg.move_rules else None
-        self.memory_map = MemoryMap(cfg, self.moves) if cfg.memory_map else None
-        self.move_outcome = self.moves.outcome if cfg.move_rules else moves_unknown
+        self.memory_map = MemoryMap(cfg) if cfg.memory_map else None
         self.view_priors = tuple(x for x in (self.action_conv, self.memory_map) if x is not None)
         self.apply(self._init_weights)
-        start_rule_prior(self.reward_prior, cfg)
         # How the cells of a next view are drawn together (models/refiner.py; schema <= 6: each
         # on its own); built last, so the other parts start from the same weights with it or without.
         self.refiner = CellRefiner(cfg).apply(self._init_weights) if cfg.refiner_layers else None
+        # The most cells of each kind a training view held: what a joint draw of a view is held to.
+        limits = torch.tensor(cfg.kind_limits, dtype=torch.long) if cfg.kind_limits else None
+        self.register_buffer("kind_limits", limits, persistent=False)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -179,7 +159,7 @@ class WorldModel(nn.Module):
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.cat([torch.zeros_like(patches[:, :1]), patches[:, :-1]], 1)  # causal
         tokens = Tokens(patches, previous, self.norm_global(global_))
-        return self._heads(tokens, window_steps(views, actions, self.move_outcome, cfg))
+        return self._heads(tokens, window_steps(views, actions, self.motion, cfg, self.fixed_cells))
 
     def _heads(self, tokens: Tokens, steps: Steps) -> Outputs:
         """The three heads at each step of (B, T): the view head and its priors, the reward head
@@ -193,8 +173,8 @@ class WorldModel(nn.Module):
         view_logits = cells.permute(0, 1, 6, 2, 4, 3, 5).reshape(b, t, c, v, v)
         for prior in self.view_priors:
             view_logits = prior.add_to(view_logits, steps)
-        centre = patches[:, :, self.centre_patch]
-        reward = predict_reward(self.reward_head, self.reward_prior, global_, centre, steps.entered)
+        reward = None if self.reward_head is None else \
+            self.reward_head(torch.cat([global_, patches.mean(2)], -1), steps.views, steps.actions)
         return Outputs(view_logits, self.action_head.predict(global_, view_logits, steps), reward)
 
     # ------------------------------------------------------------------ training
@@ -221,10 +201,11 @@ class WorldModel(nn.Module):
         and is scored on the last T views and actions and the first T rewards.
 
         The loss is the sum of the view's per-cell cross-entropy over entity kinds (nats), the
-        action's (weighing `ACTION_LOSS_WEIGHT`), the refiner's and the reward's; ``stats``:
-        ``view_ce``, ``action_ce`` and ``reward_ce`` (nats), ``action_acc``, ``cell_acc`` and
-        ``reward_acc`` (fractions), and with a cell refiner ``refiner_ce`` (nats, on the cells it was
-        not shown; ``part``: `refiner_loss`).
+        action's (weighing `ACTION_LOSS_WEIGHT`), the shift's (the motion head's, on the shifts the
+        views tell: `rpg_worldmodel.models.motion.infer_shifts`), the refiner's and the reward's;
+        ``stats``: ``view_ce``, ``action_ce``, ``motion_ce`` and ``reward_ce`` (nats),
+        ``action_acc``, ``cell_acc``, ``motion_acc`` and ``reward_acc`` (fractions), and with a cell
+        refiner ``refiner_ce`` (nats, on the cells it was not shown; ``part``: `refiner_loss`).
         """
         views = batch["views"].float()
         actions = batch["actions"]
@@ -248,6 +229,9 @@ class WorldModel(nn.Module):
                 "action_acc": (action_logits.argmax(-1) == action_targets).float().mean(),
                 "cell_acc": (predicted_codes == target_codes).float().mean(),
             }
+        motion_ce, motion_acc = self._motion_loss(inputs, actions[:, :t], views, part)
+        loss = loss + motion_ce
+        stats["motion_ce"], stats["motion_acc"] = motion_ce.detach(), motion_acc
         if self.refiner is not None:
             refiner_ce = refiner_loss(self.refiner, view_logits, target_codes, self.cfg.num_frames - 1,
                                       self.cfg.refiner_views, part)
@@ -263,17 +247,33 @@ class WorldModel(nn.Module):
             stats["reward_acc"] = (reward_logits.argmax(-1) == reward_targets).float().mean().detach()
         return loss, stats
 
+    def _motion_loss(self, inputs: torch.Tensor, actions: torch.Tensor, views: torch.Tensor,
+                     part: BatchPart | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The motion head's cross-entropy (nats) and accuracy on the shifts read off the unmasked
+        ``views`` (B, T+1, C, V, V), over the steps whose shift the views tell (`infer_shifts`);
+        ``inputs`` and ``actions`` (B, T) are what the model reads; under torchrun (``part``) the mean
+        is over the told steps of the global batch."""
+        kinds = cell_kinds(views, self.fixed_cells)  # the fixed cells move with the view: they tell nothing
+        targets = infer_shifts(kinds.masked_fill(kinds == self.cfg.num_channels, HIDDEN))  # -1: untold
+        logits = self.motion(inputs, actions).float()
+        known = targets >= 0
+        with torch.no_grad():
+            acc = (logits[known].argmax(-1) == targets[known]).float().mean()
+        if part is not None and torch.distributed.is_initialized():
+            count = known.sum()
+            torch.distributed.all_reduce(count)
+            total = F.cross_entropy(logits[known], targets[known], reduction="sum")
+            return total * (part.total / len(targets)) / count.clamp_min(1), acc
+        if not bool(known.any()):
+            return logits.sum() * 0.0, logits.new_tensor(float("nan"))
+        return F.cross_entropy(logits[known], targets[known]), acc
+
     def param_groups(self, weight_decay: float) -> list[dict]:
         """AdamW parameter groups: ``weight_decay`` on weight matrices and kernels, none elsewhere."""
-        # By rank: matrices (2: Linear, Embedding) and conv kernels (4) scale their input, so decay
-        # keeps them small; vectors (1: biases, LayerNorm) and the additive (1, L, D) position and
-        # step tables (3) only shift activations, and decaying them just biases them to zero.
-        # The reward prior is a table of logits started at the game's rule, not a map of its input:
-        # decay would pull its rarely seen rows (walls) back to "no idea".
-        decays = [(p, p.dim() in (2, 4) and not name.startswith("reward_prior."))
-                  for name, p in self.named_parameters()]
-        decay = [p for p, decayed in decays if decayed]
-        no_decay = [p for p, decayed in decays if not decayed]
+        # By rank: matrices (2) and conv kernels (4) scale their input, so decay keeps them small;
+        # vectors (1), additive tables (3) and the map's gate (5) only shift or scale activations.
+        decay = [p for p in self.parameters() if p.dim() in (2, 4)]
+        no_decay = [p for p in self.parameters() if p.dim() not in (2, 4)]
         return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
     # ------------------------------------------------------------------ imagination
@@ -298,7 +298,7 @@ class WorldModel(nn.Module):
         local, global_, past = self._attend_cached(local, global_, state)
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.zeros_like(patches) if state.prev_patches is None else state.prev_patches[:, None]
-        steps, recent, canvas = imagined_steps(view, action, state, self.move_outcome, self.cfg, self.moves)
+        steps, recent, canvas = imagined_steps(view, action, state, self.motion, self.cfg, self.fixed_cells)
         out = self._heads(Tokens(patches, previous, self.norm_global(global_)), steps)
         return out, replace(state, past=past, step=state.step + 1, prev_patches=patches[:, 0],
                             recent_views=recent, canvas=canvas)

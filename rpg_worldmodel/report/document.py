@@ -26,6 +26,8 @@ from rpg_worldmodel.report.text import (
     _rollout_section,
     _seeds_section,
     _transfer_section,
+    dream_line,
+    whole_game_table,
 )
 
 
@@ -102,3 +104,33 @@ def write_report(metrics_path: str | Path, run_dir: str | Path | None = None,
     report.write_text("\n".join(lines))
     return report
 
+
+def pipeline_section(p: dict) -> list[str]:
+    """The report's "How this was made" section from the pipeline's part of metrics.json."""
+    rec = p["recorded"]
+    lines = ["## How this was made", "",
+             "`python -m rpg_worldmodel.pipeline` with settings:", "", "```json",
+             json.dumps(p["settings"], indent=1), "```", "",
+             f"- self expert: {rec['self']['policy_id']}, {rec['self']['games']} games "
+             f"(mean return {rec['self']['mean_return']:.2f}); cross expert: {rec['cross']['policy_id']}, "
+             f"{rec['cross']['games']} games (mean return {rec['cross']['mean_return']:.2f})"
+             + (f"; trained beside {rec['explore']['games']} games of random play"
+                if "explore" in rec else ""),
+             f"- training run: `{p['run_dir']}`; probe model (that model fine-tuned with a mask): "
+             f"`{p['masked_checkpoint']}`",
+             "- stage timings (s): " + ", ".join(f"{k} {v}" for k, v in p["timings_s"].items()), ""]
+    dream = p.get("dream_fidelity")
+    if dream:
+        lines += ["## The dream over whole games", "",
+                  f"{dream['worlds']} imagined worlds beside as many real games, from the same real opening "
+                  f"to the episode's end ({dream['sampler']}; `rpg_worldmodel.envs.whole_games`; 95% "
+                  "intervals over worlds):", ""]
+        lines += [f"- {name}: {dream_line(row)}" for name, row in dream["policies"].items()] + [""]
+        if dream.get("argmax"):  # written before the arg-max rows were added
+            lines += ["At arg-max (each cell's likeliest kind):", ""]
+            lines += [f"- {name}: {dream_line(row)}" for name, row in dream["argmax"].items()] + [""]
+        table = whole_game_table({f"{key}/{name}": row for key in ("policies", "argmax")
+                                  for name, row in dream.get(key, {}).items()})
+        if table:  # one room (open room) or one map of its own (levels) from turn to turn; 1 for real games
+            lines += ["Whole games, imagined (real); `policies` sampled at temperature 1:", "", *table, ""]
+    return lines

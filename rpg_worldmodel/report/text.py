@@ -111,7 +111,61 @@ def dream_line(row: dict) -> str:
             f"consistent {fmt_interval(im['geometric_consistency'])}{ceiling}{own_map}, "
             f"items kept {value(im[kept], '.3f')} (real {value(re[kept], '.3f')}), "
             f"spawn rate {value(im[spawned], '.4f')} (real {value(re[spawned], '.4f')}), "
-            f"return gap {value(gap, '+.1f')}{spread}{of_real}")
+            f"return gap {value(gap, '+.1f')}{spread}{of_real}{whole_game_part(im, re)}")
+
+
+def _figure(row: dict, name: str, spec: str) -> str:
+    """``row[name]``'s value formatted by ``spec``; ``-`` where it is missing or undefined."""
+    iv = row.get(name)
+    return "-" if iv is None or iv.get("value") is None else format(iv["value"], spec)
+
+
+def _item_bins(row: dict) -> list[str]:
+    """The ``items_turns_LO_HI`` figures of a measured row, in turn order."""
+    return sorted((k for k in row if k.startswith("items_turns_")), key=lambda k: int(k.split("_")[2]))
+
+
+def whole_game_part(im: dict, re: dict) -> str:
+    """The whole-game figures of a `dream_line` (`rpg_worldmodel.envs.consistency`): ``; one room:
+    0.016 of games, 0.312 of frames before the first break; own map: 0.203 of games, 0.511 of frames;
+    co-players in view 0.071 (real 0.203); items in view by turn bin 1.5/6.4/9.3/11.9 (real
+    1.5/6.0/9.0/12.0)``; each part only where measured (empty for a row measured before them)."""
+    def value(name: str, spec: str, row: dict = im) -> str:
+        return _figure(row, name, spec)
+
+    parts = []
+    if "room_games" in im:
+        parts.append(f"one room: {value('room_games', '.3f')} of games, {value('room_frames', '.3f')} of "
+                     "frames before the first break")
+    if "map_games" in im:
+        parts.append(f"own map: {value('map_games', '.3f')} of games, {value('map_frames', '.3f')} of frames")
+    if "co_players" in im:
+        real = value("co_players", ".3f", re)
+        parts.append(f"co-players in view {value('co_players', '.3f')} (real {real})")
+    if _item_bins(im):
+        parts.append("items in view by turn bin " + "/".join(value(k, '.1f') for k in _item_bins(im))
+                     + " (real " + "/".join(value(k, '.1f', re) for k in _item_bins(im)) + ")")
+    return "".join(f"; {part}" for part in parts)
+
+
+def whole_game_table(rows: dict[str, dict]) -> list[str]:
+    """A markdown table of dreams over whole games (``rows``: a name -> a `dream_and_real` row, e.g.
+    ``sampled/greedy``): the shares of games one room and one map of its own explain and of frames
+    before their first break, then co-players in view, items in view per turn bin and items kept, each
+    ``imagined (real)``. Rows measured before the whole-game figures are left out."""
+    rows = {name: row for name, row in rows.items() if "map_games" in row["imagined"]}
+    if not rows:
+        return []
+    bins = _item_bins(next(iter(rows.values()))["imagined"])
+    whole = ("room_games", "room_frames", "map_games", "map_frames")
+    beside = ("co_players", *bins, "item_persistence")
+    header = [*whole, *(name.replace("items_turns_", "items ") for name in beside)]
+    lines = ["| dream | " + " | ".join(header) + " |", "|" + " --- |" * (len(header) + 1)]
+    for name, row in rows.items():
+        im, re = row["imagined"], row["real"]
+        cells = [f"{_figure(im, m, '.3f')} ({_figure(re, m, '.3f')})" for m in (*whole, *beside)]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _table(rows: dict[str, dict], figures: Sequence[str], first: str = "predictor") -> list[str]:
