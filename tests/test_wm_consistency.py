@@ -54,15 +54,10 @@ def reference():
 def walk(reference, start, actions):
     """The real frames of a walk on the bare map (walls only, the learner at the centre): codes
     (1, T + 1, V, V) and actions (1, T)."""
-    side, r = reference.params.view_size, reference.radius
     cells = [start[0] * reference.params.width + start[1]]
     for a in actions:
         cells.append(reference.moves[a, cells[-1]])
-    frames = np.full((len(cells), side, side), VOCAB.empty, dtype=np.int64)
-    for frame, cell in zip(frames, cells, strict=True):
-        frame[reference.masks[reference.mask_ids[cell]].reshape(side, side)] = VOCAB.wall
-    frames[:, r, r] = VOCAB.agent
-    return frames[None], np.asarray(actions, dtype=np.int64)[None]
+    return reference.bare_frames(np.array(cells))[None], np.asarray(actions, dtype=np.int64)[None]
 
 
 @pytest.mark.parametrize("learner", SCRIPTS)

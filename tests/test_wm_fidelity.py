@@ -326,16 +326,11 @@ def test_a_map_with_an_interior_wall_is_measured_the_same_way():
 def _walk_frames(reference, start, moves):
     """The real frames of a walk on the bare map (walls only, the learner at the centre): codes
     (T + 1, V, V), the cells (T + 1,) and the actions (T,) of ``moves``, (row, column) steps."""
-    side, r = reference.params.view_size, reference.radius
     actions = np.array([np.flatnonzero((reference.deltas == m).all(1))[0] for m in moves], dtype=np.int64)
     cells = [start[0] * reference.params.width + start[1]]
     for a in actions:
         cells.append(reference.moves[a, cells[-1]])
-    frames = np.full((len(cells), side, side), VOCAB.empty, dtype=np.int64)
-    for frame, cell in zip(frames, cells, strict=True):
-        frame[reference.masks[reference.mask_ids[cell]].reshape(side, side)] = VOCAB.wall
-    frames[:, r, r] = VOCAB.agent
-    return frames, np.array(cells), actions
+    return reference.bare_frames(np.array(cells)), np.array(cells), actions
 
 
 @pytest.mark.parametrize("start, pinned", [((10, 10), False), ((1, 1), True)])

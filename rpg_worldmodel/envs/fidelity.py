@@ -141,6 +141,14 @@ class FidelityReference:
         return np.array([lookup(k, -1) for k in _keys(walls.reshape(-1, walls.shape[-1]))],
                         dtype=np.int64).reshape(views.shape[:-2])
 
+    def bare_frames(self, cells: np.ndarray) -> np.ndarray:
+        """Codes (..., V, V) int64 of the bare map seen from flat ``cells`` (...): walls, the learner."""
+        vocab, side = vocabulary(), self.params.view_size
+        walls = self.masks[self.mask_ids[np.asarray(cells)]].reshape(*np.shape(cells), side, side)
+        frames = np.where(walls, vocab.wall, vocab.empty).astype(np.int64)
+        frames[..., self.radius, self.radius] = vocab.agent
+        return frames
+
 
 def _wall_masks(params: WorldParams, grid: np.ndarray, cells: np.ndarray) -> np.ndarray:
     """``(P, V * V)`` bool: walls in the game's own view (`WorldBatch.views`, with its padding)

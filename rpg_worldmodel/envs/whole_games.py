@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from rpg_env.envs.vector import TreasurehuntVectorEnv
-from rpg_env.game.constants import vocabulary
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
@@ -242,16 +241,15 @@ def consistency_ceiling(opening: np.ndarray, opening_actions: np.ndarray, views:
     views, actions = check_episodes(views, actions, ref)
     anywhere = np.tile(ref.standable.reshape(1, -1), (len(views), 1))
     _, _, possible = follow_moves(opening, opening_actions, ref, anywhere)
-    vocab, side, r = vocabulary(), ref.params.view_size, ref.radius
     blocked = agent_ahead(views, actions, ref)
-    ideal = np.full(views.shape, vocab.empty, dtype=views.dtype)
+    cells = np.empty(views.shape[:2], dtype=np.int64)
     for i in range(len(views)):
         cell = rng.choice(np.flatnonzero(possible[i])) if possible[i].any() else ref.mask_ids.argmax()
         for t in range(views.shape[1]):
             if t and not blocked[i, t - 1]:
                 cell = ref.moves[actions[i, t - 1], cell]
-            ideal[i, t][ref.masks[ref.mask_ids[cell]].reshape(side, side)] = vocab.wall
-    ideal[:, :, r, r] = vocab.agent
+            cells[i, t] = cell
+    ideal = ref.bare_frames(cells).astype(views.dtype)
     return geometric_consistency(ideal, actions, ref, start).share
 
 
