@@ -245,12 +245,18 @@ def _safe_load(file: Path, map_location: str | torch.device) -> Any:
         ) from None
 
 
-def config_differences(a: ModelConfig, b: ModelConfig) -> list[str]:
-    """``["width: 192 vs 256", ...]`` for the fields that differ."""
+#: Model settings that hold no weight: the most cells of each kind a drawn view holds, read off the
+#: training views (a model fine-tuned on more games reads its own).
+WEIGHTLESS_SETTINGS = ("kind_limits",)
+
+
+def config_differences(a: ModelConfig, b: ModelConfig, weights_only: bool = False) -> list[str]:
+    """``["width: 192 vs 256", ...]`` for the fields that differ (``weights_only``: but for
+    `WEIGHTLESS_SETTINGS`)."""
     return [
         f"{f.name}: {getattr(a, f.name)!r} vs {getattr(b, f.name)!r}"
         for f in dataclasses.fields(ModelConfig)
-        if getattr(a, f.name) != getattr(b, f.name)
+        if getattr(a, f.name) != getattr(b, f.name) and not (weights_only and f.name in WEIGHTLESS_SETTINGS)
     ]
 
 
@@ -259,13 +265,11 @@ def load_model_weights(
     record: CheckpointRecord | None = None,
 ) -> CheckpointRecord:
     """Load a checkpoint's weights into an existing ``model``; raises `CheckpointError` naming both
-    configs when they differ (but for ``model.kind_limits``, which holds no weight: a fine-tuned
-    model reads it off its own, larger, data). Returns the checkpoint's record (``record``: already
-    read, not read again)."""
+    configs when they differ in a setting that builds weights (`WEIGHTLESS_SETTINGS` may differ).
+    Returns the checkpoint's record (``record``: already read, not read again)."""
     folder = resolve_checkpoint(path)
     record = record or read_record(folder / META_FILE)
-    diffs = [d for d in config_differences(record.config.model, model.cfg)
-             if not d.startswith("kind_limits:")]
+    diffs = config_differences(record.config.model, model.cfg, weights_only=True)
     if diffs:
         raise CheckpointError(
             f"checkpoint {folder} does not fit this model: model config differs "

@@ -108,9 +108,8 @@ def _checked(folder: Path, cfg: WorldModelConfig, data: DataRecord, doing: str,
     model config differs from ``cfg.model`` or it was trained on other data than ``data`` (the same
     files' contents, in any order; with ``more_data``, ``data`` may hold further files too)."""
     record = read_record(folder / META_FILE)
-    diffs = config_differences(record.config.model, cfg.model)
-    if more_data:  # more games may hold more of a kind: the draw's limits follow the data, not the weights
-        diffs = [d for d in diffs if not d.startswith("kind_limits:")]
+    # more games may hold more of a kind: the draw's limits follow the data, not the weights
+    diffs = config_differences(record.config.model, cfg.model, weights_only=more_data)
     if diffs:
         raise CheckpointError(
             f"cannot {doing} {folder}: model config differs (checkpoint vs now): {'; '.join(diffs)}; "
