@@ -284,8 +284,8 @@ def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
         (self_policy, self_label), (cross_policy, cross_label) = experts
         print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
     with Stage(2, total, "record", timings):
-        self_file, cross_file, recorded = stage_record_both(s, experts, out / "data")
-    training = [self_file, *([out / "data" / EXPLORE_FILE] if s.explore_games else [])]
+        training, cross_file, recorded = stage_record_both(s, experts, out / "data")
+    self_file = training[0]
     with Stage(3, total, "train", timings):
         checkpoint, run_dir, masked = stage_train_both(s, cfg, training, out)
     masks = s.eval_masks or mask_choices(DataSource.open(self_file).channel_names)
@@ -310,9 +310,10 @@ def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
 
 
 def stage_record_both(s: PipelineSettings, experts: tuple[tuple[str, str], tuple[str, str]],
-                      folder: Path) -> tuple[Path, Path, dict]:
+                      folder: Path) -> tuple[list[Path], Path, dict]:
     """Each expert's games into ``folder/<label>.h5`` and the games of random play into
-    ``folder/explore.h5`` (``s.explore_games``): ``(self file, cross file, summaries)``."""
+    ``folder/explore.h5`` (``s.explore_games``): ``(training files, the self file first; cross file;
+    summaries)``."""
     (self_policy, self_label), (cross_policy, cross_label) = experts
     self_file, cross_file = folder / f"{self_label}.h5", folder / f"{cross_label}.h5"
     recorded = {
@@ -321,13 +322,15 @@ def stage_record_both(s: PipelineSettings, experts: tuple[tuple[str, str], tuple
         "cross": stage_record(cross_policy, cross_label, cross_file, s.cross_games, s.seed + 1,
                               s.num_envs, s.record_co_players, s.quick),
     }
+    training = [self_file]
     if s.explore_games:
-        recorded["explore"] = stage_record("random", "random", folder / EXPLORE_FILE, s.explore_games,
+        training.append(folder / EXPLORE_FILE)
+        recorded["explore"] = stage_record("random", "random", training[-1], s.explore_games,
                                            s.seed + 2, s.num_envs, s.record_co_players, s.quick)
     for key, summary in recorded.items():
         print(f"    {key}: {summary['games']} games, {summary['agent_steps']} steps, mean return "
               f"{summary['mean_return']:.2f}, {summary['seconds']:.1f}s -> {summary['path']}")
-    return self_file, cross_file, recorded
+    return training, cross_file, recorded
 
 
 def stage_train_both(s: PipelineSettings, cfg: WorldModelConfig, training: list[Path],
