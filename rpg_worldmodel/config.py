@@ -12,7 +12,7 @@ sizes) raises ``ConfigError`` saying what to change, and
 ``typed_config.format_keys(WorldModelConfig)`` lists every key with its type, default and help.
 
 Every setting is one the default run reads, one a shipped model or agent was made with, or one a
-feature needs (the SRWM layer, old checkpoints' schemas, the loop's rules switch). Settings that
+feature needs (the SRWM layer, the first version's parts, what is read off the training views). Settings that
 were measured and not kept, or never varied, are gone, with the value the code now always runs
 with (each section's ``REMOVED_SETTINGS``): a checkpoint, run folder or override that names one
 with that value reads as before, with another value it is refused in one line.
