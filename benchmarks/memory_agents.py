@@ -1,6 +1,6 @@
 """Agents that remember against agents that do not, at equal real steps (seed 002).
 
-Two tasks, each agent trained with the project's configs from ``rpg_env/experts/configs``:
+Five tasks, each agent trained with the project's configs from ``rpg_env/experts/configs``:
 
 - ``proof``: the memory proof task ``MemoryCue-v0`` (a cue at the first turn says which end of a
   corridor pays; ``memorycue-<algo>.yaml``). Figure: the share of ``--episodes`` unseen games won
@@ -8,24 +8,35 @@ Two tasks, each agent trained with the project's configs from ``rpg_env/experts/
 - ``variant``: Treasurehunt-v0's memory variant, ``item_visible_turns=K`` (an item shows for K
   turns after it appears, then reads as floor while it stays; ``<algo>.yaml`` with that setting
   and ``--steps`` steps). Figure: return per game on ``--episodes`` games, greedy and random beside.
+- ``cartpole``: ``CartPoleMasked-v1``, CartPole-v1 without its velocities
+  (``cartpolemasked-<algo>.yaml``). Figure: return per game (500 at most).
+- ``minigrid``: ``MiniGrid-MemoryS9-v0`` with seed 002's 3x3 view as an 84x84 image and three
+  actions (``minigrid-memory-<algo>.yaml``; the [minigrid] extra). Figure: share of games won.
+- ``mysterypath``: Memory Gym's ``MysteryPath-Grid-v0``, origin and goal hidden
+  (``mysterypath-grid-<algo>.yaml``; ``pip install --no-deps memory-gym``). Figure: share of
+  games won.
 
 Agents: ``trxl-ppo`` (TransformerXL memory, this project), ``recurrent-ppo`` (sb3-contrib's LSTM),
-and the memoryless ``ppo`` and ``dqn`` on their configs' frame stacks (2 and 5 frames). Each seed
-is one trained agent and its own evaluation games (env seeds from ``300,000 + 1,000 * seed``,
-disjoint from training's and the in-training evaluation's); figures are means over ``--seeds``
-with 95% t-intervals. CPU time is the training process's (all its threads), beside wall time and
-env steps per wall second.
+and the memoryless ``ppo`` and ``dqn`` (one frame a step, or their configs' frame stacks on the
+project's games); a task runs the agents it has a config for. Each seed is one trained agent and
+its own evaluation games (env seeds from ``300,000 + 1,000 * seed``, disjoint from training's and
+the in-training evaluation's); figures are means over ``--seeds`` with 95% t-intervals, and, as
+seed 002 reports them, the interquartile mean with a stratified bootstrap interval (rliable, the
+[rliable] extra; left out without it). CPU time is the training process's (all its threads),
+beside wall time and env steps per wall second. ``--task-steps TASK=N`` trains a task for N steps
+instead of its configs' budget (the variant: ``--steps``).
 
-    python benchmarks/memory_agents.py                    # both tasks, 4 agents, 3 seeds (~1 h on 2 cores)
-    python benchmarks/memory_agents.py --tasks proof --algos trxl-ppo ppo
+    python benchmarks/memory_agents.py                    # proof and variant, 4 agents, 3 seeds (~1 h)
+    python benchmarks/memory_agents.py --tasks cartpole --algos trxl-ppo recurrent-ppo ppo --seeds 0 1 2 3 4
     python benchmarks/memory_agents.py --quick            # 1 seed, a few thousand steps: a smoke check
 
 Writes ``benchmarks/results/memory_agents.json`` and ``.png`` (``--out``); the run folders stay in
 ``--runs`` (default ``runs/memory_agents``; ``--quick`` writes no results, and its agents go to
 ``--runs`` if given, else to a temporary folder it removes). Killed, or its caller killed, it stops
-within seconds (`rpg_base.cli.end_with_caller`). Goals: TrXL-PPO >= 0.95 on the proof task, memoryless
-PPO at chance; on the variant TrXL-PPO >= 1.2x the best memoryless agent; TrXL-PPO >= 1,500 env
-steps/s while training.
+within seconds (`rpg_base.cli.end_with_caller`). Goals: TrXL-PPO >= 0.95 on the proof task and on
+MiniGrid Memory, memoryless PPO at chance (MiniGrid: <= 0.6); masked CartPole: TrXL-PPO >= 475,
+memoryless PPO below 200; on the variant TrXL-PPO >= 1.2x the best memoryless agent; TrXL-PPO >=
+1,500 env steps/s while training (benchmarks/trxl_speed.py measures it beside the earlier code).
 """
 
 from __future__ import annotations
@@ -40,7 +51,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import rpg_env
 from rpg_base.cli import (
     ArgumentParser,
     device_name,
@@ -61,7 +71,17 @@ from rpg_env.policies.registry import load_expert_policy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "memory_agents.json"
 DEFAULT_RUNS = Path("runs") / "memory_agents"
-TASKS = ("proof", "variant")
+#: Each task's shipped config of an agent (``{algo}``) in rpg_env/experts/configs.
+TASK_CONFIGS = {"proof": "memorycue-{algo}.yaml", "variant": "{algo}.yaml",
+                "cartpole": "cartpolemasked-{algo}.yaml", "minigrid": "minigrid-memory-{algo}.yaml",
+                "mysterypath": "mysterypath-grid-{algo}.yaml"}
+TASKS = tuple(TASK_CONFIGS)
+#: Tasks whose figure is the share of games won (a positive return); the others report the return.
+SUCCESS_TASKS = ("proof", "minigrid", "mysterypath")
+TITLES = {"proof": "MemoryCue-v0 (memory proof task)",
+          "variant": "Treasurehunt-v0, items visible for a few turns",
+          "cartpole": "CartPoleMasked-v1 (no velocities)", "minigrid": "MiniGrid-MemoryS9-v0 (3x3 view)",
+          "mysterypath": "MysteryPath-Grid-v0 (Memory Gym)"}
 MEMORYLESS = ("ppo", "dqn")
 EVAL_SEED_BASE, EVAL_SEED_STRIDE = 300_000, 1_000
 
@@ -70,8 +90,7 @@ def run_config(task: str, algo: str, seed: int, steps: int | None, visible_turns
                episodes: int, device: str = "cpu") -> ExpertConfig:
     """``algo``'s config for ``task`` (its shipped file), with this benchmark's settings, training on
     ``device``."""
-    base = load_expert_config(None, EXPERT_CONFIG_DIR / (f"memorycue-{algo}.yaml" if task == "proof"
-                                                         else f"{algo}.yaml"))
+    base = load_expert_config(None, EXPERT_CONFIG_DIR / TASK_CONFIGS[task].format(algo=algo))
     env = {**base.env, "item_visible_turns": visible_turns} if task == "variant" else base.env
     return replace(base, seed=seed, progress_bar=False, env=env, device=device,
                    total_timesteps=base.total_timesteps if steps is None else steps,
@@ -102,13 +121,32 @@ def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: i
            "wall_seconds_with_eval": None if wall_seconds is None else round(wall_seconds, 1),
            "steps_per_second": record["total_timesteps"] / record["train_seconds"],
            "run": str(run_dir)}
-    if task == "proof":
-        returns = run_episodes(load_expert_policy(run_dir / "model.zip"), dict(cfg.env), episodes,
-                               cfg.eval.seed, rpg_env.MEMORY_ENV_ID)
-        row["success"] = float((returns > 0).mean())
-    else:
+    if task == "variant":
         row["eval"] = json.loads((run_dir / "eval.json").read_text())  # model, greedy, random
+        row["figure"] = row["eval"]["model"]["mean"]
+        return row
+    returns = run_episodes(load_expert_policy(run_dir / "model.zip"), dict(cfg.env), episodes, cfg.eval.seed,
+                           cfg.env_id, cfg.wrappers)
+    row["figure"] = float((returns > 0).mean()) if task in SUCCESS_TASKS else float(returns.mean())
     return row
+
+
+def interquartile_mean(figures: list[float]) -> dict[str, Any] | None:
+    """rliable's interquartile mean of per-seed ``figures`` with its 95% stratified bootstrap interval
+    (2,000 resamples, seeded), as seed 002 reports its results; None without rliable installed."""
+    try:
+        from rliable import library as rly
+        from rliable import metrics
+    except ImportError:
+        return None
+    import numpy as np
+
+    scores = {"agent": np.asarray(figures, dtype=np.float64)[:, None]}  # (seeds, one task)
+    point, interval = rly.get_interval_estimates(
+        scores, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000,
+        random_state=np.random.RandomState(0))
+    return {"mean": float(point["agent"][0]), "ci95": [float(v) for v in interval["agent"][:, 0]],
+            "n": len(figures)}
 
 
 def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -120,8 +158,8 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
         rows: dict[str, Any] = {}
         for algo in dict.fromkeys(r["algo"] for r in mine):
             agent = [r for r in mine if r["algo"] == algo]
-            figure = [r["success"] if task == "proof" else r["eval"]["model"]["mean"] for r in agent]
-            rows[algo] = {"figure": mean_t_interval(figure),
+            figure = [r["figure"] for r in agent]
+            rows[algo] = {"figure": mean_t_interval(figure), "iqm": interquartile_mean(figure),
                           "steps_per_second": mean_t_interval([r["steps_per_second"] for r in agent]),
                           "cpu_minutes": mean_t_interval([
                               None if r["cpu_seconds_with_eval"] is None else r["cpu_seconds_with_eval"] / 60
@@ -131,6 +169,7 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
             first = [r for r in mine if r["algo"] == mine[0]["algo"]]
             for who in ("greedy", "random"):
                 rows[who] = {"figure": mean_t_interval([r["eval"][who]["mean"] for r in first])}
+        if task in ("variant", "cartpole"):
             memoryless = [rows[a]["figure"]["mean"] for a in MEMORYLESS if a in rows]
             best = max(memoryless) if memoryless else None
             for algo in rows:
@@ -149,15 +188,16 @@ def _cell(cell: dict[str, Any] | None, fmt: str) -> str:
 
 def print_table(summary: dict[str, Any]) -> None:
     for task, rows in summary.items():
-        what = "success (share of games won)" if task == "proof" else "return per game"
-        print(f"\n{task}: {what}, mean over seeds [95% t-interval]")
-        print(f"{'agent':<15} {what:<30} {'env steps/s':<26} {'CPU min':<20} vs best memoryless")
+        what = "share of games won" if task in SUCCESS_TASKS else "return per game"
+        print(f"\n{task}: {what}, mean over seeds [95% t-interval], IQM [95% stratified bootstrap]")
+        print(f"{'agent':<15} {'mean':<26} {'IQM':<26} {'env steps/s':<22} {'CPU min':<18} "
+              "vs best memoryless")
         for name, row in rows.items():
             ratio = row.get("vs_best_memoryless")
-            fig_fmt = ".3f" if task == "proof" else ".1f"
+            fig_fmt = ".3f" if task in SUCCESS_TASKS else ".1f"
             speed, cpu = _cell(row.get("steps_per_second"), ".0f"), _cell(row.get("cpu_minutes"), ".1f")
-            print(f"{name:<15} {_cell(row['figure'], fig_fmt):<30} {speed:<26} {cpu:<20} "
-                  f"{'' if ratio is None else f'{ratio:.2f}x'}")
+            print(f"{name:<15} {_cell(row['figure'], fig_fmt):<26} {_cell(row.get('iqm'), fig_fmt):<26} "
+                  f"{speed:<22} {cpu:<18} {'' if ratio is None else f'{ratio:.2f}x'}")
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
@@ -173,28 +213,30 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         colours = ["tab:green" if n in ("trxl-ppo", "recurrent-ppo") else "tab:grey" for n in names]
         ax.bar(range(len(names)), means, yerr=errors, color=colours, capsize=4)
         ax.set_xticks(range(len(names)), names, rotation=20)
+        ax.set_ylabel("share of games won" if task in SUCCESS_TASKS else "return per game")
+        ax.set_title(TITLES[task])
         if task == "proof":
             ax.axhline(0.5, color="black", linestyle=":", label="chance")
-            ax.set_ylabel("share of games won")
-            ax.set_title("MemoryCue-v0 (memory proof task)")
             ax.legend()
-        else:
-            ax.set_ylabel("return per game")
-            ax.set_title("Treasurehunt-v0, items visible for a few turns")
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python benchmarks/memory_agents.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="which tasks to run")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=["proof", "variant"],
+                        help="which tasks to run (default: the project's two; cartpole, minigrid and "
+                             "mysterypath are seed 002's)")
     parser.add_argument("--algos", nargs="+", choices=TRAINABLE_ALGOS,
                         default=["trxl-ppo", "recurrent-ppo", "ppo", "dqn"],
                         help="agents to train (dqn has no memory-task config and is skipped there)")
     parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2],
                         help="one trained agent per seed, task and algorithm (distinct)")
     parser.add_argument("--steps", type=positive_int, default=150_000,
-                        help="learner env steps per agent on the variant (the proof task: its configs' own)")
+                        help="learner env steps per agent on the variant (other tasks: their configs' own)")
+    parser.add_argument("--task-steps", nargs="+", default=[], metavar="TASK=STEPS",
+                        help="learner env steps per agent on these tasks instead of their configs' own, "
+                             "e.g. cartpole=200000")
     parser.add_argument("--visible-turns", type=positive_int, default=2,
                         help="the variant's item_visible_turns: turns an item shows after it appears")
     parser.add_argument("--episodes", type=positive_int, default=100,
@@ -241,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.episodes < 2:
         parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
     parser.refuse_repeats(args, "seeds", "algos", "tasks")
+    args.task_steps = task_steps(parser, args.task_steps)
     if args.quick:
         args.seeds, args.steps, args.episodes = args.seeds[:1], 4_096, 10
     started = time.perf_counter()
@@ -255,30 +298,45 @@ def main(argv: list[str] | None = None) -> None:
                         device_name=device_description(args.device),
                         eval_seeds={s: EVAL_SEED_BASE + EVAL_SEED_STRIDE * s for s in args.seeds},
                         wall_seconds=round(time.perf_counter() - started, 1),
+                        task_steps=args.task_steps,
                         goals={"proof": "TrXL-PPO >= 0.95, memoryless PPO at chance (0.5)",
                                "variant": "TrXL-PPO >= 1.2x the best memoryless agent",
+                               "cartpole": "TrXL-PPO >= 475, memoryless PPO below 200",
+                               "minigrid": "TrXL-PPO >= 0.95, memoryless PPO <= 0.6",
                                "speed": "TrXL-PPO >= 1,500 env steps/s on 2 CPU cores"},
                         summary=summary, runs=runs)
     write_results(args.out, record, lambda png: plot(summary, png))
 
 
+def task_steps(parser: ArgumentParser, words: list[str]) -> dict[str, int]:
+    """``--task-steps`` as ``{task: steps}``; a parser error names a malformed word."""
+    steps: dict[str, int] = {}
+    for word in words:
+        task, _, number = word.partition("=")
+        if task not in TASKS or not number.isdigit() or int(number) < 1:
+            parser.error(f"--task-steps {word!r}: give TASK=STEPS with a task of {', '.join(TASKS)} and "
+                         "STEPS >= 1")
+        steps[task] = int(number)
+    return steps
+
+
 def train_all(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every agent ``args`` asks for, trained (or read, with ``--resume``) in ``args.runs`` and scored:
-    a row each, printed as it comes."""
+    a row each, printed as it comes. A task runs the agents it has a config for."""
     runs = []
     for task in args.tasks:
         for algo in args.algos:
-            if task == "proof" and not (EXPERT_CONFIG_DIR / f"memorycue-{algo}.yaml").is_file():
+            if not (EXPERT_CONFIG_DIR / TASK_CONFIGS[task].format(algo=algo)).is_file():
                 continue
             for seed in args.seeds:
-                steps = args.steps if task == "variant" or args.quick else None
+                steps = args.steps if task == "variant" or args.quick else args.task_steps.get(task)
                 runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs,
                                     args.device))
                 last = runs[-1]
-                figure = last["success"] if task == "proof" else last["eval"]["model"]["mean"]
                 cpu = last["cpu_seconds_with_eval"]
-                print(f"{task} {algo} seed {seed}: {figure:.3f} ({last['steps_per_second']:.0f} steps/s, "
-                      f"{'-' if cpu is None else f'{cpu / 60:.1f}'} CPU min)", flush=True)
+                print(f"{task} {algo} seed {seed}: {last['figure']:.3f} "
+                      f"({last['steps_per_second']:.0f} steps/s, {'-' if cpu is None else f'{cpu / 60:.1f}'} "
+                      "CPU min)", flush=True)
     return runs
 
 

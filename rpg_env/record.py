@@ -32,6 +32,7 @@ import rpg_env
 from rpg_base.cli import ArgumentParser, int_in, non_negative_int, output_file, positive_int, run_command
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, portable_command
+from rpg_env.envs.protocol import describe
 from rpg_env.game.levels import DISTRIBUTION_MODES
 from rpg_env.game.world import WorldParams
 from rpg_env.policies.base import BatchPolicy
@@ -114,6 +115,15 @@ def _make(policy: Any, env_id: str, num_envs: int, env_kwargs: dict[str, Any] | 
         if isinstance(err, InputError):
             raise
         raise InputError(f"cannot make {env_id} with {env_kwargs or {}}: {err}") from err
+    try:  # checked before the recorder opens the file, so a refusal writes nothing
+        describe(env)
+        learner.check_view_shape(tuple(env.single_observation_space.shape))
+    except ValueError as err:
+        env.close()
+        if isinstance(err, InputError):
+            raise
+        raise InputError(f"{env_id} cannot be recorded: {err} (the trajectory format holds one-hot views "
+                         "with named channels; evaluate and watch take any env)") from None
     return learner, env
 
 

@@ -147,7 +147,7 @@ def _input_cases() -> list[tuple[str, str, list[str], str]]:
         ("experts", "unknown memory setting", ["train", "--algo", "trxl-ppo", "--out", "{tmp}/e",
                                                "memory.layer_norm=middle"], "memory.layer_norm"),
         ("experts", "unknown env id", ["train", "--out", "{tmp}/e", "env_id=Pong-v5"],
-         "env_id must be one of"),
+         "not a registered Gymnasium env"),
         ("play", "missing co-policy", ["--co-policy", "{tmp}/nope.zip", "--max-frames", "1"],
          "no such model file"),
         ("train", "malformed config", ["--data", "{good}", "--config", "{bad_yaml}", "--out", "{tmp}/r"],

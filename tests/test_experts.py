@@ -57,7 +57,7 @@ def test_shipped_configs_resolve_and_overrides_apply():
     (["buffer_size=-5"], "hyperparams.buffer_size must be >= 1, got -5"),
     (["env.render_mode=human"], "env.render_mode cannot be set"),
     (["hyperparams.policy_kwargs={}"], "hyperparams.policy_kwargs cannot be set"),
-    (["net.extractor=resnet"], "net.extractor must be 'cnn' or 'mlp'"),
+    (["net.extractor=resnet"], "net.extractor must be one of"),
     (["net.channels=32"], "net.channels must be a list of integers"),
     (["vec_env=threads"], "vec_env must be one of"),
     (["progress_bar=maybe"], "progress_bar must be true or false"),

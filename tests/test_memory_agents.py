@@ -32,8 +32,8 @@ TINY = ["n_envs=2", "progress_bar=false", "net.channels=[4]", "net.features_dim=
         "eval.final_episodes=4", "checkpoint_freq=256", "hyperparams.n_steps=64",
         "hyperparams.n_minibatches=2"]
 NONE2, NONE3 = torch.full((2,), 4), torch.full((3,), 4)  # no previous action (4 actions)
-SHAPE = TrXLShape(view_shape=(6, 5, 5), num_actions=4, channels=(4,), embed_dim=16, num_blocks=2, num_heads=2,
-                  memory_length=4, hidden_size=16)
+SHAPE = TrXLShape(obs_shape=(6, 5, 5), action_dims=(4,), channels=(4,), embed_dim=16, num_blocks=2,
+                  num_heads=2, memory_length=4, hidden_size=16)
 
 
 def _network(seed: int = 0, **changes) -> TrXLActorCritic:
@@ -95,11 +95,11 @@ def test_episodic_memory_slides_and_forgets_only_the_worlds_that_start():
     memory = EpisodicMemory(2, SHAPE)
     for step in range(5):
         memory.push(torch.full((2, 2, 16), float(step + 1)), torch.tensor([step % 4, 1]))
-    assert memory.valid.all() and memory.previous.tolist() == [0, 1]
+    assert memory.valid.all() and memory.previous.tolist() == [[0], [1]]  # (W, K): one action dimension
     assert memory.memory[0, 0, :, 0].tolist() == [2.0, 3.0, 4.0, 5.0]  # oldest first, the first dropped
     memory.start(np.array([True, False]))
     assert not memory.valid[0].any() and memory.valid[1].all()
-    assert memory.previous.tolist() == [4, 1]  # 4: no previous action
+    assert memory.previous.tolist() == [[4], [1]]  # 4: no previous action
     memory.push(torch.zeros(2, 2, 16), torch.tensor([2, 3]))
     assert memory.valid[0].tolist() == [False, False, False, True]
 
@@ -157,7 +157,7 @@ def test_damaged_or_mismatched_trxl_files_are_refused(tmp_path):
     (["memory.positional_encoding=rotary"], "memory.positional_encoding"),
     (["memory.num_heads=3"], "multiple of memory.num_heads"),
     (["memory.memory_length=0"], "memory.memory_length"),
-    (["env_id=Pong-v5"], "env_id must be one of"),
+    (["env_id=Pong-v5"], "not a registered Gymnasium env"),
     (["hyperparams.n_minibatches=0"], "n_minibatches"),
     (["hyperparams.gama=0.9"], "did you mean"),
 ])

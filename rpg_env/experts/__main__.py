@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="python -m rpg_env.experts",
         description="Train, evaluate, profile and watch experts (SB3 DQN/PPO, RecurrentPPO, TrXL-PPO) on "
-                    "Treasurehunt-v0 or the memory task MemoryCue-v0 (docs/experts.md).")
+                    "Treasurehunt-v0, the memory task MemoryCue-v0, or any Gymnasium env (docs/experts.md).")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train an expert and write a run folder",
@@ -36,6 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", default=None,
                        help="YAML config (default: rpg_env/experts/configs/<algo>.yaml; the memory task: "
                             "configs/memorycue-<algo>.yaml)")
+    train.add_argument("--env-id", default=None,
+                       help="train in this Gymnasium env instead of the config's ('package:Id' imports the "
+                            "package first); the config's env arguments, which belong to its own env, are "
+                            "then dropped")
+    train.add_argument("--env-kwargs", default=None, metavar="YAML",
+                       help="the env's keyword arguments as a YAML mapping, e.g. '{agent_view_size: 3}' "
+                            "(replaces the config's env section)")
+    train.add_argument("--wrappers", nargs="+", default=None, metavar="MODULE:CLASS",
+                       help="Gymnasium wrappers applied in order (replaces the config's), e.g. "
+                            "minigrid.wrappers:ImgObsWrapper")
     train.add_argument("--out", type=output_folder, default=None,
                        help="run folder (default: runs/experts/<algo>-<time>-s<seed>)")
     train.add_argument("overrides", nargs="*", metavar="key=value",
@@ -72,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         from rpg_env.experts.config import load_expert_config
         from rpg_env.experts.train import train
 
-        cfg = load_expert_config(args.algo, args.config, args.overrides)
+        cfg = load_expert_config(args.algo, args.config, args.overrides, env_id=args.env_id,
+                                 env_kwargs=args.env_kwargs, wrappers=args.wrappers)
         words = list(argv) if argv is not None else sys.argv[1:]
         command = "python -m rpg_env.experts " + portable_command(words)
         run_dir = train(cfg, args.out, command=command)

@@ -3,11 +3,12 @@
 A config has four sections besides the top-level run settings::
 
     algo: dqn                 # dqn | ppo | recurrent-ppo | trxl-ppo
-    env_id: Treasurehunt-v0   # or MemoryCue-v0, the memory proof task
+    env_id: Treasurehunt-v0   # any registered Gymnasium id ("package:Id" imports the package first)
+    wrappers: []              # Gymnasium wrappers applied in order, as "package.module:Class"
     seed: 0
     total_timesteps: 150000   # learner env steps, summed over the vectorized envs
     n_envs: 8
-    env: {...}                # keyword arguments of TreasurehuntEnv (vision_radius, co_policy, ...)
+    env: {...}                # keyword arguments of the env (Treasurehunt's: vision_radius, co_policy, ...)
     net: {...}                # features extractor and heads
     memory: {...}             # the memory core: TransformerXL (trxl-ppo) or LSTM (recurrent-ppo)
     hyperparams: {...}        # keyword arguments of the algorithm (SB3's, or TrXLHyperparams below)
@@ -31,22 +32,26 @@ from pathlib import Path
 from typing import Any
 
 from rpg_base.cli import check_device
+from rpg_base.errors import InputError
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import dict_section, read_yaml, section, setting
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.policies import sb3
 
-__all__ = ["TRAINABLE_ALGOS", "VEC_ENVS", "EXPERT_CONFIG_DIR", "ALIASES", "NetConfig", "MemoryConfig",
+__all__ = ["TRAINABLE_ALGOS", "VEC_ENVS", "EXTRACTORS", "EXPERT_CONFIG_DIR", "ALIASES", "NetConfig",
+           "MemoryConfig",
            "EvalConfig", "ExpertConfig", "TrXLHyperparams", "env_defaults", "hyperparam_defaults",
            "from_dict", "expert_config_path", "load_expert_config"]
 
 #: The algorithms an expert config trains: SB3's (`rpg_env.policies.sb3.SB3_ALGOS`, which
 #: `SB3Policy` loads) and this package's own TransformerXL PPO (`rpg_env.experts.trxl_ppo`).
 TRAINABLE_ALGOS = (*sb3.SB3_ALGOS, "trxl-ppo")
-ENV_IDS = ("Treasurehunt-v0", "MemoryCue-v0")
 VEC_ENVS = ("dummy", "subproc")
 #: The shipped expert configs, ``<algo>.yaml`` (`expert_config_path`) and the memory task's.
 EXPERT_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+#: ``net.extractor``: ``auto`` picks cnn for a grid or an image, mlp for a vector.
+EXTRACTORS = ("auto", "cnn", "mlp")
 
 # Environment arguments that are fixed by the expert pipeline (one-hot views, no window).
 _ENV_FIXED = dict.fromkeys(("obs_mode", "render_mode", "tile_size"), "the expert pipeline sets it")
@@ -77,16 +82,15 @@ _HYPER_RANGES: dict[str, tuple[float | None, float | None]] = {
 
 # --------------------------------------------------------------------------- valid keys
 def env_defaults(env_id: str = "Treasurehunt-v0") -> dict[str, Any]:
-    """Keyword arguments of ``env_id``'s env class a config may set, with their defaults."""
-    import gymnasium as gym
+    """Keyword arguments of ``env_id``'s env a config may set, with their defaults (the ones its
+    constructor names and its registration sets; `rpg_env.envs.any_env.env_kwarg_defaults`)."""
+    from rpg_env.envs.any_env import env_kwarg_defaults
 
-    import rpg_env  # noqa: F401  (registers the ids)
-
-    if env_id not in ENV_IDS:
-        raise ConfigError(f"env_id must be one of {ENV_IDS}, got {env_id!r}")
-    env_class = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
-    params = inspect.signature(env_class.__init__).parameters
-    return {n: p.default for n, p in params.items() if n != "self" and n not in _ENV_FIXED}
+    try:
+        defaults = env_kwarg_defaults(env_id)
+    except InputError as err:
+        raise ConfigError(str(err)) from None
+    return {n: value for n, value in defaults.items() if n not in _ENV_FIXED}
 
 
 def hyperparam_defaults(algo: str) -> dict[str, Any]:
@@ -128,7 +132,9 @@ class TrXLHyperparams:
 class NetConfig:
     """Network shape: the features extractor, then SB3's heads."""
 
-    extractor: str = setting("cnn", "features extractor: cnn (3x3 convs at full resolution) or mlp")
+    extractor: str = setting("auto", "features extractor: cnn (3x3 convs at full resolution; an image of "
+                                    "36+ pixels: SB3's NatureCNN), mlp, or auto (cnn for a grid or an "
+                                    "image, mlp for a vector)")
     channels: list[int] = setting([32, 16], "output channels of each conv layer (cnn extractor)")
     features_dim: int = setting(64, "size of the extractor's output (one linear layer)")
     net_arch: list[int] = setting([], "hidden layers after the extractor, as SB3's net_arch (shared / Q-net)")
@@ -167,7 +173,10 @@ class ExpertConfig:
     """Everything needed to reproduce one training run."""
 
     algo: str = setting("dqn", "learning algorithm: dqn, ppo, recurrent-ppo (LSTM), trxl-ppo (TransformerXL)")
-    env_id: str = setting("Treasurehunt-v0", "the game: Treasurehunt-v0, or MemoryCue-v0 (memory proof task)")
+    env_id: str = setting("Treasurehunt-v0", "the env: Treasurehunt-v0, MemoryCue-v0 (memory proof task), or "
+                                             "any registered Gymnasium id ('package:Id' imports package)")
+    wrappers: list[str] = setting([], "Gymnasium wrappers applied to every env in order, as "
+                                      "'package.module:Class' (e.g. minigrid.wrappers:ImgObsWrapper)")
     seed: int = setting(0, "seed of the model; training env i gets seed + i")
     total_timesteps: int = setting(150_000, "learner env steps, summed over the vectorized envs",
                                    aliases=("timesteps", "steps"))
@@ -217,8 +226,6 @@ def _validate(cfg: ExpertConfig) -> None:
     """Range checks that types alone do not catch."""
     if cfg.algo not in TRAINABLE_ALGOS:
         raise ConfigError(f"algo must be one of {TRAINABLE_ALGOS}, got {cfg.algo!r}")
-    if cfg.env_id not in ENV_IDS:
-        raise ConfigError(f"env_id must be one of {ENV_IDS}, got {cfg.env_id!r}")
     positive = {"total_timesteps": cfg.total_timesteps, "n_envs": cfg.n_envs,
                 "frame_stack": cfg.frame_stack, "torch_threads": cfg.torch_threads,
                 "checkpoint_freq": cfg.checkpoint_freq, "net.features_dim": cfg.net.features_dim,
@@ -229,8 +236,8 @@ def _validate(cfg: ExpertConfig) -> None:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     if cfg.vec_env not in VEC_ENVS:
         raise ConfigError(f"vec_env must be one of {VEC_ENVS}, got {cfg.vec_env!r}")
-    if cfg.net.extractor not in ("cnn", "mlp"):
-        raise ConfigError(f"net.extractor must be 'cnn' or 'mlp', got {cfg.net.extractor!r}")
+    if cfg.net.extractor not in EXTRACTORS:
+        raise ConfigError(f"net.extractor must be one of {EXTRACTORS}, got {cfg.net.extractor!r}")
     if any(c < 1 for c in cfg.net.channels + cfg.net.net_arch):
         raise ConfigError("net.channels and net.net_arch entries must be >= 1")
     for key, value in cfg.hyperparams.items():
@@ -249,7 +256,7 @@ def _validate(cfg: ExpertConfig) -> None:
         if seed < 0:
             raise ConfigError(f"{name} must be >= 0 (Gymnasium seeds are non-negative), got {seed}")
     _check_memory(cfg)
-    _check_game(cfg.env_id, cfg.env)
+    _check_env(cfg)
 
 
 def _check_memory(cfg: ExpertConfig) -> None:
@@ -270,16 +277,31 @@ def _check_memory(cfg: ExpertConfig) -> None:
                           f"a multiple of memory.num_heads ({mem.num_heads})")
 
 
-def _check_game(env_id: str, env: dict[str, Any]) -> None:
-    if env_id != "Treasurehunt-v0":
-        import gymnasium as gym
+def _check_env(cfg: ExpertConfig) -> None:
+    """The env exists, takes the env section's arguments, and gives spaces ``cfg.algo`` acts in; made
+    once here so that a config for another env fails before any model or run folder is made."""
+    from rpg_env.envs.any_env import PROJECT_GAMES, check_agent_spaces, make_wrapped_env, resolve_env_id
 
-        try:
-            gym.make(env_id, **env).close()
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"env ({env_id}): {err}") from None
-        return
-    _check_treasurehunt(env)
+    try:
+        name = resolve_env_id(cfg.env_id)
+        if name == PROJECT_GAMES[0] and not cfg.wrappers:
+            _check_treasurehunt(cfg.env)
+            return
+        if name in PROJECT_GAMES and cfg.wrappers:
+            raise ConfigError(f"{name} takes no wrappers (its tools read its own views); drop wrappers")
+        with make_wrapped_env(cfg.env_id, cfg.env, cfg.wrappers) as env:
+            check_agent_spaces(env.observation_space, env.action_space, name)
+            obs_space, act_space = env.observation_space, env.action_space
+    except (TypeError, ValueError) as err:  # InputError is a ValueError
+        raise ConfigError(f"env ({cfg.env_id}): {err}") from None
+    from gymnasium import spaces
+
+    if cfg.algo == "dqn" and not isinstance(act_space, spaces.Discrete):
+        raise ConfigError(f"dqn takes Discrete actions and {name} has {act_space}; use ppo, recurrent-ppo "
+                          "or trxl-ppo")
+    if cfg.net.extractor == "cnn" and len(obs_space.shape) != 3:
+        raise ConfigError(f"net.extractor=cnn needs a grid or an image and {name} gives {obs_space}; set "
+                          "net.extractor=mlp (or auto)")
 
 
 def _check_treasurehunt(env: dict[str, Any]) -> None:
@@ -306,8 +328,16 @@ def expert_config_path(algo: str) -> Path:
 
 
 def load_expert_config(algo: str | None = None, path: str | Path | None = None,
-                       overrides: Sequence[str] | None = None) -> ExpertConfig:
-    """Resolve a config: ``path`` (or the shipped ``configs/<algo>.yaml``) + ``overrides``."""
+                       overrides: Sequence[str] | None = None, *, env_id: str | None = None,
+                       env_kwargs: str | dict[str, Any] | None = None,
+                       wrappers: Sequence[str] | None = None) -> ExpertConfig:
+    """Resolve a config: ``path`` (or the shipped ``configs/<algo>.yaml``), then ``env_id``,
+    ``env_kwargs`` (a mapping or its YAML text) and ``wrappers`` where given, then ``overrides``.
+
+    With another ``env_id`` than the file's, the shipped config's env section and wrappers (which
+    belong to its own env) are left out; a config file given by ``path`` that sets them for another
+    env is refused. ``env_kwargs`` and ``wrappers`` replace the file's."""
+    shipped = path is None
     if path is None:
         path = expert_config_path(algo or "dqn")
     data = read_yaml(path)
@@ -316,4 +346,31 @@ def load_expert_config(algo: str | None = None, path: str | Path | None = None,
             raise ConfigError(f"--algo {algo} conflicts with algo: {data['algo']} in {path}; "
                               f"drop one of them")
         data["algo"] = algo
+    own_env = data.get("env_id", ExpertConfig.env_id)
+    if env_id is not None and env_id != own_env:
+        for key, replaced in (("env", env_kwargs), ("wrappers", wrappers)):
+            if data.get(key) and not shipped and replaced is None:
+                raise ConfigError(f"{path} sets {key} for {own_env}, not for --env-id {env_id}; give "
+                                  f"--env-kwargs/--wrappers for {env_id}, or a config written for it")
+            data.pop(key, None)
+        data["env_id"] = env_id
+    if env_kwargs is not None:
+        data["env"] = _yaml_mapping(env_kwargs, "--env-kwargs")
+    if wrappers is not None:
+        data["wrappers"] = list(wrappers)
     return tc.resolve(ExpertConfig, data, list(overrides or []), str(path))
+
+
+def _yaml_mapping(value: str | dict[str, Any], what: str) -> dict[str, Any]:
+    import yaml
+
+    if isinstance(value, dict):
+        return dict(value)
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{what} is not YAML ({str(err).splitlines()[0]}); give a mapping such as "
+                          "'{agent_view_size: 3}'") from None
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{what} must be a YAML mapping such as '{{agent_view_size: 3}}', got {value!r}")
+    return parsed

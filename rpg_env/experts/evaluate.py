@@ -1,10 +1,12 @@
 """Evaluate an expert beside the greedy and random baselines on the same fixed seeds.
 
-Episodes run on the native vector env (``gymnasium.make_vec("Treasurehunt-v0", num_envs=B)``)
-in batches of at most `MAX_BATCH` worlds; batch ``i`` is reset with seed ``seed + i`` and run
-for exactly ``max_turns`` steps, so every policy meets the same worlds (same initial
-positions and, as far as its own moves leave cells free, the same spawns) and the same
-co-player random stream. The learner's policy is seeded from the same seed.
+Episodes run on a vector env of the expert's own env (Treasurehunt-v0's native one, Gymnasium's
+sync one for any other id, with the wrappers it was trained in) in batches of at most
+`MAX_BATCH` worlds; batch ``i`` is reset with seed ``seed + i`` and every world plays one
+episode, so every policy meets the same worlds (in Treasurehunt: the same initial positions and,
+as far as its own moves leave cells free, the same spawns) and the same co-player random stream.
+The learner's policy is seeded from the same seed. The greedy baseline plays where the env shows
+the game's views and takes its moves (`plays_the_game`); random draws from the env's own actions.
 
 The 95% interval is the Student-t interval of the mean return over episodes.
 """
@@ -18,11 +20,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 import rpg_env
+from rpg_base.errors import InputError
+from rpg_env.envs.any_env import make_vector, resolve_env_id
 from rpg_env.envs.protocol import EnvDescription, describe
+from rpg_env.game.constants import vocabulary
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import load_expert_policy
 from rpg_env.policies.scripted import GreedyPolicy, RandomPolicy
@@ -84,15 +88,17 @@ def _seeded_batches(episodes: int, seed: int) -> list[tuple[int, int]]:
 
 
 def _play(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int, seed: int, env_id: str,
-          on_step: Callable[[Step], None] | None = None,
-          also_seed: Sequence[BatchPolicy] = ()) -> tuple[np.ndarray, EnvDescription]:
+          on_step: Callable[[Step], None] | None = None, also_seed: Sequence[BatchPolicy] = (),
+          wrappers: Sequence[str] = ()) -> tuple[np.ndarray, EnvDescription | None]:
     """Per-episode learner returns of ``policy`` on the fixed evaluation seeds (one rollout per
-    batch), and what the env says of itself (`rpg_env.envs.protocol`)."""
+    batch), and what a project game says of itself (`rpg_env.envs.protocol`; None for other envs)."""
     returns = []
+    description = None
     for batch_seed, size in _seeded_batches(episodes, seed):
-        env = gym.make_vec(env_id, num_envs=size, **env_kwargs)
+        env = make_vector(env_id, size, env_kwargs, wrappers)
         try:
-            description = describe(env)
+            if plays_the_game(env):
+                description = describe(env)
             for other in also_seed:
                 other.seed(np.random.default_rng(batch_seed))
             result = rollout(env, policy, seed=batch_seed, policy_rng=np.random.default_rng(batch_seed),
@@ -111,34 +117,70 @@ def run_episodes_with(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes:
 
 
 def run_episodes(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int,
-                 seed: int = DEFAULT_SEED, env_id: str = rpg_env.ENV_ID) -> np.ndarray:
-    """Per-episode learner returns ``(episodes,)`` of ``policy`` on the fixed evaluation seeds."""
-    return _play(policy, env_kwargs, episodes, seed, env_id)[0]
+                 seed: int = DEFAULT_SEED, env_id: str = rpg_env.ENV_ID,
+                 wrappers: Sequence[str] = ()) -> np.ndarray:
+    """Per-episode learner returns ``(episodes,)`` of ``policy`` on the fixed evaluation seeds, in
+    ``env_id`` made with ``env_kwargs`` and ``wrappers``."""
+    return _play(policy, env_kwargs, episodes, seed, env_id, wrappers=wrappers)[0]
 
 
 def trained_env(policy: BatchPolicy) -> tuple[str, dict[str, Any]]:
-    """``(env id, keyword arguments)`` of the game an expert was trained in (its ``rpg_expert``
+    """``(env id, keyword arguments)`` of the env an expert was trained in (its ``rpg_expert``
     record; Treasurehunt-v0's defaults for a policy without one)."""
     spec = getattr(policy, "rpg_expert", None) or {}
     return spec.get("env_id", rpg_env.ENV_ID), dict(spec.get("env", {}))
 
 
+def trained_wrappers(policy: BatchPolicy) -> tuple[str, ...]:
+    """The Gymnasium wrappers (entry points) an expert was trained in, from its ``rpg_expert`` record."""
+    spec = getattr(policy, "rpg_expert", None) or {}
+    return tuple(spec.get("wrappers", ()))
+
+
+def baselines(env_id: str, env_kwargs: dict[str, Any],
+              wrappers: Sequence[str] = ()) -> dict[str, BatchPolicy]:
+    """The baselines an expert is compared with in ``env_id``: greedy where the env shows the
+    game's views and takes its moves (the project's games, or any env whose protocol names the
+    game's channels and actions), and uniform random over the env's own action space."""
+    env = make_vector(env_id, 1, env_kwargs, wrappers)
+    try:
+        if plays_the_game(env):
+            return {"greedy": GreedyPolicy(), "random": RandomPolicy()}
+        return {"random": RandomPolicy(action_space=env.single_action_space)}
+    finally:
+        env.close()
+
+
+def plays_the_game(env: Any) -> bool:
+    """Whether ``env`` shows one-hot views of the game's cell kinds and takes the game's moves
+    (`rpg_env.envs.protocol`), so that the policies written for the game can act in it."""
+    try:
+        description = describe(env)
+    except ValueError:
+        return False
+    vocab = vocabulary()
+    return description.channel_names == vocab.cell_names and description.action_names == vocab.action_names
+
+
 def compare(model: str | Path | BatchPolicy, episodes: int = DEFAULT_EPISODES, seed: int = DEFAULT_SEED,
             env_kwargs: dict[str, Any] | None = None,
             env_id: str | None = None) -> dict[str, dict[str, Any]]:
-    """``{"model": summary, "greedy": summary, "random": summary}`` on the same seeds.
+    """``{"model": summary, "greedy": summary, "random": summary}`` on the same seeds (no greedy
+    outside the project's games, `baselines`).
 
     ``env_id`` and ``env_kwargs`` default to the environment the expert was trained in (its
-    ``rpg_expert`` record), so the comparison is on the expert's own game.
+    ``rpg_expert`` record, with its wrappers), so the comparison is on the expert's own env.
     """
     policy = model if isinstance(model, BatchPolicy) else load_expert_policy(model)
     trained_id, trained_kwargs = trained_env(policy)
     env_id = env_id or trained_id
     if env_kwargs is None:
         env_kwargs = trained_kwargs
-    results = {"model": summarize(run_episodes(policy, env_kwargs, episodes, seed, env_id))}
-    for name, baseline in (("greedy", GreedyPolicy()), ("random", RandomPolicy())):
-        results[name] = summarize(run_episodes(baseline, env_kwargs, episodes, seed, env_id))
+    wrappers = trained_wrappers(policy)
+    env_id = resolve_env_id(env_id)  # "rpg_env:Treasurehunt-v0" is still a project game
+    results = {"model": summarize(run_episodes(policy, env_kwargs, episodes, seed, env_id, wrappers))}
+    for name, baseline in baselines(env_id, env_kwargs, wrappers).items():
+        results[name] = summarize(run_episodes(baseline, env_kwargs, episodes, seed, env_id, wrappers))
     return results
 
 
@@ -157,6 +199,9 @@ def behaviour(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int = D
         counts["bumps"] += float(step.infos["bumped"][step.counted].sum())
 
     returns, description = _play(policy, env_kwargs, episodes, seed, env_id, on_step=tally)
+    if description is None:
+        raise InputError(f"behaviour counts the project games' pick-ups and bumps; {env_id} has none "
+                         "(use compare)")
     names = description.action_names
     taken = np.bincount(np.concatenate(actions_taken), minlength=len(names)).astype(np.float64)
     result: dict[str, Any] = {"return": summarize(returns)}

@@ -1,11 +1,13 @@
-"""Train an SB3 expert on Treasurehunt-v0 and write one self-describing run folder.
+"""Train an expert (SB3's DQN, PPO, RecurrentPPO, or TrXL-PPO) on Treasurehunt-v0, MemoryCue-v0 or
+any registered Gymnasium env, and write one self-describing run folder.
 
 Run folder layout (``--out DIR``, default ``runs/experts/<algo>-<UTC time>-s<seed>``)::
 
-    model.zip           final SB3 model (with the JSON ``rpg_expert`` record, see policy.py)
+    model.zip           final model (with the JSON ``rpg_expert`` record, see rpg_env/policies/sb3.py)
     config.yaml         the resolved config (file + overrides), enough to rerun
     provenance.json     seeds, package versions, command line, git revision, training time
-    eval.json           model vs greedy vs random on fixed evaluation seeds (evaluate.py)
+    eval.json           model vs greedy (the project's games only) vs random on fixed evaluation
+                        seeds (evaluate.py)
     best/               EvalCallback's best model and evaluations.npz
     checkpoints/        CheckpointCallback snapshots
     tb/                 tensorboard logs (``tensorboard --logdir DIR/tb``)
@@ -14,6 +16,7 @@ Run folder layout (``--out DIR``, default ``runs/experts/<algo>-<UTC time>-s<see
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -28,12 +31,29 @@ from gymnasium import spaces
 from gymnasium.wrappers import TransformObservation
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback, EvalCallback
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
+from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    SubprocVecEnv,
+    VecEnv,
+    VecFrameStack,
+    VecTransposeImage,
+)
 
+from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
 from rpg_base.typed_config.values import ConfigError
+from rpg_env.envs.any_env import PROJECT_GAMES, make_wrapped_env, resolve_env_id
 from rpg_env.experts.config import ExpertConfig, env_defaults
-from rpg_env.policies.sb3 import POLICY_ALIASES, algo_class, expert_spec, policy_kwargs_from_net
+from rpg_env.policies.sb3 import (
+    POLICY_ALIASES,
+    algo_class,
+    expert_spec,
+    is_channels_last,
+    network_frame_space,
+    policy_kwargs_from_net,
+    stack_order,
+)
 
 #: Offset of the EvalCallback's env seeds from the training seed (disjoint streams).
 EVAL_CALLBACK_SEED_OFFSET = 1_000_003
@@ -51,31 +71,80 @@ def stackable_views(env: gym.Env) -> gym.Env:
     return TransformObservation(env, lambda obs: obs.astype(np.uint8), space)
 
 
+def network_frames_env(env: gym.Env) -> gym.Env:
+    """``env`` giving each observation as the frame the SB3 network stacks
+    (`rpg_env.policies.sb3.network_frame_space`): a MultiBinary as a uint8 Box (`stackable_views`),
+    an image ``(H, W, C)`` channels first; a Box vector, grid or channels-first image unchanged."""
+    space = env.observation_space
+    if isinstance(space, spaces.MultiBinary):
+        return stackable_views(env)
+    if not is_channels_last(space):
+        return env
+    return TransformObservation(env, lambda obs: np.ascontiguousarray(np.moveaxis(obs, -1, 0)),
+                                network_frame_space(space))
+
+
 def make_training_env(cfg: ExpertConfig, n_envs: int, seed: int) -> VecEnv:
-    """``n_envs`` Monitor-wrapped Treasurehunt envs, frame-stacked channels-first: ``(C * k, V, V)``."""
+    """``n_envs`` Monitor-wrapped envs of ``cfg.env_id``, frame-stacked: Treasurehunt's and MemoryCue's
+    views channels-first, ``(C * k, V, V)``; any other env's observations as `network_frames_env`
+    makes them, stacked along their channels (grids, images: ``(C * k, H, W)``) or end to end
+    (vectors: ``(D * k,)``)."""
     vec_cls = SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv
-    # "module:id" makes gymnasium import rpg_env (which registers the env) in SubprocVecEnv workers.
-    venv = make_vec_env(f"rpg_env:{cfg.env_id}", n_envs=n_envs, seed=seed, vec_env_cls=vec_cls,
-                        env_kwargs=dict(cfg.env), wrapper_class=stackable_views)
-    return VecFrameStack(venv, n_stack=cfg.frame_stack, channels_order="first")
+    name = resolve_env_id(cfg.env_id)
+    if name in PROJECT_GAMES:
+        # "module:id" makes gymnasium import rpg_env (which registers the env) in SubprocVecEnv workers.
+        venv = make_vec_env(f"rpg_env:{name}", n_envs=n_envs, seed=seed, vec_env_cls=vec_cls,
+                            env_kwargs=dict(cfg.env), wrapper_class=stackable_views)
+        return VecFrameStack(venv, n_stack=cfg.frame_stack, channels_order="first")
+    # The config's wrappers go inside Monitor (any_env.make_wrapped_env applies them), so Monitor and the
+    # EvalCallback count the rewards and episode ends the agent sees, as the final evaluation does; a
+    # module-level function with plain arguments pickles by reference into SubprocVecEnv workers,
+    # where make_wrapped_env imports the package of a "package:Id" id before making the env.
+    factory = functools.partial(make_wrapped_env, cfg.env_id, dict(cfg.env), tuple(cfg.wrappers))
+    venv = make_vec_env(factory, n_envs=n_envs, seed=seed, vec_env_cls=vec_cls,
+                        wrapper_class=network_frames_env)
+    frame = venv.observation_space
+    venv = VecFrameStack(venv, n_stack=cfg.frame_stack, channels_order=stack_order(frame))
+    if is_image_space(venv.observation_space):
+        # The stack is channels first already; skip=True keeps SB3 from guessing otherwise (it would
+        # transpose a stack with more channels than pixels on a side).
+        venv = VecTransposeImage(venv, skip=True)
+    return venv
+
+
+def _trained_spaces(cfg: ExpertConfig) -> tuple[spaces.Space, spaces.Space]:
+    """One observation's space and the action space of ``cfg``'s env (with its wrappers), as its
+    record keeps them (before any frame stack)."""
+    with make_wrapped_env(cfg.env_id, cfg.env, cfg.wrappers) as env:
+        return env.observation_space, env.action_space
 
 
 def build_model(cfg: ExpertConfig, venv: VecEnv, tensorboard_log: str | None):
-    """The SB3 model for ``cfg`` with the JSON record `load_expert` needs set on it."""
+    """The SB3 model for ``cfg`` with the JSON record `load_expert` needs set on it: the project's
+    games recorded by their vision radius, any other env by its spaces and wrappers."""
     cls = algo_class(cfg.algo)
     recurrent = cfg.algo == "recurrent-ppo"
     memory = dataclasses.asdict(cfg.memory) if recurrent else None
+    project_game = resolve_env_id(cfg.env_id) in PROJECT_GAMES
+    try:
+        policy_kwargs = policy_kwargs_from_net(vars(cfg.net), memory, venv.observation_space)
+    except InputError as err:
+        raise ConfigError(f"net: {err}") from None
     try:
         model = cls(POLICY_ALIASES[cfg.algo], venv, seed=cfg.seed, verbose=0, device=cfg.device,
-                    tensorboard_log=tensorboard_log,
-                    policy_kwargs=policy_kwargs_from_net(vars(cfg.net), memory),
-                    **cfg.hyperparams)
+                    tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, **cfg.hyperparams)
     except (ValueError, TypeError, AssertionError) as err:  # SB3 validates its arguments here
         raise ConfigError(f"Stable-Baselines3 refused the {cfg.algo.upper()} settings: {err}; change the "
                           f"hyperparams in the config or overrides") from err
-    radius = cfg.env.get("vision_radius", env_defaults(cfg.env_id)["vision_radius"])
-    model.rpg_expert = expert_spec(cfg.algo, cfg.frame_stack, radius, vars(cfg.net), cfg.env, cfg.seed,
-                                   env_id=cfg.env_id)
+    if project_game:
+        radius = cfg.env.get("vision_radius", env_defaults(cfg.env_id)["vision_radius"])
+        model.rpg_expert = expert_spec(cfg.algo, cfg.frame_stack, radius, vars(cfg.net), cfg.env, cfg.seed,
+                                       env_id=cfg.env_id)
+    else:
+        obs_space, action_space = _trained_spaces(cfg)
+        model.rpg_expert = expert_spec(cfg.algo, cfg.frame_stack, None, vars(cfg.net), cfg.env, cfg.seed,
+                                       env_id=cfg.env_id, observation_space=obs_space,
+                                       action_space=action_space, wrappers=cfg.wrappers)
     if recurrent:
         model.rpg_expert["memory"] = memory
     return model

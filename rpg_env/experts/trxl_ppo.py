@@ -10,7 +10,9 @@ which writes the run folder's config, provenance and eval.json as for every expe
 2. GAE(``gamma``, ``gae_lambda``) advantages and returns;
 3. ``n_epochs`` passes of PPO's clipped objective over ``n_minibatches`` shuffled minibatches, each
    sample one forward pass from its stored window (the memory is not recomputed, as in seed
-   002's reference).
+   002's reference). What of a window's keys holds no weight (the entries with their ages added,
+   normalized before the norm's own scale and shift) is computed once per rollout and shared by
+   all epochs (`TrXLActorCritic.window_keys`); with learned ages it is recomputed every time.
 
 The learning rate, the entropy bonus and the clip range decay polynomially from their initial to
 their ``_final`` values over ``total_timesteps`` (``schedule_power`` 1: linearly; equal values:
@@ -32,13 +34,13 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from torch import nn
 
-import rpg_env
+from rpg_base.spaces import action_dims
+from rpg_env.envs.any_env import PROJECT_GAMES, make_vector
 from rpg_env.experts.config import ExpertConfig, TrXLHyperparams
 from rpg_env.policies.transformer_xl import (
     TRXL_ALGO,
@@ -46,6 +48,7 @@ from rpg_env.policies.transformer_xl import (
     TrXLActorCritic,
     TrXLPolicy,
     TrXLShape,
+    encoder_kind,
     save_trxl,
 )
 
@@ -53,9 +56,11 @@ from rpg_env.policies.transformer_xl import (
 def network_shape(cfg: ExpertConfig, envs: VectorEnv) -> TrXLShape:
     """The network's shape from the config's ``net`` and ``memory`` sections and the env's spaces."""
     mem = cfg.memory
+    encoder, scale = encoder_kind(envs.single_observation_space, cfg.net.extractor)
     return TrXLShape(
-        view_shape=tuple(int(s) for s in envs.single_observation_space.shape),
-        num_actions=int(envs.single_action_space.n), channels=tuple(cfg.net.channels),
+        obs_shape=tuple(int(s) for s in envs.single_observation_space.shape),
+        action_dims=action_dims(envs.single_action_space), encoder=encoder, obs_scale=scale,
+        channels=tuple(cfg.net.channels),
         embed_dim=cfg.net.features_dim, num_blocks=mem.num_blocks, num_heads=mem.num_heads,
         memory_length=mem.memory_length, positional_encoding=mem.positional_encoding,
         layer_norm=mem.layer_norm, gtrxl=mem.gtrxl, gtrxl_bias=mem.gtrxl_bias, hidden_size=mem.hidden_size,
@@ -63,12 +68,10 @@ def network_shape(cfg: ExpertConfig, envs: VectorEnv) -> TrXLShape:
 
 
 def make_vector_env(cfg: ExpertConfig, num_envs: int) -> VectorEnv:
-    """``num_envs`` worlds of ``cfg.env_id`` that reset a finished world within the step (its last
-    view in ``info["final_obs"]``): Treasurehunt's native vector env, Gymnasium's sync one otherwise."""
-    if cfg.env_id == rpg_env.ENV_ID:
-        return gym.make_vec(cfg.env_id, num_envs=num_envs, autoreset_mode=AutoresetMode.SAME_STEP, **cfg.env)
-    return gym.make_vec(cfg.env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **cfg.env)
+    """``num_envs`` worlds of ``cfg.env_id`` (with ``cfg.wrappers``) that reset a finished world
+    within the step (its last observation in ``info["final_obs"]``): Treasurehunt's native vector
+    env, Gymnasium's sync one otherwise."""
+    return make_vector(cfg.env_id, num_envs, cfg.env, cfg.wrappers, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def decayed(initial: float, final: float, power: float, progress: float) -> float:
@@ -80,25 +83,27 @@ def decayed(initial: float, final: float, power: float, progress: float) -> floa
 class RolloutBuffer:
     """One update's worth of steps, ``(T, W, ...)``: what the loss needs, as collected."""
 
-    views: torch.Tensor    # (T, W, C, V, V) uint8
+    obs: torch.Tensor      # (T, W, *obs_shape) as the env gives them (uint8 views, float vectors, ...)
     memory: torch.Tensor   # (T, W, N, L, D) the windows read
     valid: torch.Tensor    # (T, W, L) bool
-    previous: torch.Tensor  # (T, W) int64 the action before (num_actions: none)
-    actions: torch.Tensor  # (T, W) int64
+    previous: torch.Tensor  # (T, W, K) int64 the action before (action_dims: none)
+    actions: torch.Tensor  # (T, W, K) int64
     log_probs: torch.Tensor
     values: torch.Tensor
     rewards: torch.Tensor
     dones: torch.Tensor    # (T, W) the step ended its episode
 
     @classmethod
-    def empty(cls, steps: int, worlds: int, shape: TrXLShape, device: torch.device) -> RolloutBuffer:
+    def empty(cls, steps: int, worlds: int, shape: TrXLShape, obs_dtype: torch.dtype,
+              device: torch.device) -> RolloutBuffer:
         def zeros(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             return torch.zeros(steps, worlds, *size, dtype=dtype, device=device)
 
-        return cls(zeros(*shape.view_shape, dtype=torch.uint8),
+        dims = len(shape.action_dims)
+        return cls(zeros(*shape.obs_shape, dtype=obs_dtype),
                    zeros(shape.num_blocks, shape.memory_length, shape.embed_dim),
-                   zeros(shape.memory_length, dtype=torch.bool), zeros(dtype=torch.int64),
-                   zeros(dtype=torch.int64),
+                   zeros(shape.memory_length, dtype=torch.bool), zeros(dims, dtype=torch.int64),
+                   zeros(dims, dtype=torch.int64),
                    zeros(), zeros(), zeros(), zeros(dtype=torch.bool))
 
 
@@ -128,8 +133,11 @@ class TrXLTrainer:
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.envs = make_vector_env(cfg, cfg.n_envs)
         self.shape = network_shape(cfg, self.envs)
+        # Observations are kept as the env gives them (a one-hot view as bytes); the network casts.
+        self.obs_dtype = torch.from_numpy(np.zeros(0, dtype=self.envs.single_observation_space.dtype)).dtype
         self.model = TrXLActorCritic(self.shape).to(self.device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.hp.learning_rate)
+        # One fused kernel for all parameters: the per-parameter loop cost more than the sums.
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.hp.learning_rate, fused=True)
         self.memory = EpisodicMemory(cfg.n_envs, self.shape, self.device)
         self.steps = 0
         self.recent_returns: deque[float] = deque(maxlen=100)
@@ -138,23 +146,23 @@ class TrXLTrainer:
 
     # ------------------------------------------------------------------ collecting
     def collect(self, obs: np.ndarray) -> tuple[RolloutBuffer, torch.Tensor, np.ndarray]:
-        """``n_steps`` steps in every world from views ``obs``; returns the rollout, the value of
-        the views after it (W,), and those views."""
-        hp, memory = self.hp, self.memory
-        rollout = RolloutBuffer.empty(hp.n_steps, self.cfg.n_envs, self.shape, self.device)
+        """``n_steps`` steps in every world from observations ``obs``; returns the rollout, the value
+        of the observations after it (W,), and those observations."""
+        hp, memory, heads = self.hp, self.memory, self.model.actions
+        rollout = RolloutBuffer.empty(hp.n_steps, self.cfg.n_envs, self.shape, self.obs_dtype, self.device)
         for t in range(hp.n_steps):
-            views = torch.as_tensor(np.asarray(obs, dtype=np.uint8)).to(self.device)
-            rollout.views[t], rollout.memory[t], rollout.valid[t] = views, memory.memory, memory.valid
+            now = self._as_tensor(obs)
+            rollout.obs[t], rollout.memory[t], rollout.valid[t] = now, memory.memory, memory.valid
             rollout.previous[t] = memory.previous
             with torch.no_grad():
-                logits, value, entries = self.model(views.float(), memory.previous, memory.memory,
-                                                    memory.valid)
-            probs = torch.softmax(logits, dim=1)
-            action = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+                logits, value, entries = self.model(now, memory.previous, memory.memory, memory.valid)
+                action = heads.sample(logits, self.generator)
+                rollout.log_probs[t] = heads.log_prob(logits, action)
             rollout.actions[t], rollout.values[t] = action, value
-            rollout.log_probs[t] = torch.log(probs.gather(1, action[:, None])[:, 0])
             memory.push(entries, action)
-            obs, reward, terminated, truncated, info = self.envs.step(action.cpu().numpy())
+            env_action = action.cpu().numpy()
+            obs, reward, terminated, truncated, info = self.envs.step(
+                env_action[:, 0] if len(heads.dims) == 1 else env_action)
             game_reward = np.asarray(reward, dtype=np.float32)
             reward = torch.as_tensor(game_reward).to(self.device)
             truncated_only = np.asarray(truncated) & ~np.asarray(terminated)
@@ -166,18 +174,19 @@ class TrXLTrainer:
             memory.start(done)
             self.steps += self.cfg.n_envs
         with torch.no_grad():
-            views = torch.as_tensor(np.asarray(obs, dtype=np.uint8)).to(self.device)
-            _, last_value, _ = self.model(views.float(), memory.previous, memory.memory, memory.valid)
+            _, last_value, _ = self.model(self._as_tensor(obs), memory.previous, memory.memory, memory.valid)
         return rollout, last_value, obs
+
+    def _as_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(obs)).to(self.device, self.obs_dtype)
 
     def _final_values(self, info: dict, rows: np.ndarray) -> torch.Tensor:
         """V(final view) of the worlds in ``rows`` with their memory as it stands (W,), 0 elsewhere."""
         index = np.flatnonzero(rows)
-        final = np.stack([np.asarray(info["final_obs"][i], dtype=np.uint8) for i in index])
+        final = np.stack([np.asarray(info["final_obs"][i]) for i in index])
         with torch.no_grad():
-            views = torch.as_tensor(final).to(self.device).float()
-            _, value, _ = self.model(views, self.memory.previous[index], self.memory.memory[index],
-                                     self.memory.valid[index])
+            _, value, _ = self.model(self._as_tensor(final), self.memory.previous[index],
+                                     self.memory.memory[index], self.memory.valid[index])
         out = torch.zeros(self.cfg.n_envs, device=self.device)
         out[index] = value
         return out
@@ -204,7 +213,11 @@ class TrXLTrainer:
         returns = (adv + rollout.values).flatten()
         adv = adv.flatten()
         flat = {name: getattr(rollout, name).flatten(0, 1) for name in
-                ("views", "previous", "memory", "valid", "actions", "log_probs", "values")}
+                ("obs", "previous", "memory", "valid", "actions", "log_probs", "values")}
+        heads = self.model.actions
+        if self.model.fixed_window_keys:  # weight-free: every epoch reads the same keys of the windows
+            with torch.no_grad():
+                flat["keys"] = self.model.window_keys(flat["memory"])
         samples = len(adv)
         minibatch = max(samples // hp.n_minibatches, 1)
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy",
@@ -213,10 +226,11 @@ class TrXLTrainer:
             order = torch.randperm(samples, generator=self.generator, device=self.device)
             for start in range(0, samples, minibatch):
                 idx = order[start:start + minibatch]
-                logits, value, _ = self.model(flat["views"][idx].float(), flat["previous"][idx],
-                                              flat["memory"][idx], flat["valid"][idx])
-                log_probs = torch.log_softmax(logits, dim=1)
-                new_log_prob = log_probs.gather(1, flat["actions"][idx][:, None])[:, 0]
+                keys = flat["keys"][idx] if "keys" in flat else None
+                memory = flat["memory"][idx] if keys is None else None
+                logits, value, _ = self.model(flat["obs"][idx], flat["previous"][idx], memory,
+                                              flat["valid"][idx], keys=keys)
+                new_log_prob = heads.log_prob(logits, flat["actions"][idx])
                 ratio = torch.exp(new_log_prob - flat["log_probs"][idx])
                 mb_adv = adv[idx]
                 if hp.normalize_advantage and len(idx) > 1:
@@ -224,7 +238,7 @@ class TrXLTrainer:
                 clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * mb_adv
                 policy_loss = -torch.min(ratio * mb_adv, clipped).mean()
                 value_loss = (returns[idx] - value).pow(2).mean()
-                entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
+                entropy = heads.entropy(logits).mean()
                 loss = policy_loss + hp.vf_coef * value_loss - ent_coef * entropy
                 self.optimizer.zero_grad()
                 loss.backward()
@@ -245,9 +259,15 @@ class TrXLTrainer:
         """The ``rpg_expert`` record saved with the weights (`TrXLPolicy` and `compare` read it)."""
         from rpg_env.policies.sb3 import expert_spec
 
-        side = self.shape.view_shape[-1]
-        spec = expert_spec(TRXL_ALGO, 1, (side - 1) // 2, vars(self.cfg.net), self.cfg.env, self.cfg.seed,
-                           env_id=self.cfg.env_id)
+        cfg, envs = self.cfg, self.envs
+        if cfg.env_id in PROJECT_GAMES:
+            side = self.shape.obs_shape[-1]
+            spec = expert_spec(TRXL_ALGO, 1, (side - 1) // 2, vars(cfg.net), cfg.env, cfg.seed,
+                               env_id=cfg.env_id)
+        else:
+            spec = expert_spec(TRXL_ALGO, 1, None, vars(cfg.net), cfg.env, cfg.seed, env_id=cfg.env_id,
+                               observation_space=envs.single_observation_space,
+                               action_space=envs.single_action_space, wrappers=cfg.wrappers)
         spec["policy"] = "TrXLActorCritic"
         spec["memory"] = dataclasses.asdict(self.cfg.memory)
         return spec
@@ -268,7 +288,8 @@ def greedy_return(trainer: TrXLTrainer, episodes: int, seed: int) -> np.ndarray:
         model = copy.deepcopy(model).cpu()
     policy = TrXLPolicy(model, trainer.record(), deterministic=True)
     try:
-        return run_episodes(policy, dict(trainer.cfg.env), episodes, seed, trainer.cfg.env_id)
+        return run_episodes(policy, dict(trainer.cfg.env), episodes, seed, trainer.cfg.env_id,
+                            trainer.cfg.wrappers)
     finally:
         trainer.model.train()
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from rpg_base.errors import InputError
-from rpg_env.experts.evaluate import trained_env
+from rpg_env.envs.any_env import make_wrapped_env
+from rpg_env.experts.evaluate import trained_env, trained_wrappers
 from rpg_env.policies.registry import load_expert_policy
 from rpg_env.render import VIDEO_SUFFIXES, save_animation
 from rpg_env.rollout import rollout
@@ -28,7 +28,8 @@ def watch(model: str | Path, out: str | Path | None = None, seed: int = 0, episo
     if out is not None:  # refuse a bad path before playing, not after
         if Path(out).suffix.lower() not in VIDEO_SUFFIXES:
             raise InputError(f"--out must end in {' or '.join(VIDEO_SUFFIXES)}, got {str(out)!r}")
-    env = gym.make(env_id, render_mode="rgb_array" if out is not None else "human", **kwargs)
+    env = make_wrapped_env(env_id, kwargs, trained_wrappers(policy),
+                   render_mode="rgb_array" if out is not None else "human")
     policy.check_view_shape(env.observation_space.shape)
     if out is None:
         env.unwrapped.metadata["render_fps"] = fps  # the env's own copy of its metadata

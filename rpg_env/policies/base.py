@@ -40,9 +40,11 @@ class BatchPolicy(abc.ABC):
     def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
         """``obs`` ``(B, C, V, V)`` uint8, ``episode_start`` ``(B,)`` bool -> ``(B,)`` int64."""
 
-    def __call__(self, obs: np.ndarray) -> int:
-        """Single-observation convenience: ``(C, V, V)`` -> action."""
-        return int(self.act(obs[None])[0])
+    def __call__(self, obs: np.ndarray) -> int | np.ndarray:
+        """Single-observation convenience: one observation -> its action (an int; a ``(K,)`` array
+        of choices in a MultiDiscrete space)."""
+        action = np.asarray(self.act(np.asarray(obs)[None])[0])
+        return int(action) if action.ndim == 0 else action
 
 
 class CallablePolicy(BatchPolicy):

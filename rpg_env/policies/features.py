@@ -1,10 +1,17 @@
-"""Features extractors sized for the stacked one-hot egocentric view ``(6 * k, V, V)``.
+"""Features extractors of the SB3 experts: `GridCNN` for one-hot grids and small images, `GridMLP`
+for vectors (or anything read flat).
 
 SB3's `NatureCNN` assumes Atari frames (8x8 stride-4 kernels need at least 36x36 pixels) and
 fails on a 9x9 view. The view here is tiny and every cell matters, so the CNN keeps full
 resolution (3x3 kernels, padding 1, no stride): each output cell sees its 5x5 neighbourhood
 after two layers, and the linear head reads off where things are relative to the centre
-(the agent). The MLP variant flattens the view directly.
+(the agent). The MLP variant flattens the observation directly.
+
+Both read what SB3's policy hands them: one-hot grids and vectors as they are, byte images
+(uint8 in 0..255) already scaled to [0, 1] by SB3's ``normalize_images``, which
+`rpg_env.policies.sb3.policy_kwargs_from_net` sets for exactly those; images are channels first
+by then (`rpg_env.policies.sb3.network_frame_space`). Images of 36 pixels a side or more go
+through SB3's own NatureCNN instead of `GridCNN` (`rpg_env.policies.sb3.NATURE_CNN_SIDE`).
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from torch import nn
 
 
 class GridCNN(BaseFeaturesExtractor):
-    """``(B, C, V, V)`` float one-hot stack -> ``(B, features_dim)`` features.
+    """``(B, C, H, W)`` float stack (a one-hot grid ``(C, V, V)``, or an image scaled to [0, 1])
+    -> ``(B, features_dim)`` features.
 
-    :param observation_space: channel-first Box ``(C, V, V)`` (C = 6 cell kinds x frames).
+    :param observation_space: channel-first Box ``(C, H, W)`` (e.g. C = 6 cell kinds x frames).
     :param channels: output channels of each 3x3 convolution (same padding, stride 1).
     :param features_dim: width of the linear layer after flattening.
     """
@@ -42,7 +50,8 @@ class GridCNN(BaseFeaturesExtractor):
 
 
 class GridMLP(BaseFeaturesExtractor):
-    """``(B, C, V, V)`` -> flatten -> ``(B, features_dim)`` with one hidden ReLU layer."""
+    """``(B, *shape)`` (a vector ``(D * k,)``, a grid, an image) -> flatten -> ``(B, features_dim)``
+    with one hidden ReLU layer."""
 
     def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 128) -> None:
         super().__init__(observation_space, features_dim)
@@ -53,6 +62,6 @@ class GridMLP(BaseFeaturesExtractor):
         return self.mlp(observations)
 
 
-#: Names usable in configs (``net.extractor``); loading a model resolves the class by name,
-#: never by unpickling it.
-EXTRACTORS: dict[str, type[BaseFeaturesExtractor]] = {"cnn": GridCNN, "mlp": GridMLP}
+#: The extractor of each ``net.extractor`` name (`rpg_env.experts.config.EXTRACTORS`, after ``auto``
+#: is resolved); loading a model resolves the class by name, never by unpickling it.
+EXTRACTOR_CLASSES: dict[str, type[BaseFeaturesExtractor]] = {"cnn": GridCNN, "mlp": GridMLP}

@@ -11,7 +11,9 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
+from gymnasium import spaces
 
+from rpg_base.spaces import action_dims
 from rpg_env.game.constants import Vocabulary, vocabulary
 from rpg_env.policies.base import BatchPolicy
 
@@ -33,37 +35,44 @@ def _greedy_tables(vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 class RandomPolicy(BatchPolicy):
-    """Uniform random actions.
+    """Uniform random actions: the game's moves, or any `Discrete` or `MultiDiscrete` ``action_space``.
 
     Actions are drawn from the policy's generator in blocks of ``block`` and handed out in
     order, which makes a one-world step far cheaper than one generator call per step. The
-    actions depend only on the generator given to ``seed`` and the batch sizes asked for.
+    actions depend only on the generator given to ``seed`` and the batch sizes asked for. With a
+    `MultiDiscrete` space each action is a row of ``K`` choices, ``(B, K)``.
     """
 
     policy_id = "random"
 
-    def __init__(self, block: int = 4096) -> None:
+    def __init__(self, block: int = 4096, action_space: spaces.Space | None = None) -> None:
         super().__init__()
         if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
             raise ValueError(f"block must be a positive int, got {block!r}")
         self.block = int(block)
-        self._buffer = np.empty(0, dtype=np.int64)
+        self.dims = (vocabulary().num_actions,) if action_space is None else action_dims(action_space)
+        self._multi = isinstance(action_space, spaces.MultiDiscrete)
+        self._buffer = np.empty((0, len(self.dims)), dtype=np.int64)
         self._next = 0
 
     def seed(self, rng: np.random.Generator) -> None:
         super().seed(rng)
-        self._buffer = np.empty(0, dtype=np.int64)  # drawn from the previous generator
+        self._buffer = np.empty((0, len(self.dims)), dtype=np.int64)  # drawn from the previous generator
         self._next = 0
 
     def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
         b = len(obs)
         start = self._next
-        if start + b > self._buffer.size:
+        if start + b > len(self._buffer):
             rest = self._buffer[start:]
-            fresh = self.rng.integers(0, vocabulary().num_actions, size=max(self.block, b), dtype=np.int64)
+            size = max(self.block, b)
+            fresh = (self.rng.integers(0, self.dims[0], size=size, dtype=np.int64)[:, None]
+                     if len(self.dims) == 1
+                     else self.rng.integers(0, self.dims, size=(size, len(self.dims)), dtype=np.int64))
             self._buffer, start = np.concatenate([rest, fresh]), 0
         self._next = start + b
-        return self._buffer[start : start + b]
+        actions = self._buffer[start : start + b]
+        return actions if self._multi else actions[:, 0]
 
 
 class GreedyPolicy(BatchPolicy):
