@@ -46,6 +46,7 @@ import contextlib
 import json
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -142,9 +143,11 @@ def interquartile_mean(figures: list[float]) -> dict[str, Any] | None:
     import numpy as np
 
     scores = {"agent": np.asarray(figures, dtype=np.float64)[:, None]}  # (seeds, one task)
-    point, interval = rly.get_interval_estimates(
-        scores, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000,
-        random_state=np.random.RandomState(0))
+    with warnings.catch_warnings():  # rliable hands arch a RandomState, which arch now deprecates
+        warnings.simplefilter("ignore", FutureWarning)
+        point, interval = rly.get_interval_estimates(
+            scores, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000,
+            random_state=np.random.RandomState(0))
     return {"mean": float(point["agent"][0]), "ci95": [float(v) for v in interval["agent"][:, 0]],
             "n": len(figures)}
 
@@ -250,6 +253,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--resume", action="store_true",
                         help="read the agents already finished in --runs (same settings) and train the rest; "
                              "their CPU time is not known again (their training seconds are)")
+    parser.add_argument("--finished-only", action="store_true",
+                        help="with --resume: summarise the agents already finished in --runs and train none "
+                             "(agents trained apart, e.g. by several processes at once)")
     parser.add_argument("--device", type=device_name, default="cpu",
                         help="torch device the agents train on (the config's device): cpu or cuda[:N]")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
@@ -284,6 +290,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--episodes must be >= 2 (a 95% interval needs two games)")
     parser.refuse_repeats(args, "seeds", "algos", "tasks")
     args.task_steps = task_steps(parser, args.task_steps)
+    if args.finished_only and not args.resume:
+        parser.error("--finished-only reads finished agents: give it with --resume and their --runs")
     if args.quick:
         args.seeds, args.steps, args.episodes = args.seeds[:1], 4_096, 10
     started = time.perf_counter()
@@ -329,6 +337,9 @@ def train_all(args: argparse.Namespace) -> list[dict[str, Any]]:
             if not (EXPERT_CONFIG_DIR / TASK_CONFIGS[task].format(algo=algo)).is_file():
                 continue
             for seed in args.seeds:
+                if args.finished_only and not (args.runs / task / f"{algo}-s{seed}" / "eval.json").is_file():
+                    print(f"{task} {algo} seed {seed}: not finished in {args.runs}, left out", flush=True)
+                    continue
                 steps = args.steps if task == "variant" or args.quick else args.task_steps.get(task)
                 runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs,
                                     args.device))

@@ -4,6 +4,7 @@ and shared window keys, checked against `nn.MultiheadAttention`'s sums."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 
@@ -25,6 +26,7 @@ from rpg_env.experts.__main__ import main
 from rpg_env.experts.config import EXPERT_CONFIG_DIR, load_expert_config
 from rpg_env.experts.evaluate import compare
 from rpg_env.experts.train import train
+from rpg_env.experts.trxl_model import TrXLPPO
 from rpg_env.policies.action_heads import ActionHeads
 from rpg_env.policies.registry import load_expert_policy
 from rpg_env.policies.scripted import RandomPolicy
@@ -302,3 +304,29 @@ def test_trxl_ppo_trains_in_minigrid_through_its_wrappers(tmp_path):
     envs.close()
     with pytest.raises(ConfigError, match="ImgObsWrapper"):
         load_expert_config("trxl-ppo", env_id="minigrid:MiniGrid-MemoryS7-v0")
+
+
+def test_sb3_style_api_learns_as_the_command_line_does_and_predicts_with_its_memory(tmp_path):
+    sections = {"n_envs": 2, "net": {"channels": [4], "features_dim": 16},
+                "memory": {"num_heads": 2, "memory_length": 4, "hidden_size": 16},
+                "hyperparams": {"n_steps": 32, "n_minibatches": 2}}
+    model = TrXLPPO(rpg_env.CARTPOLE_MASKED_ID, seed=3, **sections).learn(total_timesteps=64)
+    assert model.num_timesteps == 64
+    cfg = dataclasses.replace(model.config, total_timesteps=64)
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, final_episodes=2))
+    cli = train(cfg, tmp_path / "cli")
+    cli_weights = TrXLPolicy.load(cli / "model.zip").model.state_dict()
+    for name, tensor in model.policy.model.state_dict().items():
+        assert torch.equal(tensor, cli_weights[name]), name
+    model.save(tmp_path / "api.zip")
+    loaded = TrXLPPO.load(tmp_path / "api.zip")
+    obs = np.random.default_rng(0).normal(size=(3, 2)).astype(np.float32)
+    first, memory = model.predict(obs)
+    again, _ = loaded.predict(obs)
+    np.testing.assert_array_equal(first, again)
+    assert memory.valid[:, -1].all()  # the step went into each row's window
+    _, memory = model.predict(obs, memory, episode_start=np.array([True, False, False]))
+    assert memory.valid[0].sum() == 1 and memory.valid[1].sum() == 2
+    with pytest.raises(RuntimeError, match="only predicts"):
+        loaded.learn(64)
+    model.close()

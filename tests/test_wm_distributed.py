@@ -85,6 +85,23 @@ def test_two_processes_train_as_one(runs):
     assert '"world_size": 2' in summary and '"streamed": false' in summary
 
 
+@pytest.mark.slow
+def test_two_processes_train_the_default_model_as_one(runs, tmp_path):
+    """The default model (its width, layers, window, motion head, memory map and cell refiner), not
+    the tiny one: every loss of every step, the refiner's included, equal to 1e-5."""
+    settings = ["train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=4",
+                "train.checkpoint_every=4", "train.progress=false", "data.max_val_windows=64",
+                "train.num_threads=1", "train.max_steps=4", "train.keep_last_checkpoints=0"]
+    data = runs / "greedy.h5"
+    T.train(load_world_model_config(None, [*settings, f"data.path={data}", f"out_dir={tmp_path / 'one'}"]))
+    _torchrun("--data", str(data), "--out", str(tmp_path / "two"), *settings)
+    one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert [r[:2] for r in one] == [r[:2] for r in two] and len(one) == 4 + 1
+    for a, b in zip(one, two, strict=True):
+        assert a[2:] == pytest.approx(b[2:], rel=1e-5), (a, b)
+    assert all(r[-1] > 0 for r in one)  # the refiner was trained and scored
+
+
 def test_a_resumed_two_process_run_matches_the_uninterrupted_one(runs):
     assert _losses(runs / "cut") == _losses(runs / "two")
     a, b = _weights(runs / "two", 6), _weights(runs / "cut", 6)

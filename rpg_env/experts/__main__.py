@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "configs/memorycue-<algo>.yaml)")
     train.add_argument("--env-id", default=None,
                        help="train in this Gymnasium env instead of the config's ('package:Id' imports the "
-                            "package first); the config's env arguments, which belong to its own env, are "
-                            "then dropped")
+                            "package first); the shipped config's env arguments (Treasurehunt's) are left "
+                            "out, and a --config file that sets env or wrappers for another env is refused")
     train.add_argument("--env-kwargs", default=None, metavar="YAML",
                        help="the env's keyword arguments as a YAML mapping, e.g. '{agent_view_size: 3}' "
                             "(replaces the config's env section)")

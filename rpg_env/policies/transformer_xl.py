@@ -424,7 +424,8 @@ class TrXLPolicy(BatchPolicy):
         self.deterministic = deterministic
         self.policy_id = policy_id
         self.view_shape = tuple(model.shape.obs_shape)
-        self._memory: EpisodicMemory | None = None
+        #: Each batch row's memory window (None: every row starts afresh at the next `act`).
+        self.memory: EpisodicMemory | None = None
 
     @classmethod
     def load(cls, path: str | Path, deterministic: bool = True, record: dict[str, Any] | None = None,
@@ -450,7 +451,7 @@ class TrXLPolicy(BatchPolicy):
 
     def reset(self) -> None:
         """Forget every row's memory (the next `act` starts all rows afresh)."""
-        self._memory = None
+        self.memory = None
 
     def act(self, obs: np.ndarray, episode_start: np.ndarray | None = None) -> np.ndarray:
         """``obs`` (B, *obs_shape) -> actions (B,) for a Discrete space, (B, K) for a MultiDiscrete one."""
@@ -459,11 +460,11 @@ class TrXLPolicy(BatchPolicy):
             raise InputError(f"TrXLPolicy needs a batch (B, *{self.view_shape}), got shape {obs.shape}")
         self.check_view_shape(obs.shape[1:])
         batch = len(obs)
-        if self._memory is None or len(self._memory.valid) != batch:
-            self._memory = EpisodicMemory(batch, self.model.shape)
+        if self.memory is None or len(self.memory.valid) != batch:
+            self.memory = EpisodicMemory(batch, self.model.shape)
         elif episode_start is not None:
-            self._memory.start(np.asarray(episode_start, dtype=bool))
-        memory = self._memory
+            self.memory.start(np.asarray(episode_start, dtype=bool))
+        memory = self.memory
         with torch.no_grad():
             logits, _, entries = self.model(torch.as_tensor(obs), memory.previous, memory.memory,
                                             memory.valid)
