@@ -97,6 +97,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     from rpg_base.cli import ArgumentParser, output_file, positive_int
+    from rpg_base.errors import InputError
     from rpg_base.provenance import provenance
     from rpg_base.results import write_results
 
@@ -106,7 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3, help="processes per side, alternating")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path")
     args = parser.parse_args(argv)
-    reference = git("rev-parse", "--short", args.reference)
+    try:
+        reference = git("rev-parse", "--short", "--verify", f"{args.reference}^{{commit}}")
+    except subprocess.CalledProcessError:
+        raise InputError(f"--reference {args.reference!r} is not a commit of this repository") from None
     started = time.perf_counter()
     sides: dict[str, list[dict[str, Any]]] = {"this": [], "reference": []}
     with tempfile.TemporaryDirectory(prefix="trxl_speed_") as tmp:
