@@ -6,7 +6,7 @@ sync one for any other id, with the wrappers it was trained in) in batches of at
 episode, so every policy meets the same worlds (in Treasurehunt: the same initial positions and,
 as far as its own moves leave cells free, the same spawns) and the same co-player random stream.
 The learner's policy is seeded from the same seed. The greedy baseline plays where the env shows
-the game's views and takes its moves (`plays_the_game`); random draws from the env's own actions.
+the game's views and takes its moves (`game_description`); random draws from the env's own actions.
 
 The 95% interval is the Student-t interval of the mean return over episodes.
 """
@@ -97,8 +97,7 @@ def _play(policy: BatchPolicy, env_kwargs: dict[str, Any], episodes: int, seed: 
     for batch_seed, size in _seeded_batches(episodes, seed):
         env = make_vector(env_id, size, env_kwargs, wrappers)
         try:
-            if plays_the_game(env):
-                description = describe(env)
+            description = game_description(env)
             for other in also_seed:
                 other.seed(np.random.default_rng(batch_seed))
             result = rollout(env, policy, seed=batch_seed, policy_rng=np.random.default_rng(batch_seed),
@@ -144,22 +143,24 @@ def baselines(env_id: str, env_kwargs: dict[str, Any],
     game's channels and actions), and uniform random over the env's own action space."""
     env = make_vector(env_id, 1, env_kwargs, wrappers)
     try:
-        if plays_the_game(env):
+        if game_description(env) is not None:
             return {"greedy": GreedyPolicy(), "random": RandomPolicy()}
         return {"random": RandomPolicy(action_space=env.single_action_space)}
     finally:
         env.close()
 
 
-def plays_the_game(env: Any) -> bool:
-    """Whether ``env`` shows one-hot views of the game's cell kinds and takes the game's moves
-    (`rpg_env.envs.protocol`), so that the policies written for the game can act in it."""
+def game_description(env: Any) -> EnvDescription | None:
+    """What ``env`` says of itself (`rpg_env.envs.protocol`) if it shows one-hot views of the game's
+    cell kinds and takes the game's moves, so that the policies written for the game can act in
+    it; None for any other env."""
     try:
         description = describe(env)
     except ValueError:
-        return False
+        return None
     vocab = vocabulary()
-    return description.channel_names == vocab.cell_names and description.action_names == vocab.action_names
+    names = (description.channel_names, description.action_names)
+    return description if names == (vocab.cell_names, vocab.action_names) else None
 
 
 def compare(model: str | Path | BatchPolicy, episodes: int = DEFAULT_EPISODES, seed: int = DEFAULT_SEED,

@@ -11,7 +11,7 @@
 
 The settings are an `ExpertConfig` (``algo: trxl-ppo``) built from the keyword arguments, a
 dict per section (``env``, ``net``, ``memory``, ``hyperparams``), and checked as the command
-line checks them. ``learn`` runs the loop of `rpg_env.experts.trxl_ppo` without a run folder (no
+line checks them. ``learn`` runs `TrXLTrainer.train_updates`, the CLI's loop, without its run folder (no
 evaluations, checkpoints or tensorboard): with the same settings and seed it gives the weights
 ``python -m rpg_env.experts train`` gives (tested).
 """
@@ -56,14 +56,9 @@ class TrXLPPO:
         with pinned_torch_threads(cfg.torch_threads):
             if self._trainer is None:
                 self._trainer = TrXLTrainer(cfg, Path("."))
-                self._obs, _ = self._trainer.envs.reset(seed=cfg.seed)
             trainer = self._trainer
-            per_update = cfg.n_envs * trainer.hp.n_steps
-            updates = max(-(-int(total_timesteps) // per_update), 1)
-            trainer.model.train()
-            for update in range(updates):
-                rollout, last_value, self._obs = trainer.collect(self._obs)
-                trainer.update(rollout, last_value, progress=update / updates)
+            for _ in trainer.train_updates(total_timesteps):
+                pass
         self.num_timesteps = trainer.steps
         self.policy = TrXLPolicy(trainer.model, trainer.record(), deterministic=True)
         return self

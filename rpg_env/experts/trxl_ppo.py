@@ -31,6 +31,7 @@ import dataclasses
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,9 +141,32 @@ class TrXLTrainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.hp.learning_rate, fused=True)
         self.memory = EpisodicMemory(cfg.n_envs, self.shape, self.device)
         self.steps = 0
+        self.obs: np.ndarray | None = None  # the worlds' observations where the last update stopped
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_success: deque[float] = deque(maxlen=100)
         self._episode_returns = np.zeros(cfg.n_envs)
+
+    # ------------------------------------------------------------------ training
+    @property
+    def steps_per_update(self) -> int:
+        return self.cfg.n_envs * self.hp.n_steps
+
+    def updates_for(self, total_timesteps: int) -> int:
+        """Whole updates that cover ``total_timesteps`` env steps (at least one)."""
+        return max(-(-int(total_timesteps) // self.steps_per_update), 1)
+
+    def train_updates(self, total_timesteps: int) -> Iterator[tuple[int, int, dict[str, float]]]:
+        """Collect and update for ``total_timesteps`` env steps (whole updates), going on from where
+        the last call stopped (the first resets the worlds with the config's seed: world i gets
+        seed + i (sync), or one stream (native)); yields ``(update, updates, its statistics)``
+        after each update, the schedules' progress being ``update / updates``."""
+        if self.obs is None:
+            self.obs, _ = self.envs.reset(seed=self.cfg.seed)
+        updates = self.updates_for(total_timesteps)
+        self.model.train()
+        for update in range(updates):
+            rollout, last_value, self.obs = self.collect(self.obs)
+            yield update, updates, self.update(rollout, last_value, progress=update / updates)
 
     # ------------------------------------------------------------------ collecting
     def collect(self, obs: np.ndarray) -> tuple[RolloutBuffer, torch.Tensor, np.ndarray]:
@@ -303,20 +327,15 @@ def train_trxl(cfg: ExpertConfig, run_dir: Path, eval_seed: int) -> tuple[float,
 
     trainer = TrXLTrainer(cfg, run_dir)
     writer = SummaryWriter(str(run_dir / "tb" / f"{TRXL_ALGO}_1"))
-    per_update = cfg.n_envs * trainer.hp.n_steps
-    updates = max(-(-cfg.total_timesteps // per_update), 1)
-    bar = progress_bar(total=updates * per_update, unit="step", desc="train TrXL-PPO",
-                       disable=not cfg.progress_bar, file=sys.stderr)
+    per_update = trainer.steps_per_update
+    bar = progress_bar(total=trainer.updates_for(cfg.total_timesteps) * per_update, unit="step",
+                       desc="train TrXL-PPO", disable=not cfg.progress_bar, file=sys.stderr)
     evaluations: list[tuple[int, np.ndarray]] = []
     best = -np.inf
     next_eval, next_checkpoint = cfg.eval.freq, cfg.checkpoint_freq
     started = time.perf_counter()
     try:
-        obs, _ = trainer.envs.reset(seed=cfg.seed)  # world i: seed + i (sync), or one stream (native)
-        trainer.model.train()
-        for update in range(updates):
-            rollout, last_value, obs = trainer.collect(obs)
-            stats = trainer.update(rollout, last_value, progress=update / updates)
+        for update, updates, stats in trainer.train_updates(cfg.total_timesteps):
             bar.update(per_update)
             elapsed = time.perf_counter() - started
             for key, value in stats.items():
