@@ -15,6 +15,8 @@ N worlds; random actions):
   steps/s over its early turns and over its last 10 (the map holds the whole episode; attention
   reads the last ``num_frames`` steps), their ratio, and steps/s over the whole episode;
   ``--whole-episodes`` measures it at every N (``whole_episodes``, keyed by N);
+- ``cached_reference`` (``--reference CHECKPOINT``): the cached path of another trained world model
+  (the one shipped before, say), with its whole episode beside this one's at the largest N;
 - ``cached_baseline``: the cached path of the default before the episode-long map and the cell
   refiner (checkpoint schema 6: cells drawn on their own, a map of ``num_frames`` steps;
   ``--baseline`` sets its overrides; ``--baseline ""`` leaves the row out), so what those cost
@@ -28,7 +30,7 @@ between the rows so that load from other processes hits all alike; the median an
 reported.
 
     python benchmarks/imagination.py [--quick] [--device cuda] [--threads 2] [--rounds 1] [--doubt 0.2]
-        [--sizes 1 64 256] [--checkpoint pretrained] [--whole-episodes]
+        [--sizes 1 64 256] [--checkpoint pretrained] [--reference RUN] [--whole-episodes]
 
 ``--threads``: the imagined env's ``torch_threads`` (its default, 1, measured best on CPU).
 ``--rounds``, ``--doubt``, ``--floor``: the imagined env's ``sample_rounds``, ``sample_doubt`` and
@@ -144,11 +146,15 @@ def rates_by_turn(venv, seed: int, turns: int = 10) -> dict[str, float]:
 
 def measure(checkpoint: Path | str, sizes: tuple[int, ...], steps: int, repeats: int, device: str,
             baseline: Path | None = None, threads: int = 1, rounds: int | None = None,
-            doubt: float | None = None, floor: float | None = None, whole_episodes: bool = False) -> dict:
+            doubt: float | None = None, floor: float | None = None, whole_episodes: bool = False,
+            reference: str | None = None) -> dict:
     rows: dict[str, dict[int, list[float]]] = {"cached": {}, "uncached": {}, "real": {}}
     by_turn: dict[str, dict[str, float]] = {}
+    reference_by_turn: dict[str, float] = {}
     if baseline is not None:
         rows["cached_baseline"] = {}
+    if reference is not None:
+        rows["cached_reference"] = {}
     for n in sizes:
         make = {"num_envs": n, "checkpoint": checkpoint, "device": device, "torch_threads": threads,
                 "sample_rounds": rounds, "sample_doubt": doubt, "sample_floor": floor}
@@ -156,6 +162,9 @@ def measure(checkpoint: Path | str, sizes: tuple[int, ...], steps: int, repeats:
                 "uncached": gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, **make),
                 "real": gym.make_vec(rpg_env.ENV_ID, num_envs=n)}
         Uncached(envs["uncached"])
+        if reference is not None:
+            envs["cached_reference"] = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID,
+                                                    **{**make, "checkpoint": reference})
         if baseline is not None:
             envs["cached_baseline"] = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID,
                                                    **{**make, "checkpoint": baseline, "sample_rounds": None,
@@ -171,11 +180,15 @@ def measure(checkpoint: Path | str, sizes: tuple[int, ...], steps: int, repeats:
             print(f"N={n}, cached, one episode to its end: {by_turn[str(n)]['whole_episode']:,.0f} steps/s; "
                   f"{by_turn[str(n)]['late_over_early']:.2f}x as fast over its last 10 steps as early on",
                   flush=True)
+        if reference is not None and n == max(sizes):
+            whole = [rates_by_turn(envs["cached_reference"], seed=r) for r in range(repeats)]
+            reference_by_turn = {"worlds": n, **{k: statistics.median(w[k] for w in whole) for k in whole[0]}}
         for venv in envs.values():
             venv.close()
     return {**{name: {str(n): {"median": statistics.median(v), "best": max(v), "rounds": v}
                       for n, v in per.items()} for name, per in rows.items()},
-            "by_turn": by_turn[str(max(sizes))], **({"whole_episodes": by_turn} if whole_episodes else {})}
+            "by_turn": by_turn[str(max(sizes))], **({"whole_episodes": by_turn} if whole_episodes else {}),
+            **({"reference_by_turn": reference_by_turn} if reference is not None else {})}
 
 
 def build_parser() -> ArgumentParser:
@@ -201,9 +214,33 @@ def build_parser() -> ArgumentParser:
                         help="the world model measured (a run folder, a checkpoint folder or 'pretrained')")
     parser.add_argument("--whole-episodes", action="store_true",
                         help="time one whole episode at every N, not only at the largest")
+    parser.add_argument("--reference", default=None,
+                        help="another trained world model measured beside it (the one shipped before)")
     parser.add_argument("--baseline", default=PREVIOUS_DEFAULT,
                         help="overrides of the cached_baseline row's model ('' leaves the row out)")
     return parser
+
+
+def print_table(results: dict, with_baseline: bool, reference: str | None) -> None:
+    """The rows of `measure` at every N, the reference's and the whole episodes, as text."""
+    print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"
+                                                                     if with_baseline else ""))
+    for n in results["cached"]:  # "by_turn" and "whole_episodes" hold no rows
+        c, u, r = (results[k][n]["median"] for k in ("cached", "uncached", "real"))
+        line = f"{n:>6}  {c:>8,.0f}  {u:>10,.0f}  {r:>8,.0f}  {c / u:>6.1f}x"
+        if with_baseline:
+            b = results["cached_baseline"][n]["median"]
+            line += f"  {b:>10,.0f}  {c / b:>14.2f}"
+        print(line)
+    if reference is not None:
+        whole = results["reference_by_turn"]
+        print(f"reference ({reference}): "
+              + ", ".join(f"N={n} {results['cached_reference'][n]['median']:,.0f}/s"
+                          for n in results["cached"])
+              + f"; whole episode at N={whole['worlds']}: {whole['whole_episode']:,.0f}/s")
+    for n, w in results.get("whole_episodes", {}).items():
+        print(f"whole episode of {w['steps']} steps at N={n}: {w['whole_episode']:,.0f} imagined steps/s "
+              f"(last 10 steps {w['late_over_early']:.2f}x as fast as steps 3-12)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -211,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     load_world_model_config(None, args.baseline.split())  # bad overrides fail before any training
     choice = choose_checkpoint(args.checkpoint)  # a missing checkpoint fails before any training too
+    reference = choose_checkpoint(args.reference) if args.reference else None
     cfg = read_record(choice.folder / "meta.json").config  # its settings; each env loads the weights
     cells = cfg.model.view_size ** 2
     if args.rounds is not None and args.rounds > cells:
@@ -221,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
         baseline = (build_checkpoint(Path(tmp), args.device, args.baseline.split(), "baseline")
                     if args.baseline.strip() else None)
         results = measure(args.checkpoint, sizes, steps, 1 if args.quick else args.repeats, args.device,
-                          baseline, args.threads, args.rounds, args.doubt, args.floor, args.whole_episodes)
+                          baseline, args.threads, args.rounds, args.doubt, args.floor, args.whole_episodes,
+                          None if reference is None else str(reference.folder))
     at = "256" if "256" in results["cached"] else str(sizes[-1])
     summary = {
         f"cached_steps_per_s_at_{at}": results["cached"][at]["median"],
@@ -235,6 +274,12 @@ def main(argv: list[str] | None = None) -> None:
         summary["whole_episode_steps_per_s"] = {n: w["whole_episode"] for n, w in whole.items()}
     if args.device.startswith("cuda"):
         summary["goal_gpu"] = ">= 50,000 imagined steps/s at N = 4,096 over whole episodes"
+    if reference is not None:
+        summary[f"cached_over_reference_at_{at}"] = (results["cached"][at]["median"]
+                                                     / results["cached_reference"][at]["median"])
+        summary["reference_whole_episode_over_this"] = (results["reference_by_turn"]["whole_episode"]
+                                                        / results["by_turn"]["whole_episode"])
+        summary["reference"] = reference.describe(portable=True)
     if baseline is not None:
         summary[f"cached_over_baseline_at_{at}"] = (results["cached"][at]["median"]
                                                     / results["cached_baseline"][at]["median"])
@@ -250,18 +295,7 @@ def main(argv: list[str] | None = None) -> None:
                          sample_doubt=SAMPLE_DOUBT if args.doubt is None else args.doubt,
                          sample_floor=cfg.model.sample_floor if args.floor is None else args.floor,
                          steps_per_round=steps, quick=args.quick, rows=results, summary=summary)
-    print("\nworlds  cached/s  uncached/s  real/s  cached/uncached" + ("  baseline/s  cached/baseline"
-                                                                     if baseline is not None else ""))
-    for n in results["cached"]:  # "by_turn" and "whole_episodes" hold no rows
-        c, u, r = (results[k][n]["median"] for k in ("cached", "uncached", "real"))
-        line = f"{n:>6}  {c:>8,.0f}  {u:>10,.0f}  {r:>8,.0f}  {c / u:>6.1f}x"
-        if baseline is not None:
-            b = results["cached_baseline"][n]["median"]
-            line += f"  {b:>10,.0f}  {c / b:>14.2f}"
-        print(line)
-    for n, w in results.get("whole_episodes", {}).items():
-        print(f"whole episode of {w['steps']} steps at N={n}: {w['whole_episode']:,.0f} imagined steps/s "
-              f"(last 10 steps {w['late_over_early']:.2f}x as fast as steps 3-12)")
+    print_table(results, baseline is not None, summary.get("reference"))
     name = "imagination_gpu" if args.device.startswith("cuda") else "imagination"
     out = RESULTS / (name + (f"_rounds{args.rounds}" if args.rounds else "") + ".json")
     if not args.quick:

@@ -147,6 +147,10 @@ class ModelConfig:
         "steps); more keeps every cell seen in that many steps, placed by dead reckoning on a canvas "
         "(a torus of MAP_SIZE = 64 cells a side: in imagination at one step's cost, whatever the turn); "
         "a cell seen num_frames or more steps ago reads as seen num_frames - 1 steps ago")
+    extent_prior: bool = setting(
+        True, "add a prior from how far each cell of the next view lies from the rows and columns "
+        "where each kind was ever seen in the game so far, placed by dead reckoning with the motion "
+        "head's shifts (models/heads.py, ExtentPrior): how far a room reaches is learned from the files")
     train_window: int = setting(
         16, "steps of each training window (at least num_frames; learned positions: num_frames): "
         "attention slides its num_frames steps along it, and the memory map learns what an old "
@@ -156,8 +160,9 @@ class ModelConfig:
         1, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
         "(models/refiner.py: one layer is 32 wide, 2 heads); 0: every cell is drawn on its own")
     refiner_views: int = setting(
-        256, "next views of each training batch the cell refiner is scored on (drawn among the "
-        "window's steps that attention sees whole)")
+        1024, "next views of each training batch the cell refiner is scored on (drawn, with "
+        "replacement, among the window's steps that attention sees whole; at most as many as there "
+        "are: 384 at the defaults, 32 windows x 12 steps)")
     sample_rounds: int = setting(
         32, "most rounds of a joint draw (the last takes every cell still open); 1: the refined cells "
         "drawn independently; each round keeps the surest cells while the sum of their "

@@ -6,9 +6,10 @@ here only, with the schema migrations that keep every older checkpoint readable.
     CheckpointRecord  a RunRecord with the checkpoint's step, config and validation metrics
     DataRecord        the training data: its files (DataFile: path, fingerprint, episodes) and game
 
-`read_record` reads a meta.json of the current schema (`CHECKPOINT_VERSION`) and refuses a missing,
-corrupt, foreign, older or newer one with a `CheckpointError` that names the file and says why
-(`check_schema`); `write_record` writes the current schema.
+`read_record` reads a meta.json of the current schema (`CHECKPOINT_VERSION`) or of schema 12 (its
+model had no extent prior: `migrate_schema_12`) and refuses a missing, corrupt, foreign, older or
+newer one with a `CheckpointError` that names the file and says why (`check_schema`);
+`write_record` writes the current schema.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: The checkpoint schema. 12: the model learns which shift an action causes and what a step pays
 #: (model.motion, the reward head's per-action view map) and places no agents by rule; schemas
 #: 1..11 were told the game's movement table, reward table or agent placement (or came before
-#: them) and are refused (`check_schema`): their models cannot be rebuilt by this code.
-CHECKPOINT_VERSION = 12
+#: them) and are refused (`check_schema`): their models cannot be rebuilt by this code. 13: the
+#: extent prior (model.extent_prior); a schema-12 record reads as a model without it.
+CHECKPOINT_VERSION = 13
+#: The oldest schema this code reads.
+OLDEST_READABLE = 12
 
 #: The keys of meta.json this version reads; any other is kept in `CheckpointRecord.extra`.
 KNOWN_KEYS = ("format", "version", "step", "config", "splits", "data", "seed", "versions", "init_from",
@@ -181,6 +185,7 @@ class CheckpointRecord(RunRecord):
         """``meta`` of the current schema (`check_schema`) as a record; `CheckpointError` naming
         ``source`` (the meta.json) when a part is missing or malformed."""
         check_schema(meta, source)
+        meta = migrate_schema_12(meta)
         try:
             config = WorldModelConfig.from_dict(meta["config"], source=source)
         except (ConfigError, KeyError, TypeError) as exc:
@@ -201,8 +206,8 @@ class CheckpointRecord(RunRecord):
 
 
 def check_schema(meta: dict[str, Any], source: Path | str = "checkpoint") -> None:
-    """Nothing for ``meta`` of schema `CHECKPOINT_VERSION`; a `CheckpointError` in one line that
-    says why for any other."""
+    """Nothing for ``meta`` of a schema this code reads (`OLDEST_READABLE` .. `CHECKPOINT_VERSION`);
+    a `CheckpointError` in one line that says why for any other."""
     version = meta.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise CheckpointError(f"{source} has checkpoint schema version {version!r}, which no rpg_worldmodel "
@@ -213,13 +218,25 @@ def check_schema(meta: dict[str, Any], source: Path | str = "checkpoint") -> Non
             f"{source} was written by a newer rpg_worldmodel (checkpoint schema {version}; this one reads "
             f"{CHECKPOINT_VERSION}); upgrade the package to use it"
         )
-    if version < CHECKPOINT_VERSION:
+    if version < OLDEST_READABLE:
         raise CheckpointError(
             f"{source} is a checkpoint of schema {version}, whose model was told the game's movement table, "
             f"reward table or agent placement (or came before them); this package's model learns them "
             f"(schema {CHECKPOINT_VERSION}) and cannot rebuild it: retrain it with python -m "
             f"rpg_worldmodel.train, or evaluate it with a revision from before schema 12 (CHANGELOG.md)"
         )
+
+
+def migrate_schema_12(meta: dict[str, Any]) -> dict[str, Any]:
+    """A schema-12 ``meta`` as this schema reads it (a copy): its model had no extent prior, so
+    ``model.extent_prior`` is false where the record does not set it; other schemas unchanged."""
+    if meta.get("version") != 12 or not isinstance(meta.get("config"), dict):
+        return meta
+    meta = copy.deepcopy(meta)
+    model = meta["config"].setdefault("model", {})
+    if isinstance(model, dict):
+        model.setdefault("extent_prior", False)
+    return meta
 
 
 def read_record(file: Path) -> CheckpointRecord:

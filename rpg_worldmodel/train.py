@@ -81,6 +81,7 @@ from rpg_worldmodel.distributed import (
     to_device,
     wrap,
 )
+from rpg_worldmodel.models.steps import store_extents
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.resume import (
     Resume,
@@ -127,7 +128,10 @@ def evaluate_split(
     device: torch.device,
     batch_size: int = 256,
 ) -> dict[str, float]:
-    """Mean loss statistics over ``indices`` windows of ``dataset`` (eval mode, no weight update)."""
+    """Mean loss statistics over ``indices`` windows of ``dataset`` (eval mode, no weight update);
+    with an extent prior the windows start from what their games showed before, as in training."""
+    if model.cfg.extent_prior and dataset.extents_before is None:
+        dataset.extents_before = store_extents(dataset.store, model.cfg)
     was_training = model.training
     model.eval()
     totals: dict[str, float] = {}
@@ -225,6 +229,9 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         fixed, cfg.model.kind_limits = view_statistics(files, splits["train"])
         cfg.model.fixed_cells = cfg.model.fixed_cells or fixed  # a fine-tuned model keeps its start's
     train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window)
+    if cfg.model.extent_prior:  # what each window's game showed before it (models/steps.py)
+        for windows in (train_set, val_set):
+            windows.extents_before = store_extents(windows.store, cfg.model)
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
     )

@@ -16,6 +16,7 @@ from rpg_worldmodel.evaluation.baselines import BASELINES_FILE
 from rpg_worldmodel.evaluation.episodes import is_training_file, training_files
 from rpg_worldmodel.run_record import (
     CHECKPOINT_VERSION,
+    OLDEST_READABLE,
     CheckpointError,
     read_record,
     write_record,
@@ -43,6 +44,8 @@ def _as_schema(version: int) -> dict:
     from 5 to 11 with the game's movement table its model was told."""
     meta = _current()
     model, train = meta["config"]["model"], meta["config"]["train"]
+    if version < 13:
+        model.pop("extent_prior", None)
     if 5 <= version < 12:
         model.update(TOLD)
     if version < 11:
@@ -97,7 +100,16 @@ def test_the_current_schema_reads_and_round_trips(tmp_path):
     assert read_record(tmp_path / "again.json") == rec
 
 
-@pytest.mark.parametrize("version", range(1, CHECKPOINT_VERSION))
+def test_schema_12_reads_as_a_model_without_the_extent_prior(tmp_path):
+    """Schema 12 came just before the extent prior: its record reads, its model without it."""
+    rec = _read_record_of(_as_schema(12), tmp_path)
+    assert rec.config.model.extent_prior is False
+    assert rec.config.model.memory_map and rec.step == 1200
+    current = _read_record_of(_current(), tmp_path).config.model
+    assert dataclasses.replace(rec.config.model, extent_prior=current.extent_prior) == current
+
+
+@pytest.mark.parametrize("version", range(1, OLDEST_READABLE))
 def test_every_older_schema_is_refused_in_one_line_saying_why(tmp_path, version):
     """Schemas 1..11 were told the game's movement table, reward table or agent placement (or came
     before them): this code cannot rebuild their models, and says so rather than load them wrong."""

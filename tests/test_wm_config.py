@@ -24,8 +24,9 @@ from rpg_worldmodel.config import (
 #: Removing the settings nothing varied left it as it was: they hold the values they defaulted to.
 #: Schema 12 changed it on purpose: the model is told no movement table (model.move_rules, which
 #: defaulted to true, now always runs as false) and adds model.fixed_cells and model.kind_limits
-#: (read off the training views).
-DEFAULT_RUN_DIGEST = "c166774fbd42ad4ce3e4366b086a6cbb635c96e904dd1973b2fc19bf05010f60"
+#: (read off the training views). Schema 13 changed it on purpose: model.extent_prior (the room's
+#: size learned from each kind's extents) and model.refiner_views 256 -> 1024 (all of a batch's views).
+DEFAULT_RUN_DIGEST = "d1edc0942f0be9dc85728e0c04ed0c5b672b10b146bdb2f7f844df8d2a1c614d"
 
 
 def removed_settings_restored(config: dict) -> dict:
@@ -70,7 +71,7 @@ def test_the_shipped_configs_are_the_dream_agents_only():
 def test_a_removed_setting_reads_as_nothing_at_its_value_and_is_refused_at_another(tmp_path):
     # every record of before names them: the shipped models' meta.json, a run folder's config.yaml
     total = sum(len(cls.REMOVED_SETTINGS) for cls in SECTIONS.values())
-    assert total == 28 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 43
+    assert total == 28 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 44
     old = removed_settings_restored(WorldModelConfig().to_dict())
     assert WorldModelConfig.from_dict(old).to_dict() == WorldModelConfig().to_dict()
     path = tmp_path / "config.yaml"

@@ -120,12 +120,13 @@ def test_predictions_are_causal_and_imagination_equals_the_forward_over_the_whol
 
 
 def test_it_remembers_past_the_attention_window():
-    # Without the memory map the attention model cannot see step 0 from step 12; the SRWM can.
+    # Without the memory map and the extent prior (both carry what step 0 showed) the attention model
+    # cannot see step 0 from step 12; the SRWM can.
     views, actions = _views(2, 13, seed=1), torch.randint(0, 4, (2, 13))
     other = views.clone()
     other[:, 0] = _views(2, 1, seed=7)[:, 0]
     for layer, remembers in (("attention", False), ("srwm", True)):
-        model = _model(layer=layer, memory_map=False)
+        model = _model(layer=layer, memory_map=False, extent_prior=False)
         delta = (model(views, actions).view[:, -1] - model(other, actions).view[:, -1]).abs().max()
         assert (delta > 1e-5) == remembers, layer
 

@@ -10,9 +10,8 @@ import torch.nn.functional as F
 
 from rpg_base.typed_config.values import ConfigError
 from rpg_worldmodel.config import MAP_SIZE, ModelConfig, load_world_model_config
-from rpg_worldmodel.models.heads import memory_canvas
 from rpg_worldmodel.models.motion import SHIFTS, STAY
-from rpg_worldmodel.models.steps import HIDDEN, cell_kinds, window_steps
+from rpg_worldmodel.models.steps import HIDDEN, cell_kinds, memory_canvas, window_steps
 from rpg_worldmodel.models.world_model import WorldModel
 
 #: The walk's own moves (the test's world; the model is given no table, only each step's shift).

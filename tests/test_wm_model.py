@@ -207,13 +207,14 @@ def test_param_groups_decay_matrices_and_kernels_only():
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
     assert {p.dim() for p in decay["params"]} == {2, 4}
     assert {p.dim() for p in no_decay["params"]} == {1, 3, 5}
-    # the memory map's gate, a scale per cell of the view, is the one 5-dimensional parameter
-    assert [id(p) for p in no_decay["params"] if p.dim() == 5] == [id(model.memory_map.gate)]
+    # the memory map's and the extent prior's gates, a scale per cell of the view, are the 5-dimensional ones
+    gates = [id(model.memory_map.gate), id(model.extent_prior.gate)]
+    assert [id(p) for p in no_decay["params"] if p.dim() == 5] == gates
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
     # The same groups, in the same order, as the former rule by name (which decided the runs so far).
     named = list(model.named_parameters())
     old = [p for n, p in named if p.dim() >= 2 and "position" not in n and "temporal" not in n
-           and n != "memory_map.gate"]
+           and n not in ("memory_map.gate", "extent_prior.gate")]
     assert [id(p) for p in decay["params"]] == [id(p) for p in old]
     # the motion head and the reward head's per-action view map are matrices: decayed
     assert any(p is model.motion.linear.weight for p in decay["params"])
@@ -230,7 +231,7 @@ def test_the_first_versions_parts_compose_under_its_checkpoints_names():
     from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead
 
     reference = _model(position="learned", reward_head=False, action_frames=0, memory_map=False,
-                       refiner_layers=0)
+                       extent_prior=False, refiner_layers=0)
     assert isinstance(reference.positions, LearnedPositions) and reference.context_steps == 4
     assert isinstance(reference.action_head, LinearActionHead)
     assert [type(p).__name__ for p in reference.view_priors] == ["MoveConv"]
@@ -250,9 +251,11 @@ def test_the_first_versions_parts_compose_under_its_checkpoints_names():
     loss.backward()
     assert "reward_ce" not in stats and reference.embed.temporal.grad.abs().sum() > 0
     default = _model(**MEMORY_MAP)
-    assert [type(p).__name__ for p in default.view_priors] == ["MoveConv", "MemoryMap"]
-    assert default.context_steps == default.cfg.memory_steps and not hasattr(default, "moves")
-    assert _model(**MEMORY_MAP, memory_steps=0).context_steps == 2 * 3 + 2  # the attention's reach
+    assert [type(p).__name__ for p in default.view_priors] == ["MoveConv", "MemoryMap", "ExtentPrior"]
+    # the extent prior reads every step since the start; without it the map's reach is the context
+    assert default.context_steps == 10**9 and not hasattr(default, "moves")
+    assert _model(**MEMORY_MAP, extent_prior=False).context_steps == default.cfg.memory_steps
+    assert _model(**MEMORY_MAP, memory_steps=0, extent_prior=False).context_steps == 2 * 3 + 2  # attention
 
 
 # ------------------------------------------------------------------------------ rewards and imagination
@@ -334,9 +337,9 @@ def test_the_action_head_reads_a_policys_frame_stack_with_the_predicted_view():
     assert torch.equal(frames[:, 0, 1], views[:, 0])
     assert torch.equal(frames[:, 3, 0], views[:, 2]) and torch.equal(frames[:, 3, 1], views[:, 3])
     # Views older than the stack reach the action only through the global tokens and the memory
-    # map's prior on the predicted view; in a model with one-step attention, no map and the stack
-    # alone they do not reach it at all.
-    stack_only = _model(num_frames=1, action_frames=3, memory_map=False)
+    # map's and the extent prior's on the predicted view; in a model with one-step attention, neither
+    # prior and the stack alone they do not reach it at all.
+    stack_only = _model(num_frames=1, action_frames=3, memory_map=False, extent_prior=False)
     base = stack_only(views, actions).action
     older = views.clone()
     older[:, 1] = older[:, 1].roll(1, dims=-1)

@@ -96,6 +96,10 @@ class TrajectoryWindows(Dataset):
     float32 (T+1,), "agent_id": int64, "episode": int64, "start": int64}`` (``episode``: the
     store's id of the window's episode); ``dataset.get_batch(indices)`` returns the same keys
     stacked along a leading batch axis, as torch tensors (the DataLoader path uses it).
+
+    ``extents_before``, when set (one (L, K, 4) array per row, indexed by the window's start: what
+    the game's views before each start showed, `rpg_worldmodel.models.steps.store_extents`), adds
+    the key ``extents_before`` (K, 4) int64 to every window.
     """
 
     def __init__(self, path: str | Path, episodes: np.ndarray, num_frames: int):
@@ -118,6 +122,7 @@ class TrajectoryWindows(Dataset):
         self.plan = plan_windows(store.lengths, self.num_frames, "full")
         self.window_episode = self.episodes[self.plan.rows]
         self.window_start = self.plan.starts
+        self.extents_before: list[np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -136,15 +141,22 @@ class TrajectoryWindows(Dataset):
             raise IndexError(f"window indices out of range ({len(self)} windows)")
         idx = idx % max(len(self), 1)
         rows = self.plan.rows[idx]
-        views, actions, rewards = self.store.gather(rows, self.window_start[idx], self.num_frames + 1)
-        return {
+        starts = self.window_start[idx]
+        views, actions, rewards = self.store.gather(rows, starts, self.num_frames + 1)
+        batch = {
             "views": torch.from_numpy(views),
             "actions": torch.from_numpy(actions),
             "rewards": torch.from_numpy(rewards),
             "agent_id": torch.from_numpy(self.agent_ids[rows]),
             "episode": torch.from_numpy(self.window_episode[idx]),
-            "start": torch.from_numpy(self.window_start[idx]),
+            "start": torch.from_numpy(starts),
         }
+        if self.extents_before is not None:
+            tables = self.extents_before
+            ends = [tables[r][s] for r, s in zip(rows.tolist(), starts.tolist(), strict=True)]
+            empty = np.zeros((0, *tables[0].shape[1:]) if tables else (0, 0, 4), np.int32)
+            batch["extents_before"] = torch.from_numpy((np.stack(ends) if ends else empty).astype(np.int64))
+        return batch
 
     # DataLoader's fetcher calls __getitems__ with a whole batch of indices when it exists.
     __getitems__ = get_batch

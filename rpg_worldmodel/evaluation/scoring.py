@@ -27,6 +27,7 @@ from rpg_worldmodel.evaluation.cells import CellAnnotations, annotate_cells
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.metrics import RETURN_BLOCK
 from rpg_worldmodel.evaluation.oracles import copy_view, views_to_codes
+from rpg_worldmodel.models.steps import store_extents
 from rpg_worldmodel.models.world_model import WorldModel
 
 
@@ -105,14 +106,20 @@ class _Masking:
 
 
 def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Masking,
-                     device: torch.device) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                     device: torch.device, extents: list[np.ndarray] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Model log-probabilities ``(B, T, C, V, V)``, ``(B, T, A)`` and ``(B, T, K)`` (rewards; None
-    without a reward head) for a batch."""
+    without a reward head) for a batch; ``extents``: each row's extents before each start
+    (`rpg_worldmodel.models.steps.store_extents`), as training reads them."""
     views = torch.as_tensor(np.ascontiguousarray(batch.views[:, :num_frames]), device=device).float()
     if mask.kind != "none":
         views = apply_input_mask(views, mask.kind, mask.prob, mask.generator, mask.channel_names)
     actions = torch.as_tensor(batch.actions[:, :num_frames], dtype=torch.long, device=device)
-    out = model(views, actions)
+    before = None
+    if extents is not None:
+        ends = [extents[r][s] for r, s in zip(batch.rows.tolist(), batch.starts.tolist(), strict=True)]
+        before = torch.as_tensor(np.stack(ends).astype(np.int64), device=device)
+    out = model(views, actions, before)
     view_lp = torch.log_softmax(out.view.float(), dim=2).cpu().numpy()
     action_lp = torch.log_softmax(out.action.float(), dim=-1).cpu().numpy()
     reward_lp = None if out.reward is None else torch.log_softmax(out.reward.float(), dim=-1).cpu().numpy()
@@ -266,9 +273,12 @@ def score_eval_set(
     reward_values = np.asarray(config.model.reward_values, dtype=np.float64)
     cells = annotate_cells(es, baselines, floor) if baselines is not None and floor is not None else None
     collected = _Collected(_Examples(num_examples, num_frames), keep_model_views)
+    # what each game showed before a window, as training reads it; a masked input reads none (the
+    # mask would not hide it)
+    extents = store_extents(es.store(), model.cfg) if model.cfg.extent_prior and mask_kind == "none" else None
     with torch.inference_mode():
         for batch in iter_windows(es, num_frames, batch_size, desc=desc, context=context):
-            view_lp, action_lp, reward_lp = _model_log_probs(model, batch, num_frames, mask, device)
+            view_lp, action_lp, reward_lp = _model_log_probs(model, batch, num_frames, mask, device, extents)
             parts, prev, target, batch_returns = _prediction_counts(batch, view_lp, action_lp, reward_lp,
                                                                     baselines, reward_values, cells)
             collected.add(batch, view_lp, parts, prev, target, batch_returns)

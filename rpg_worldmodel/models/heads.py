@@ -5,8 +5,8 @@
   the action is taken in;
 * the view priors, each a part with ``add_to(view_logits, steps)`` that adds its logits of view t+1
   (B, T, C, V, V) to the view head's, reading the steps as `rpg_worldmodel.models.steps.Steps`
-  holds them: the motion prior (`MoveConv`, with the per-choice convolution behind it) and the
-  memory map (`MemoryMap`).
+  holds them: the motion prior (`MoveConv`, with the per-choice convolution behind it), the
+  memory map (`MemoryMap`) and the extent prior (`ExtentPrior`).
 
 **The memory map**: what the agent saw in its last steps, re-drawn where it is now. The view is
 egocentric, so a cell seen a few steps ago sits at another place of every later view, and a cell
@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.config import MAP_SIZE, ModelConfig
 from rpg_worldmodel.models.motion import SHIFTS, ViewMapPerAction
-from rpg_worldmodel.models.steps import HIDDEN, Steps, dead_reckoning
+from rpg_worldmodel.models.steps import HIDDEN, Steps, memory_canvas
 
 
 class FrameStackActionHead(nn.Module):
@@ -149,46 +149,12 @@ class MoveConv(nn.Conv2d):
 
 
 # ------------------------------------------------------------------ the memory map
-def memory_canvas(kinds: torch.Tensor, shifts: torch.Tensor, reach: int, queries: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The map of the last ``queries`` steps of a history.
-
-    ``kinds`` (B, S, V, V) from `cell_kinds`, ``shifts`` (B, S) long (each step's shift, an index
-    into `rpg_worldmodel.models.motion.SHIFTS`). For each query step t (the
-    last ``queries`` of the S) and each cell of view t+1's frame: the kind it had in the latest step
-    s in ``[t - reach + 1, t]`` that showed it, and ``t - s``. Returns ``kind`` (B, Q, V, V) long
-    (``HIDDEN``: not seen in reach) and ``age`` of the same shape (``reach`` where not seen).
-    """
-    b, s_len, v, _ = kinds.shape
-    before, after = dead_reckoning(shifts)
-    first = s_len - queries
-    cells = torch.arange(v, device=kinds.device)
-    kind = kinds.new_full((b, queries, v, v), HIDDEN)
-    age = torch.full_like(kind, reach)
-    flat_kinds = kinds.flatten(-2)
-    for lag in range(min(reach, s_len)):  # latest first: a cell keeps the first (newest) sighting
-        query = torch.arange(max(first, lag), s_len, device=kinds.device)
-        if not len(query):
-            break
-        offset = after[:, query] - before[:, query - lag]  # (B, n, 2): view t+1's frame in view s's
-        rows = cells + offset[..., :1]  # (B, n, rows of the frame)
-        cols = cells + offset[..., 1:]
-        index = rows.clamp(0, v - 1)[..., :, None] * v + cols.clamp(0, v - 1)[..., None, :]
-        seen = flat_kinds[:, query - lag].gather(-1, index.flatten(-2)).view_as(index)
-        inside = ((rows >= 0) & (rows < v))[..., :, None] & ((cols >= 0) & (cols < v))[..., None, :]
-        slot = query - first
-        fill = inside & (seen != HIDDEN) & (kind[:, slot] == HIDDEN)
-        kind[:, slot] = torch.where(fill, seen, kind[:, slot])
-        age[:, slot] = torch.where(fill, lag, age[:, slot])
-    return kind, age
-
-
 class MemoryMap(nn.Module):
     """The memory map as a view prior: (age, kind last seen) -> logits of the cell's next kind.
 
     ``forward(kinds (B, S, V, V), shifts (B, S), queries)`` -> logits (B, Q, C, V, V) for the last
     ``queries`` steps, reaching back ``model.memory_steps`` steps, placed by the steps' shifts. As a
-    view prior, ``add_to(view_logits, steps)`` re-draws ``steps.history``.
+    view prior, ``add_to(view_logits, steps)`` reads ``steps.map``.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -220,13 +186,9 @@ class MemoryMap(nn.Module):
         return torch.where(age < self.exact, age, doubling).clamp(0, self.reach - 1)
 
     def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
-        """``view_logits`` (B, T, C, V, V) plus the map's logits: of ``steps.map`` where imagination
-        kept it on its canvas, else re-drawn from the last T steps of ``steps.history``."""
-        if steps.map is not None:
-            kind, age = steps.map
-            return view_logits + self.logits(kind[:, None], age[:, None])
-        kinds, shifts = steps.history
-        return view_logits + self(kinds, shifts, view_logits.shape[1])
+        """``view_logits`` (B, T, C, V, V) plus the map's logits of ``steps.map`` (re-drawn over a
+        window, kept on imagination's canvas)."""
+        return view_logits + self.logits(*steps.map)
 
 
 def age_bins(cfg: ModelConfig) -> int:
@@ -237,3 +199,52 @@ def age_bins(cfg: ModelConfig) -> int:
     if oldest < cfg.num_frames:
         return cfg.num_frames
     return cfg.num_frames + math.floor(math.log2(oldest / cfg.num_frames)) + 1
+
+
+# ------------------------------------------------------------------ the extent prior
+class ExtentPrior(nn.Module):
+    """How far each cell of the next view lies from where each kind was seen, as a view prior.
+
+    The memory map holds the cells seen; it cannot say what a cell never seen must be. A room's
+    size can: a wall seen 19 cells to the left, or floor seen over 18 columns, says where the next
+    wall stands. For each kind (the channels and the view's fixed cells) the steps keep its lowest
+    and highest row and column seen since the start (`rpg_worldmodel.models.extents`);
+    a row of view t+1 lies some number of cells inside or outside each row end, a column each
+    column end. Each (axis, end, kind, cells inside) is a learned logit per kind of the cell,
+    summed over the kinds and ends; rows and columns add (B, T, C, V, V). How many cells, up to
+    `MAP_SIZE` / 2 either way, and what they mean are learned from the files; no size is given.
+    A learned gate per cell of the view, as the memory map's, lets a cell that always shows the
+    same kind ignore it. With a memory map the prior speaks only for the cells the map has not
+    seen: the map says what a seen cell was, the extents what an unseen one can be.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.reach = MAP_SIZE // 2
+        self.num_kinds = cfg.num_channels + 1
+        self.table = nn.Embedding(4 * self.num_kinds * (2 * self.reach + 1), cfg.num_channels)
+        v = cfg.view_size
+        self.gate = nn.Parameter(torch.ones(1, 1, 1, v, v))  # 5 dimensions: no weight decay
+        self.keep = cfg.memory_steps or cfg.num_frames  # the map's: older sightings are not seen
+        self.register_buffer("cells", torch.arange(v) - v // 2, persistent=False)
+        self.register_buffer("sign", torch.tensor([1, -1, 1, -1]), persistent=False)
+
+    def logits(self, extents: torch.Tensor) -> torch.Tensor:
+        """``extents`` (B, T, K, 4) -> logits (B, T, C, V, V)."""
+        k, width = self.num_kinds, 2 * self.reach + 1
+        inside = (self.cells - extents[..., None]) * self.sign[:, None]  # (B, T, K, 4, V)
+        low, high = extents[..., 0::2], extents[..., 1::2]
+        seen = (low <= high).repeat_interleave(2, -1)[..., None]  # (B, T, K, 4, 1)
+        slot = (torch.arange(4, device=extents.device)[:, None] * k
+                + torch.arange(k, device=extents.device)).T[..., None]  # (K, 4, 1)
+        index = slot * width + inside.clamp(-self.reach, self.reach) + self.reach
+        by_end = (self.table(index) * seen[..., None]).sum(2)  # (B, T, 4, V, C)
+        rows, cols = by_end[:, :, :2].sum(2), by_end[:, :, 2:].sum(2)  # (B, T, V, C)
+        return (rows[:, :, :, None] + cols[:, :, None]).permute(0, 1, 4, 2, 3) * self.gate
+
+    def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
+        logits = self.logits(steps.extents)
+        if steps.map is not None:
+            kind, age = steps.map
+            logits = logits * ((kind == HIDDEN) | (age >= self.keep))[:, :, None]
+        return view_logits + logits.to(view_logits.dtype)

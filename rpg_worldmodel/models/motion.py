@@ -99,3 +99,12 @@ class MotionHead(ViewMapPerAction):
     def shifts(self, views: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """The likeliest shift of each step, (B, T) long (an index into `SHIFTS`)."""
         return self(views, actions).argmax(-1)
+
+
+def dead_reckoning(shifts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the agent was at each step, relative to the first, from each step's shift ``shifts``
+    (B, S) long (an index into `rpg_worldmodel.models.motion.SHIFTS`). Returns ``before`` and
+    ``after`` (B, S, 2) long: the frame of view s and of view s+1."""
+    step = shift_offsets(shifts.device)[shifts]  # (B, S, 2)
+    after = step.cumsum(1)
+    return after - step, after

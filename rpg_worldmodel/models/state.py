@@ -36,7 +36,8 @@ class Imagination:
     tokens (N, P, D) of the step before, which the view head reads; ``recent_views``: the views
     before the current one that the action head's frame stack reads (N, action_frames - 2, C, V,
     V), oldest first; ``canvas``: the memory map's (`rpg_worldmodel.models.steps.Canvas`; None
-    without a map). A model with learned positions (`rpg_worldmodel.models.legacy`) keeps its last
+    without a map); ``extents``: the extent prior's (`rpg_worldmodel.models.steps.Extents`; None
+    without one). A model with learned positions (`rpg_worldmodel.models.legacy`) keeps its last
     steps in ``window`` instead and recomputes them (its positions are absolute, so keys cannot be
     cached).
     """
@@ -46,6 +47,7 @@ class Imagination:
     prev_patches: torch.Tensor | None = None
     recent_views: torch.Tensor | None = None
     canvas: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    extents: tuple[torch.Tensor, torch.Tensor] | None = None
     window: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _tensor_fields(self) -> list[str]:

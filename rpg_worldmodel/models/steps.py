@@ -11,7 +11,7 @@ read off consecutive training views, which shift an action causes in the view it
 follows the agent by it (dead reckoning).
 
 **The memory map's canvas.** Over a window the map is re-drawn from the window's steps
-(`rpg_worldmodel.models.heads.memory_canvas`); imagination keeps it instead on a canvas
+(`memory_canvas`); imagination keeps it instead on a canvas
 (`canvas_step`): each step writes its view where dead reckoning puts the agent and reads the next
 view's frame back, so turn 100 costs what turn 1 does. The canvas is a torus of
 `rpg_worldmodel.config.MAP_SIZE` cells a side, a capacity, not a picture of any map.
@@ -19,18 +19,21 @@ view's frame back, so turn 100 costs what turn 1 does. The canvas is a torus of
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import replace
+from typing import NamedTuple, Protocol
 
+import numpy as np
 import torch
 
 from rpg_worldmodel.config import MAP_SIZE, ModelConfig
-from rpg_worldmodel.models.motion import MotionHead, shift_offsets
+from rpg_worldmodel.models.extents import empty_extents, extents_step, games_extents, window_extents
+from rpg_worldmodel.models.motion import MotionHead, dead_reckoning, shift_offsets
 from rpg_worldmodel.models.state import Imagination
 
 HIDDEN = -1  # a cell the step did not show (masked input, or padding before a start)
 
 
-# ------------------------------------------------------------------ cell kinds and dead reckoning
+# ------------------------------------------------------------------ cell kinds
 def view_codes(views: torch.Tensor) -> torch.Tensor:
     """One-hot views (..., C, V, V) -> entity codes (..., V, V) int64 (the channel that is set; 0
     where none is, as argmax gives)."""
@@ -56,15 +59,6 @@ def fixed_mask(cfg: ModelConfig) -> torch.Tensor:
     return mask.view(cfg.view_size, cfg.view_size)
 
 
-def dead_reckoning(shifts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where the agent was at each step, relative to the first, from each step's shift ``shifts``
-    (B, S) long (an index into `rpg_worldmodel.models.motion.SHIFTS`). Returns ``before`` and
-    ``after`` (B, S, 2) long: the frame of view s and of view s+1."""
-    step = shift_offsets(shifts.device)[shifts]  # (B, S, 2)
-    after = step.cumsum(1)
-    return after - step, after
-
-
 # ------------------------------------------------------------------ the memory map's canvas
 #: The memory map on imagination's canvas: what each cell last showed (N, M, M) long (``HIDDEN``:
 #: never), the step that showed it (N, M, M) long, and where the agent is (N, 2) long (row, col).
@@ -84,12 +78,46 @@ def _around(position: torch.Tensor, v: int, size: int) -> torch.Tensor:
     return (rows[:, :, None] * size + cols[:, None, :]).flatten(1)
 
 
+def memory_canvas(kinds: torch.Tensor, shifts: torch.Tensor, reach: int, queries: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The map of the last ``queries`` steps of a history.
+
+    ``kinds`` (B, S, V, V) from `cell_kinds`, ``shifts`` (B, S) long (each step's shift, an index
+    into `rpg_worldmodel.models.motion.SHIFTS`). For each query step t (the
+    last ``queries`` of the S) and each cell of view t+1's frame: the kind it had in the latest step
+    s in ``[t - reach + 1, t]`` that showed it, and ``t - s``. Returns ``kind`` (B, Q, V, V) long
+    (``HIDDEN``: not seen in reach) and ``age`` of the same shape (``reach`` where not seen).
+    """
+    b, s_len, v, _ = kinds.shape
+    before, after = dead_reckoning(shifts)
+    first = s_len - queries
+    cells = torch.arange(v, device=kinds.device)
+    kind = kinds.new_full((b, queries, v, v), HIDDEN)
+    age = torch.full_like(kind, reach)
+    flat_kinds = kinds.flatten(-2)
+    for lag in range(min(reach, s_len)):  # latest first: a cell keeps the first (newest) sighting
+        query = torch.arange(max(first, lag), s_len, device=kinds.device)
+        if not len(query):
+            break
+        offset = after[:, query] - before[:, query - lag]  # (B, n, 2): view t+1's frame in view s's
+        rows = cells + offset[..., :1]  # (B, n, rows of the frame)
+        cols = cells + offset[..., 1:]
+        index = rows.clamp(0, v - 1)[..., :, None] * v + cols.clamp(0, v - 1)[..., None, :]
+        seen = flat_kinds[:, query - lag].gather(-1, index.flatten(-2)).view_as(index)
+        inside = ((rows >= 0) & (rows < v))[..., :, None] & ((cols >= 0) & (cols < v))[..., None, :]
+        slot = query - first
+        fill = inside & (seen != HIDDEN) & (kind[:, slot] == HIDDEN)
+        kind[:, slot] = torch.where(fill, seen, kind[:, slot])
+        age[:, slot] = torch.where(fill, lag, age[:, slot])
+    return kind, age
+
+
 def canvas_step(canvas: Canvas, kinds: torch.Tensor, shifts: torch.Tensor, step: int
                 ) -> tuple[tuple[torch.Tensor, torch.Tensor], Canvas]:
     """One step of the map on its canvas: view ``step`` (``kinds`` (N, V, V) from `cell_kinds`) is
     written where the agent is, the agent moves by the step's shift (``shifts`` (N,), an index into
     `rpg_worldmodel.models.motion.SHIFTS`), and the map is read in view ``step + 1``'s frame.
-    Returns ``(kind, age)``, (N, V, V) long each, as `rpg_worldmodel.models.heads.memory_canvas`
+    Returns ``(kind, age)``, (N, V, V) long each, as `memory_canvas`
     gives them (``age``: steps before ``step``; a cell never seen has kind ``HIDDEN``), and the new
     canvas. A hidden cell of the view leaves the canvas as it was."""
     grid, seen, position = canvas
@@ -114,8 +142,10 @@ class Steps(NamedTuple):
     `rpg_worldmodel.models.motion.SHIFTS`); ``frames`` (B, T, k-1, C, V, V) the views the action
     head stacks with its predicted one (None: no stack); ``history`` the kinds (B, S, V, V) and
     shifts (B, S) of the steps the memory map re-draws, the last T of them these steps; ``map`` the
-    memory map's kind and age (N, V, V) in view t+1's frame where imagination kept it on its
-    canvas (T = 1; `canvas_step`), else None."""
+    memory map's kind and age (B, T, V, V) in view t+1's frame, re-drawn over a window
+    (`memory_canvas`) or kept on imagination's canvas (`canvas_step`; None without a map);
+    ``extents`` (B, T, K, 4) each kind's extents since the start in view t+1's frame
+    (`rpg_worldmodel.models.extents.window_extents`; None without an extent prior)."""
 
     views: torch.Tensor
     actions: torch.Tensor
@@ -124,33 +154,47 @@ class Steps(NamedTuple):
     frames: torch.Tensor | None
     history: tuple[torch.Tensor, torch.Tensor]
     map: tuple[torch.Tensor, torch.Tensor] | None = None
+    extents: torch.Tensor | None = None
 
 
 def window_steps(views: torch.Tensor, actions: torch.Tensor, motion: MotionHead, cfg: ModelConfig,
-                 fixed: torch.Tensor) -> Steps:
+                 fixed: torch.Tensor, extents_before: torch.Tensor | None = None) -> Steps:
     """What the heads read of a window's steps (views (B, T, C, V, V), actions (B, T); ``fixed``:
-    `fixed_mask`)."""
+    `fixed_mask`; ``extents_before`` (B, K, 4): what the game's views before the window left, in
+    view 0's frame, `store_extents`; None: the window is all there was)."""
     kinds = cell_kinds(views, fixed)
     shifts = motion.shifts(views, actions)
     frames = frames_before(views, cfg.action_frames)
-    return Steps(views, actions, kinds, shifts, frames, (kinds, shifts))
+    extents = None
+    if cfg.extent_prior:
+        extents = window_extents(kinds, shifts, cfg.num_channels + 1, extents_before)
+    memory = memory_canvas(kinds, shifts, cfg.memory_steps or cfg.num_frames, kinds.shape[1]) \
+        if cfg.memory_map else None
+    return Steps(views, actions, kinds, shifts, frames, (kinds, shifts), memory, extents)
 
 
 def imagined_steps(view: torch.Tensor, action: torch.Tensor, state: Imagination, motion: MotionHead,
-                   cfg: ModelConfig, fixed: torch.Tensor) -> tuple[Steps, torch.Tensor | None, Canvas | None]:
+                   cfg: ModelConfig, fixed: torch.Tensor) -> tuple[Steps, Imagination]:
     """What the heads read of one imagined step (``view`` (N, C, V, V), ``action`` (N,); T = 1),
-    from ``state`` where they read earlier steps, and what to keep of it for the next: the action
-    head's recent views and the memory map's canvas (`Imagination`; None without a map)."""
+    from ``state`` where they read earlier steps, and ``state`` with what to keep of it for the
+    next: the action head's recent views, the memory map's canvas and the extents (None without a
+    map, without an extent prior)."""
     views, actions = view[:, None], action[:, None]
     frames, recent = imagined_frames(view, state.recent_views, cfg.action_frames)
     kinds = cell_kinds(views, fixed)
     shifts = motion.shifts(views, actions)
-    memory, canvas = None, None
+    memory, canvas, extents, kept_extents = None, None, None, None
     if cfg.memory_map:
         canvas = state.canvas if state.canvas is not None else empty_canvas(len(view), view.device)
-        memory, canvas = canvas_step(canvas, kinds[:, 0], shifts[:, 0], state.step)
-    steps = Steps(views, actions, kinds, shifts, frames, (kinds, shifts), memory)
-    return steps, recent, canvas
+        (kind, age), canvas = canvas_step(canvas, kinds[:, 0], shifts[:, 0], state.step)
+        memory = kind[:, None], age[:, None]
+    if cfg.extent_prior:
+        count = cfg.num_channels + 1
+        kept = state.extents if state.extents is not None else empty_extents(len(view), count, view.device)
+        extents, kept_extents = extents_step(kept, kinds[:, 0], shifts[:, 0], count)
+        extents = extents[:, None]
+    steps = Steps(views, actions, kinds, shifts, frames, (kinds, shifts), memory, extents)
+    return steps, replace(state, recent_views=recent, canvas=canvas, extents=kept_extents)
 
 
 def frames_before(views: torch.Tensor, k: int) -> torch.Tensor | None:
@@ -174,3 +218,26 @@ def imagined_frames(view: torch.Tensor, recent: torch.Tensor | None, k: int
         recent = view.new_zeros(view.shape[0], k - 2, *view.shape[1:])
     frames = torch.cat([recent, view[:, None]], 1)
     return frames[:, None], frames[:, 1:]
+
+
+# ------------------------------------------------------------------ extents of recorded games
+class EpisodeRows(Protocol):
+    """What `store_extents` reads of a store of recorded games (`rpg_worldmodel.data.stores`)."""
+
+    lengths: np.ndarray
+
+    def gather(self, rows: np.ndarray, starts: np.ndarray, steps: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+def store_extents(store: EpisodeRows, cfg: ModelConfig) -> list[np.ndarray]:
+    """For each row (game) of ``store``: the extents its views 0 .. s-1 left in view s's frame, for
+    every view s but the last, (L, K, 4) int32 each (`rpg_worldmodel.models.extents.games_extents`):
+    the ``extents_before`` of a window starting at s."""
+    fixed = fixed_mask(cfg)
+    games = []
+    for row, length in enumerate(store.lengths.tolist()):
+        views, actions, _ = store.gather(np.array([row]), np.zeros(1, dtype=np.int64), int(length))
+        kinds = cell_kinds(torch.from_numpy(views[0]), fixed)
+        games.append((kinds, torch.from_numpy(actions[0, :-1])))
+    return list(games_extents(games, cfg.num_channels + 1, cfg.num_actions))

@@ -10,15 +10,15 @@ Seed 000's design (Sorrel's ``sorrel.models.pytorch.transformer``), re-written s
   an SRWM instead);
 * heads (`rpg_worldmodel.models.heads`), at step t, reading the final tokens and the steps
   (`rpg_worldmodel.models.steps`): the next view, per cell, as logits over the C kinds plus the
-  view priors' (a 3x3 convolution of view t chosen by the step's shift; the memory map); the next
+  view priors' (a 3x3 convolution of view t by the step's shift; the memory map; the extents); the next
   action (a small CNN over the frame stack a policy acting at t+1 reads, beside the global token);
   the reward of step t, a class of the file's rewards; the shift (`rpg_worldmodel.models.motion`).
 
 Nothing of a particular game is written here: moves, blocking, rewards and where agents stand are
 learned from the training files (docs/worldmodel.md). Predictions at t read only steps <= t (tested).
 
-The default forward pass reads in five files: this one, `transformer`, `motion`, `steps` and
-`heads`; beside them `legacy`, `fast_weights` (the SRWM) and `refiner` (the cell refiner). This file
+The default forward pass reads in six files: this one, `transformer`, `motion`, `steps`, `extents`
+and `heads`; beside them `legacy`, `fast_weights` (the SRWM) and `refiner` (the cell refiner). This file
 reads top to bottom: outputs, tokens, the model's parts, forward, heads, loss, optimizer groups,
 one-step imagination.
 """
@@ -35,7 +35,7 @@ from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.fast_weights import RecurrentOrder, step_layers
-from rpg_worldmodel.models.heads import FrameStackActionHead, MemoryMap, MoveConv, RewardHead
+from rpg_worldmodel.models.heads import ExtentPrior, FrameStackActionHead, MemoryMap, MoveConv, RewardHead
 from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead, slide_window
 from rpg_worldmodel.models.motion import MotionHead, infer_shifts
 from rpg_worldmodel.models.refiner import BatchPart, CellRefiner, refiner_loss
@@ -83,10 +83,11 @@ class Tokens(NamedTuple):
 class WorldModel(nn.Module):
     """Predicts the next view, the next action and the reward from a window of views and actions.
 
-    ``forward(views (B,T,C,V,V) float in [0,1], actions (B,T) long)`` returns `Outputs`: at step t,
-    given views and actions up to and including t (action t is the one taken in view t), logits of
-    every cell of view t+1 (softmax over the C axis), of action t+1 and of the reward class of step
-    t (``reward_values[k]`` points).
+    ``forward(views (B,T,C,V,V) float in [0,1], actions (B,T) long, extents_before)`` returns
+    `Outputs`: at step t, given views and actions up to and including t (action t is the one taken
+    in view t), logits of every cell of view t+1 (softmax over the C axis), of action t+1 and of the
+    reward class of step t (``reward_values[k]`` points). ``extents_before`` (B, K, 4), optional:
+    what the game's views before the window left for the extent prior (`models/steps.py`).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -116,13 +117,14 @@ class WorldModel(nn.Module):
         self.reward_head = RewardHead(cfg) if cfg.reward_head and cfg.reward_values else None
         self.register_buffer("reward_values", torch.tensor(cfg.reward_values, dtype=torch.float32),
                              persistent=False)
-        # Which shift each step causes, learned (models/motion.py); the view priors read it, added
-        # to the view head's logits in this order (models/heads.py).
+        # Which shift each step causes, learned (models/motion.py); the view priors read it (heads.py).
         self.motion = MotionHead(cfg.num_channels, cfg.view_size, cfg.num_actions)
         self.register_buffer("fixed_cells", fixed_mask(cfg), persistent=False)
         self.action_conv = MoveConv(cfg)
         self.memory_map = MemoryMap(cfg) if cfg.memory_map else None
-        self.view_priors = tuple(x for x in (self.action_conv, self.memory_map) if x is not None)
+        self.extent_prior = ExtentPrior(cfg) if cfg.extent_prior else None
+        self.view_priors = tuple(x for x in (self.action_conv, self.memory_map, self.extent_prior)
+                                 if x is not None)
         self.apply(self._init_weights)
         # How the cells of a next view are drawn together (models/refiner.py; schema <= 6: each
         # on its own); built last, so the other parts start from the same weights with it or without.
@@ -143,23 +145,22 @@ class WorldModel(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     # ------------------------------------------------------------------ a window of steps
-    def forward(self, views: torch.Tensor, actions: torch.Tensor) -> Outputs:
+    def forward(self, views: torch.Tensor, actions: torch.Tensor, extents_before: torch.Tensor | None = None
+                ) -> Outputs:
         cfg = self.cfg
-        b, t = actions.shape
-        expected = (cfg.num_channels, cfg.view_size, cfg.view_size)
-        if views.dim() != 5 or tuple(views.shape[2:]) != expected or views.shape[:2] != actions.shape:
-            raise ValueError(
-                f"views must be (B,T,{expected[0]},{expected[1]},{expected[2]}) and actions (B,T)"
-                f" with the same B,T; got views {tuple(views.shape)}, actions {tuple(actions.shape)}"
-            )
+        c, v = cfg.num_channels, cfg.view_size
+        if views.dim() != 5 or tuple(views.shape[2:]) != (c, v, v) or views.shape[:2] != actions.shape:
+            raise ValueError(f"views must be (B,T,{c},{v},{v}) and actions (B,T) with the same B,T; "
+                             f"got views {tuple(views.shape)}, actions {tuple(actions.shape)}")
         local, global_ = self.embed(views, actions)
-        attention = self.positions.window_attention(t, views.device)
+        attention = self.positions.window_attention(actions.shape[1], views.device)
         for block in self.blocks:
             local, global_, _ = block(local, global_, self.embed.temporal, **attention)
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.cat([torch.zeros_like(patches[:, :1]), patches[:, :-1]], 1)  # causal
         tokens = Tokens(patches, previous, self.norm_global(global_))
-        return self._heads(tokens, window_steps(views, actions, self.motion, cfg, self.fixed_cells))
+        return self._heads(tokens, window_steps(views, actions, self.motion, cfg, self.fixed_cells,
+                                                extents_before))
 
     def _heads(self, tokens: Tokens, steps: Steps) -> Outputs:
         """The three heads at each step of (B, T): the view head and its priors, the reward head
@@ -194,11 +195,11 @@ class WorldModel(nn.Module):
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training loss of one batch of windows, and detached per-batch statistics.
 
-        ``batch`` (on the model's device): ``views`` (B, T+1, C, V, V) one-hot (any dtype),
-        ``actions`` (B, T+1) long and ``rewards`` (B, T+1) float (needed with a reward head); T is
-        the training window (attention slides past ``num_frames``). The model reads the first T
-        steps (through ``input_mask`` when given: it hides part of the input, never of the targets)
-        and is scored on the last T views and actions and the first T rewards.
+        ``batch`` (on the model's device): ``views`` (B, T+1, C, V, V) one-hot (any dtype), ``actions``
+        (B, T+1) long, ``rewards`` (B, T+1) float (with a reward head), ``extents_before`` (optional,
+        `forward`; not read under a mask, which would not hide it); T is the training window. The model
+        reads the first T steps (through ``input_mask`` when given: it hides part of the input, never
+        of the targets) and is scored on the last T views and actions and the first T rewards.
 
         The loss is the sum of the view's per-cell cross-entropy over entity kinds (nats), the
         action's (weighing `ACTION_LOSS_WEIGHT`), the shift's (the motion head's, on the shifts the
@@ -211,7 +212,7 @@ class WorldModel(nn.Module):
         actions = batch["actions"]
         t = actions.shape[1] - 1
         inputs = views[:, :t] if input_mask is None else input_mask(views[:, :t])
-        out = self(inputs, actions[:, :t])
+        out = self(inputs, actions[:, :t], batch.get("extents_before") if input_mask is None else None)
         view_logits, action_logits = out.view.float(), out.action.float()
         target_codes = view_codes(views[:, 1:])  # (B, T, V, V)
         cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
@@ -298,10 +299,9 @@ class WorldModel(nn.Module):
         local, global_, past = self._attend_cached(local, global_, state)
         patches = self.norm_local(local[:, :, : self.grid * self.grid])
         previous = torch.zeros_like(patches) if state.prev_patches is None else state.prev_patches[:, None]
-        steps, recent, canvas = imagined_steps(view, action, state, self.motion, self.cfg, self.fixed_cells)
+        steps, state = imagined_steps(view, action, state, self.motion, self.cfg, self.fixed_cells)
         out = self._heads(Tokens(patches, previous, self.norm_global(global_)), steps)
-        return out, replace(state, past=past, step=state.step + 1, prev_patches=patches[:, 0],
-                            recent_views=recent, canvas=canvas)
+        return out, replace(state, past=past, step=state.step + 1, prev_patches=patches[:, 0])
 
     def _attend_cached(self, local: torch.Tensor, global_: torch.Tensor, state: Imagination
                        ) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
@@ -326,10 +326,10 @@ class WorldModel(nn.Module):
 
     @property
     def context_steps(self) -> int:
-        """Steps of history a prediction depends on: the attention's (`RotaryPositions`; learned
-        positions: the window), or the memory map's where it keeps cells longer."""
+        """Steps of history a prediction depends on: the attention's (learned positions: the window),
+        the memory map's where it keeps cells longer, or all of them with an extent prior."""
         kept = self.memory_map.keep if self.memory_map is not None else 0
-        return max(self.positions.context_steps, kept)
+        return 10**9 if self.extent_prior is not None else max(self.positions.context_steps, kept)
 
     @torch.no_grad()
     def predict_last(self, views: torch.Tensor, actions: torch.Tensor) -> Outputs:
