@@ -157,8 +157,8 @@ class ModelConfig:
         "sighting is worth where attention no longer sees it (ages below num_frames one by one, older "
         "ones in doubling bins up to this; older still read as the last bin)")
     refiner_layers: int = setting(
-        1, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
-        "(models/refiner.py: one layer is 32 wide, 2 heads); 0: every cell is drawn on its own")
+        2, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
+        "(models/refiner.py: each layer 32 wide, 2 heads); 0: every cell is drawn on its own")
     refiner_views: int = setting(
         1024, "next views of each training batch the cell refiner is scored on (drawn, with "
         "replacement, among the window's steps that attention sees whole; at most as many as there "

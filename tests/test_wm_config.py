@@ -25,8 +25,9 @@ from rpg_worldmodel.config import (
 #: Schema 12 changed it on purpose: the model is told no movement table (model.move_rules, which
 #: defaulted to true, now always runs as false) and adds model.fixed_cells and model.kind_limits
 #: (read off the training views). Schema 13 changed it on purpose: model.extent_prior (the room's
-#: size learned from each kind's extents) and model.refiner_views 256 -> 1024 (all of a batch's views).
-DEFAULT_RUN_DIGEST = "d1edc0942f0be9dc85728e0c04ed0c5b672b10b146bdb2f7f844df8d2a1c614d"
+#: size learned from each kind's extents), model.refiner_views 256 -> 1024 (all of a batch's views)
+#: and model.refiner_layers 1 -> 2.
+DEFAULT_RUN_DIGEST = "501f4ea4d849a68528bf483c0ca17600c9bb00ee36a0ebf3a47c0e7efc27d371"
 
 
 def removed_settings_restored(config: dict) -> dict:

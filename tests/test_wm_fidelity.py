@@ -402,11 +402,12 @@ def test_the_shipped_dream_draws_whole_frames_and_keeps_its_items():
     default: the doubtful cells one at a time) most frames are ones the game could show, and some
     whole games show no impossible frame at all; drawn as independent cells (one round) most frames
     are impossible and no game is whole; items seen stay, as the episode map keeps them, and new
-    ones come at the game's rate. Here, 8 worlds: 0.726 valid jointly, 0.153 in one round (schema
-    12: 0.809). The model of schema 13 keeps one room for more whole games than schema 12's but
-    fewer frames valid: the extent prior gives each cell of an incoming row that may be the room's
-    border a few per cent of wall, and the refiner draws one or two of them instead of the whole
-    row (docs/imagination.md, "Fidelity"). The goal, 99% of a game's frames valid, is not reached."""
+    ones come at the game's rate. Here, 8 worlds: 0.768 valid jointly (2 games whole, 2 kept in one
+    room), 0.476 in one round (1 game whole; the two-layer refiner's marginals alone already keep
+    more rows whole than one layer's, 0.153). The extent prior gives each cell of an incoming row
+    that may be the room's border a few per cent of wall; drawn jointly the row comes whole more
+    often (docs/imagination.md, "Fidelity"). The goal, 99% of a game's frames valid, is not
+    reached."""
     from rpg_worldmodel.checkpoint import load_checkpoint
     from rpg_worldmodel.envs.whole_games import dream_and_real, reference_of
 
@@ -415,8 +416,9 @@ def test_the_shipped_dream_draws_whole_frames_and_keeps_its_items():
     rows = {rounds: dream_and_real(loaded, ref, lambda: make_policy("greedy"), sample=True,
                                    worlds=8, seed=0, sample_rounds=rounds) for rounds in (None, 1)}
     joint, independent = (rows[r]["imagined"] for r in (None, 1))
-    assert joint["frame_validity"]["value"] > 0.7 > 0.4 > independent["frame_validity"]["value"]
-    assert joint["whole_games_valid"]["hits"] >= 2 and independent["whole_games_valid"]["hits"] == 0
+    assert joint["frame_validity"]["value"] > 0.75 > 0.6 > independent["frame_validity"]["value"]
+    assert joint["whole_games_valid"]["hits"] >= 2 > independent["whole_games_valid"]["hits"]
+    assert joint["room_games"]["hits"] >= 2  # one room explains every frame of a quarter of the dreams
     assert rows[None]["real"]["whole_games_valid"]["value"] == 1.0
     assert joint["item_persistence"]["value"] > 0.9
     assert 0.007 < joint["spawn_rate"]["value"] < 0.014  # the game's 0.01, within its noise over 8 games

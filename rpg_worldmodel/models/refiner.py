@@ -43,9 +43,10 @@ from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
 
-#: The refiner's token width and attention heads (schema 7's 2 x 64 refiner drew no better than this
+#: The refiner's token width and attention heads (schema 7's 2 x 64 refiner drew no better than a
 #: 1 x 32 one: benchmarks/results/imagination_fidelity_refiner_1x32.json); its layers are
-#: ``model.refiner_layers``.
+#: ``model.refiner_layers`` (2 since the extent prior, whose doubtful border rows one layer drew
+#: cell by cell: docs/imagination.md, "Fidelity").
 REFINER_WIDTH, REFINER_HEADS = 32, 2
 #: The doubt a round of a joint draw takes on by default (`joint_sample`'s ``doubt``; the imagined
 #: env's ``sample_doubt`` changes it).
