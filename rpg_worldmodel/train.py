@@ -229,9 +229,8 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         fixed, cfg.model.kind_limits = view_statistics(files, splits["train"])
         cfg.model.fixed_cells = cfg.model.fixed_cells or fixed  # a fine-tuned model keeps its start's
     train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window)
-    if cfg.model.extent_prior:  # what each window's game showed before it (models/steps.py)
-        for windows in (train_set, val_set):
-            windows.extents_before = store_extents(windows.store, cfg.model)
+    if cfg.model.extent_prior:  # what each window's game showed before it (evaluate_split: the val set's)
+        train_set.extents_before = store_extents(train_set.store, cfg.model)
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
     )

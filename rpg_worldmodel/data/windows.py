@@ -152,14 +152,19 @@ class TrajectoryWindows(Dataset):
             "start": torch.from_numpy(starts),
         }
         if self.extents_before is not None:
-            tables = self.extents_before
-            ends = [tables[r][s] for r, s in zip(rows.tolist(), starts.tolist(), strict=True)]
-            empty = np.zeros((0, *tables[0].shape[1:]) if tables else (0, 0, 4), np.int32)
-            batch["extents_before"] = torch.from_numpy((np.stack(ends) if ends else empty).astype(np.int64))
+            batch["extents_before"] = torch.from_numpy(extents_at(self.extents_before, rows, starts))
         return batch
 
     # DataLoader's fetcher calls __getitems__ with a whole batch of indices when it exists.
     __getitems__ = get_batch
+
+
+def extents_at(tables: list[np.ndarray], rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The extents before each window's start, ``(B, K, 4)`` int64: ``tables`` holds one ``(L, K, 4)``
+    array per row (`rpg_worldmodel.models.steps.store_extents`), ``rows`` and ``starts`` ``(B,)``."""
+    ends = [tables[r][s] for r, s in zip(rows.tolist(), starts.tolist(), strict=True)]
+    empty = np.zeros((0, *tables[0].shape[1:]) if tables else (0, 0, 4), np.int32)
+    return (np.stack(ends) if ends else empty).astype(np.int64)
 
 
 def collate_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

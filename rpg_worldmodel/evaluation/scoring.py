@@ -20,7 +20,7 @@ from rpg_base.progress import progress_bar
 from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.data.masks import RANDOM_CELLS_SHARE, apply_input_mask
 from rpg_worldmodel.data.sources import reward_classes
-from rpg_worldmodel.data.windows import plan_windows
+from rpg_worldmodel.data.windows import extents_at, plan_windows
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines
 from rpg_worldmodel.evaluation.cells import CellAnnotations, annotate_cells
@@ -115,10 +115,8 @@ def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Ma
     if mask.kind != "none":
         views = apply_input_mask(views, mask.kind, mask.prob, mask.generator, mask.channel_names)
     actions = torch.as_tensor(batch.actions[:, :num_frames], dtype=torch.long, device=device)
-    before = None
-    if extents is not None:
-        ends = [extents[r][s] for r, s in zip(batch.rows.tolist(), batch.starts.tolist(), strict=True)]
-        before = torch.as_tensor(np.stack(ends).astype(np.int64), device=device)
+    before = None if extents is None else torch.as_tensor(extents_at(extents, batch.rows, batch.starts),
+                                                          device=device)
     out = model(views, actions, before)
     view_lp = torch.log_softmax(out.view.float(), dim=2).cpu().numpy()
     action_lp = torch.log_softmax(out.action.float(), dim=-1).cpu().numpy()

@@ -42,7 +42,7 @@ from torch import nn
 
 from rpg_worldmodel.config import MAP_SIZE, ModelConfig
 from rpg_worldmodel.models.motion import SHIFTS, ViewMapPerAction
-from rpg_worldmodel.models.steps import HIDDEN, Steps, memory_canvas
+from rpg_worldmodel.models.steps import HIDDEN, Steps, map_reach, memory_canvas
 
 
 class FrameStackActionHead(nn.Module):
@@ -159,7 +159,7 @@ class MemoryMap(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.keep = cfg.memory_steps or cfg.num_frames  # steps a cell is kept
+        self.keep = map_reach(cfg)  # steps a cell is kept
         self.exact = cfg.num_frames  # ages told apart one by one
         self.reach = age_bins(cfg)  # ages the prior tells apart: those, then doubling bins
         self.num_kinds = cfg.num_channels + 1  # the channels and the view's fixed cells
@@ -225,7 +225,7 @@ class ExtentPrior(nn.Module):
         self.table = nn.Embedding(4 * self.num_kinds * (2 * self.reach + 1), cfg.num_channels)
         v = cfg.view_size
         self.gate = nn.Parameter(torch.ones(1, 1, 1, v, v))  # 5 dimensions: no weight decay
-        self.keep = cfg.memory_steps or cfg.num_frames  # the map's: older sightings are not seen
+        self.keep = map_reach(cfg)  # the map's: older sightings are not seen
         self.register_buffer("cells", torch.arange(v) - v // 2, persistent=False)
         self.register_buffer("sign", torch.tensor([1, -1, 1, -1]), persistent=False)
 

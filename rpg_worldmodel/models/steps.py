@@ -52,6 +52,12 @@ def cell_kinds(views: torch.Tensor, fixed: torch.Tensor | None = None) -> torch.
     return kinds if fixed is None else kinds.masked_fill(fixed, views.shape[-3])
 
 
+def map_reach(cfg: ModelConfig) -> int:
+    """How many steps the memory map keeps a cell (``model.memory_steps``; 0: the attention's
+    ``num_frames``): an older sighting counts as not seen."""
+    return cfg.memory_steps or cfg.num_frames
+
+
 def fixed_mask(cfg: ModelConfig) -> torch.Tensor:
     """``model.fixed_cells`` as a (V, V) bool mask."""
     mask = torch.zeros(cfg.view_size**2, dtype=torch.bool)
@@ -168,8 +174,7 @@ def window_steps(views: torch.Tensor, actions: torch.Tensor, motion: MotionHead,
     extents = None
     if cfg.extent_prior:
         extents = window_extents(kinds, shifts, cfg.num_channels + 1, extents_before)
-    memory = memory_canvas(kinds, shifts, cfg.memory_steps or cfg.num_frames, kinds.shape[1]) \
-        if cfg.memory_map else None
+    memory = memory_canvas(kinds, shifts, map_reach(cfg), kinds.shape[1]) if cfg.memory_map else None
     return Steps(views, actions, kinds, shifts, frames, (kinds, shifts), memory, extents)
 
 
