@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rpg_base.errors import InputError
+from rpg_base.typed_config.values import ConfigError
 
 #: What a user's input can cause: the project's own errors and the file-system errors of the
 #: paths they gave. Everything else is a bug.
@@ -280,3 +281,20 @@ def _terminated(signum: int, frame: Any) -> NoReturn:
 def run_command(main: Callable[[Sequence[str] | None], Any], argv: Sequence[str] | None = None) -> NoReturn:
     """``sys.exit(command_status(main, argv))``: what each ``__main__`` block calls."""
     sys.exit(command_status(main, argv))
+
+
+def yaml_mapping(value: str | dict[str, Any], what: str) -> dict[str, Any]:
+    """``value`` (a mapping, or its YAML text given to option ``what``) as a dict; `ConfigError` saying
+    what to give otherwise."""
+    import yaml
+
+    if isinstance(value, dict):
+        return dict(value)
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{what} is not YAML ({str(err).splitlines()[0]}); give a mapping such as "
+                          "'{agent_view_size: 3}'") from None
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{what} must be a YAML mapping such as '{{agent_view_size: 3}}', got {value!r}")
+    return parsed

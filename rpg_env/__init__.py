@@ -2,7 +2,8 @@
 
 ``import rpg_env`` registers ``Treasurehunt-v0`` (single and native vector entry points) and
 ``MemoryCue-v0`` (a proof-of-concept memory task in the same views; single entry point), and
-``CartPoleMasked-v1`` (CartPole-v1 without its velocities, seed 002's memory task for vectors).
+``CartPoleMasked-v1`` (CartPole-v1 without its velocities, seed 002's memory task for vectors), and
+``OneHotMiniGrid-v0`` (any MiniGrid task in one-hot views with named kinds; needs the ``minigrid`` extra).
 Nothing else is imported here, so ``rpg_env.trajectories`` can be used without the game. Every
 public name is imported from the module that defines it (docs/architecture.md, "Package faces").
 """
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 ENV_ID = "Treasurehunt-v0"
 MEMORY_ENV_ID = "MemoryCue-v0"
 CARTPOLE_MASKED_ID = "CartPoleMasked-v1"
+MINIGRID_ID = "OneHotMiniGrid-v0"
 
 if ENV_ID not in registry:
     register(
@@ -32,4 +34,9 @@ if CARTPOLE_MASKED_ID not in registry:
     register(id=CARTPOLE_MASKED_ID, entry_point="rpg_env.envs.cartpole_masked:make_cartpole_masked",
              max_episode_steps=None, disable_env_checker=True)
 
-__all__ = ["ENV_ID", "MEMORY_ENV_ID", "CARTPOLE_MASKED_ID", "__version__"]
+if MINIGRID_ID not in registry:
+    # MiniGrid ends its own episodes at its max_steps; the inner env's checker already ran.
+    register(id=MINIGRID_ID, entry_point="rpg_env.envs.minigrid_views:make_one_hot_minigrid",
+             max_episode_steps=None, disable_env_checker=True)
+
+__all__ = ["ENV_ID", "MEMORY_ENV_ID", "CARTPOLE_MASKED_ID", "MINIGRID_ID", "__version__"]

@@ -29,14 +29,24 @@ import gymnasium as gym
 import numpy as np
 
 import rpg_env
-from rpg_base.cli import ArgumentParser, int_in, non_negative_int, output_file, positive_int, run_command
+from rpg_base.cli import (
+    ArgumentParser,
+    int_in,
+    non_negative_int,
+    output_file,
+    positive_int,
+    run_command,
+    yaml_mapping,
+)
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, portable_command
+from rpg_env.envs.minigrid_views import one_hot_twin
 from rpg_env.envs.protocol import describe
 from rpg_env.game.levels import DISTRIBUTION_MODES
 from rpg_env.game.world import WorldParams
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
+from rpg_env.policies.scripted import RandomPolicy
 from rpg_env.rollout import Step, rollout
 from rpg_env.trajectories.recorders import HDF5VectorRecorder
 
@@ -109,7 +119,6 @@ def record(
 def _make(policy: Any, env_id: str, num_envs: int, env_kwargs: dict[str, Any] | None):
     """The learner's policy and the vector env, or `InputError` naming what cannot be built."""
     try:
-        learner: BatchPolicy = make_policy(policy)
         env = gym.make_vec(env_id, num_envs=num_envs, **(env_kwargs or {}))
     except (TypeError, ValueError, gym.error.Error) as err:
         if isinstance(err, InputError):
@@ -117,6 +126,9 @@ def _make(policy: Any, env_id: str, num_envs: int, env_kwargs: dict[str, Any] | 
         raise InputError(f"cannot make {env_id} with {env_kwargs or {}}: {err}") from err
     try:  # checked before the recorder opens the file, so a refusal writes nothing
         describe(env)
+        # random plays the env's own actions; the other scripted policies play the game's
+        learner: BatchPolicy = RandomPolicy(action_space=env.single_action_space) \
+            if isinstance(policy, str) and policy == "random" else make_policy(policy)
         learner.check_view_shape(tuple(env.single_observation_space.shape))
     except ValueError as err:
         env.close()
@@ -139,11 +151,16 @@ def _play_waves(rec: HDF5VectorRecorder, policy: BatchPolicy, seed: int, progres
 
         bar = progress_bar(total=rec.max_games, desc=f"record {rec.policy_id}", unit="game")
     returns: list[float] = []
+    running = np.zeros(0)  # each world's return so far (the protocol's info keys are optional)
 
     def progress_and_returns(step: Step) -> None:
+        nonlocal running
+        if step.index == 0:
+            running = np.zeros(len(step.rewards))
+        running += np.where(step.counted, step.rewards, 0.0)
         ended = (step.terminated | step.truncated) & step.counted
         if ended.any():
-            returns.extend(step.infos["episode_return"][ended].tolist())
+            returns.extend(running[ended].tolist())
         if bar is not None and rec.games_recorded > bar.n:
             bar.update(rec.games_recorded - bar.n)
 
@@ -223,7 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="torch threads for SB3 policies (0: torch's default)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--env-id", default=rpg_env.ENV_ID,
-                        help="any registered env with Treasurehunt-v0's spaces (rpg_env.envs.protocol)")
+                        help="any registered env with one-hot views and named channels and actions "
+                             "(rpg_env.envs.protocol); a MiniGrid id (MiniGrid-DoorKey-5x5-v0) is recorded "
+                             f"as {rpg_env.MINIGRID_ID} with that task")
+    parser.add_argument("--env-kwargs", default=None, metavar="YAML",
+                        help="the env's keyword arguments as a YAML mapping, for envs other than the "
+                             "treasurehunt games (whose settings are the options below), e.g. "
+                             "'{colors: true}' for a MiniGrid task")
     _add_env_args(parser)
     return parser
 
@@ -234,6 +257,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   if getattr(args, f.name) is not None}
     if args.co_policy is not None:
         env_kwargs["co_policy"] = args.co_policy
+    env_id = args.env_id
+    if env_kwargs and env_id != rpg_env.ENV_ID:
+        raise InputError(f"the game settings ({', '.join(sorted(env_kwargs))}) are Treasurehunt-v0's; "
+                         f"give {env_id}'s keyword arguments with --env-kwargs")
+    if args.env_kwargs is not None:
+        env_kwargs.update(yaml_mapping(args.env_kwargs, "--env-kwargs"))
+    env_id, env_kwargs = one_hot_twin(env_id, env_kwargs)
     policy = args.policy
     if policy not in ("random", "greedy") and not policy.endswith(".zip"):
         raise InputError(f"--policy must be random, greedy, or a path to an SB3 .zip, got {policy!r}")
@@ -241,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise FileNotFoundError(f"policy file {policy} does not exist")
     existing = args.out.exists() and not args.overwrite
     summary = record(policy, args.out, args.episodes, seed=args.seed, num_envs=args.num_envs,
-                     env_kwargs=env_kwargs, env_id=args.env_id, mode="w" if args.overwrite else "a",
+                     env_kwargs=env_kwargs, env_id=env_id, mode="w" if args.overwrite else "a",
                      policy_id=args.policy_id, record_co_players=not args.learner_only,
                      progress=not args.no_progress, compression_level=args.compression_level,
                      torch_threads=args.torch_threads or None)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpg_base.cli import check_device
+from rpg_base.cli import check_device, yaml_mapping
 from rpg_base.errors import InputError
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import dict_section, read_yaml, section, setting
@@ -355,22 +355,7 @@ def load_expert_config(algo: str | None = None, path: str | Path | None = None,
             data.pop(key, None)
         data["env_id"] = env_id
     if env_kwargs is not None:
-        data["env"] = _yaml_mapping(env_kwargs, "--env-kwargs")
+        data["env"] = yaml_mapping(env_kwargs, "--env-kwargs")
     if wrappers is not None:
         data["wrappers"] = list(wrappers)
     return tc.resolve(ExpertConfig, data, list(overrides or []), str(path))
-
-
-def _yaml_mapping(value: str | dict[str, Any], what: str) -> dict[str, Any]:
-    import yaml
-
-    if isinstance(value, dict):
-        return dict(value)
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{what} is not YAML ({str(err).splitlines()[0]}); give a mapping such as "
-                          "'{agent_view_size: 3}'") from None
-    if not isinstance(parsed, dict):
-        raise ConfigError(f"{what} must be a YAML mapping such as '{{agent_view_size: 3}}', got {value!r}")
-    return parsed
