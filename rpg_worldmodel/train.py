@@ -64,11 +64,12 @@ from rpg_worldmodel.data.shards import (
     DataFiles,
     data_record,
     split_data_args,
+    step_rewards,
     training_splits,
     training_windows,
     view_statistics,
 )
-from rpg_worldmodel.data.sources import check_data_matches, fill_game_settings
+from rpg_worldmodel.data.sources import check_data_matches, fill_game_settings, fill_view_shape
 from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows, collate_batch
 from rpg_worldmodel.distributed import (
     Processes,
@@ -205,10 +206,12 @@ def open_data(cfg: WorldModelConfig, procs: Processes) -> tuple[DataFiles, dict[
     procs.same_everywhere(files.fingerprints, "the training data",
                           shown=[f"{s.path} ({fp[:12]})" for s, fp in zip(files.sources, files.fingerprints,
                                                                           strict=True)])
-    fill_game_settings(cfg.model, files.meta)
+    fill_view_shape(cfg.model, files.meta)
+    splits = training_splits(files, cfg.data)
+    fill_game_settings(cfg.model, files.meta, lambda: step_rewards(files, splits["train"]))
     check_data_matches(cfg.model, files.meta, data_path=files.describe())
     check_mask(cfg.train.train_mask, files.meta["channel_names"], "train.train_mask")
-    return files, training_splits(files, cfg.data), DataRecord.from_dict(data_record(files))
+    return files, splits, DataRecord.from_dict(data_record(files))
 
 
 def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | None = None) -> Run:

@@ -3,6 +3,7 @@
 import hashlib
 import json
 
+import numpy as np
 import pytest
 import yaml
 
@@ -113,11 +114,16 @@ def test_the_training_file_gives_the_model_its_reward_classes_and_nothing_else()
             "action_names": ["up", "down", "left", "right"],
             "env_kwargs": {"gem_value": 10.0, "food_value": 5.0, "bone_value": -10.0, "wall_penalty": -1.0}}
     model = ModelConfig()
-    fill_game_settings(model, meta)
+    # the game's file: its point table gives every class, even one its games never paid
+    fill_game_settings(model, meta, rewards=lambda: np.array([0.0, 10.0], dtype=np.float32))
     assert model == ModelConfig(reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))  # nothing else is filled
     given = ModelConfig(reward_values=(-1.0, 0.0))
-    fill_game_settings(given, meta)
+    fill_game_settings(given, meta, rewards=lambda: pytest.fail("a config's own classes need no rewards"))
     assert given.reward_values == (-1.0, 0.0)  # a config's own classes stand
+    # another game's file (no agents drawn: not the game's frame): its classes are its rewards'
+    other = {**meta, "channel_names": ["unseen", "empty", "wall", "goal"]}
+    fill_game_settings(model := ModelConfig(), other, rewards=lambda: np.array([0.0, 0.5, 0.75], np.float32))
+    assert model.reward_values == (0.0, 0.5, 0.75)
 
 
 def test_overrides_parse_yaml_values_and_accept_unique_bare_keys(tmp_path):
@@ -205,7 +211,8 @@ def test_train_without_config_runs_the_defaults_and_records_every_value(tmp_path
     saved = (tmp_path / "run" / "config.yaml").read_text()
     expected = load_world_model_config(None, overrides)
     expected.data.path, expected.out_dir = str(data), str(tmp_path / "run")
-    fill_game_settings(expected.model, DataSource.open(data).meta)  # the file's settings, read from it
+    # the file's settings, read from it (the game's point table: its rewards are not read)
+    fill_game_settings(expected.model, DataSource.open(data).meta, rewards=lambda: pytest.fail("read"))
     expected.model.fixed_cells = (40,)  # the view's centre, the viewer: the one cell the views never change
     expected.model.kind_limits = load_world_model_config(tmp_path / "run" / "config.yaml").model.kind_limits
     assert expected.model.kind_limits[5] == 2  # two agents at most in a view: the learner and the other

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from rpg_env.game.constants import vocabulary
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.data.masks import MASKED_CHANNELS, apply_input_mask, mask_choices, masked_channels
+from rpg_worldmodel.models.heads import reward_weights
 from rpg_worldmodel.models.world_model import ACTION_LOSS_WEIGHT, WorldModel
 
 TINY = dict(width=24, num_heads=2, num_layers=2, num_frames=4, reward_values=(-10.0, -1.0, 0.0, 5.0, 10.0))
@@ -270,9 +271,32 @@ def test_reward_head_reads_the_cell_the_move_enters_and_its_loss_trains():
     assert {"reward_ce", "reward_acc"} <= set(stats) and stats["reward_ce"] > 0
     assert model.reward_head.mlp[0].weight.grad.abs().sum() > 0
     assert model.reward_head.by_view.linear.weight.grad.abs().sum() > 0
-    assert model.reward_classes(torch.tensor([5.0, -1.0])).tolist() == [3, 1]
-    with pytest.raises(ValueError, match="reward 7 is not one of the model's reward classes"):
-        model.loss({**batch, "rewards": torch.full((4, 5), 7.0)})
+    # every reward a class: the loss is the classes' cross-entropy
+    model.eval()
+    with torch.no_grad():
+        _, stats = model.loss(batch)
+        out = model(views[:, :4].float(), actions[:, :4])
+    classes = torch.searchsorted(model.reward_values, rewards[:, :4].contiguous())
+    want = F.cross_entropy(out.reward.reshape(-1, 5), classes.reshape(-1))
+    torch.testing.assert_close(stats["reward_ce"], want, rtol=1e-5, atol=1e-6)
+    # a reward between classes (7 points: 0.6 of the 5 class, 0.4 of the 10): their two-hot mix
+    with torch.no_grad():
+        _, stats = model.loss({**batch, "rewards": torch.full((4, 5), 7.0)})
+    log_probs = torch.log_softmax(out.reward, -1)
+    want = -(0.6 * log_probs[..., 3] + 0.4 * log_probs[..., 4]).mean()
+    torch.testing.assert_close(stats["reward_ce"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_reward_weights_are_one_class_or_the_two_around_a_reward():
+    values = torch.tensor([-10.0, -1.0, 0.0, 5.0, 10.0])
+    weights = reward_weights(values, torch.tensor([[5.0, -1.0, 7.0], [-30.0, 20.0, 0.5]]))
+    want = torch.zeros(2, 3, 5)
+    want[0, 0, 3] = want[0, 1, 1] = want[1, 0, 0] = want[1, 1, 4] = 1.0
+    want[0, 2, 3], want[0, 2, 4] = 0.6, 0.4  # 7 = 0.6 x 5 + 0.4 x 10
+    want[1, 2, 2], want[1, 2, 3] = 0.9, 0.1
+    torch.testing.assert_close(weights, want)
+    torch.testing.assert_close((weights[0, 2] * values).sum(), torch.tensor(7.0))
+    assert reward_weights(torch.tensor([0.0]), torch.tensor([0.0, 3.0])).tolist() == [[1.0], [1.0]]
 
 
 @pytest.mark.parametrize("memory", ["map", "none"])

@@ -273,8 +273,9 @@ def test_checkpoint_and_data_mismatches_name_both_sides(files, tmp_path):
     with TrajectoryFile(small_view) as tf:
         with pytest.raises(ConfigError, match=r"views \(6, 7, 7\) in .*small_view.h5 but \(6, 9, 9\) in"):
             check_data_matches(load_checkpoint(out).config.model, tf.meta, data_path=small_view)
-    with pytest.raises(ConfigError, match=r"views \(6, 7, 7\)"):
-        T.train(_cfg(small_view, tmp_path / "small"))
+    # a model sized for other views is refused (one left at the defaults takes the file's: below)
+    with pytest.raises(ConfigError, match=r"views \(6, 7, 7\) in .*small_view.h5 but \(6, 6, 6\)"):
+        T.train(_cfg(small_view, tmp_path / "small", "model.view_size=6"))
     # Resuming with a changed model or another data file is refused.
     with pytest.raises(CheckpointError, match=r"model config differs .*width: 24 vs 48"):
         T.train(_cfg(greedy, out, "train.max_steps=6", "model.width=48"), resume=out)

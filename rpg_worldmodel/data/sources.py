@@ -12,7 +12,7 @@ together into one table of games by `rpg_worldmodel.data.shards`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from rpg_base.typed_config.values import ConfigError
 from rpg_env.game.constants import vocabulary
 from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_worldmodel.config import ModelConfig
+from rpg_worldmodel.data.kinds import FRAME_KINDS
 
 
 class DataMismatchError(ConfigError, InputError):
@@ -109,18 +110,65 @@ def kind_values(meta: dict[str, Any]) -> np.ndarray:
     return values
 
 
-def fill_game_settings(model: ModelConfig, meta: dict[str, Any]) -> None:
-    """Fill the model settings a config leaves empty that are the file's: its reward classes (one
-    per value the game can pay). Resolved from the training files once, then part of the config
-    (and of every checkpoint). Nothing else of the game is given to the model: it learns it."""
+def plays_the_game(meta: dict[str, Any]) -> bool:
+    """Whether a file records the treasurehunt game (or a variant with kinds of its own): its views
+    have the game's frame, floor, walls and agents (`rpg_worldmodel.data.kinds.FRAME_KINDS`). Only
+    then do the game's point table and the oracles that know its moves apply; another gridworld
+    that happens to name a channel ``wall`` (but draws no agents) is not the game."""
+    return set(FRAME_KINDS) <= set(meta["channel_names"])
+
+
+#: The most reward classes read off the rewards of a game without a point table (`observed_rewards`).
+MAX_REWARD_CLASSES = 16
+
+
+def fill_view_shape(model: ModelConfig, meta: dict[str, Any]) -> None:
+    """Take the file's view shape ``(C, V, V)`` and action count where a new ``model`` keeps the
+    defaults (a model sized for one game's files, trained on another's), with the default patch
+    size lowered to the largest that tiles the file's view; a model given other sizes, and a trained
+    model's config (resumed, fine-tuned), are checked against the file as they are
+    (`check_data_matches`)."""
+    default = ModelConfig()
+    keys = ("num_channels", "view_size", "num_actions")
+    sized = tuple(getattr(model, k) for k in keys) != tuple(getattr(default, k) for k in keys)
+    if model.kind_limits or sized:
+        return  # a trained model's config (its kind limits read off its files), or sized by hand
+    c, v = int(meta["obs_shape"][0]), int(meta["obs_shape"][-1])
+    model.num_channels, model.view_size, model.num_actions = c, v, len(meta["action_names"])
+    if model.patch_size == default.patch_size:
+        model.patch_size = max(p for p in range(1, default.patch_size + 1) if v % p == 0)
+    model.validate()
+
+
+def fill_game_settings(model: ModelConfig, meta: dict[str, Any], rewards: Callable[[], np.ndarray]) -> None:
+    """Fill the model settings a config leaves empty that are the training data's: its reward
+    classes, the game's point table for a file of the game (`reward_classes`, every value it can
+    pay), else read off the training split's rewards (``rewards()``, `observed_rewards`). Resolved
+    once, then part of the config (and of every checkpoint). Nothing else of the game is given to
+    the model: it learns it."""
     if model.reward_head and not model.reward_values:
-        model.reward_values = reward_classes(meta).values
+        game = plays_the_game(meta)
+        model.reward_values = reward_classes(meta).values if game else observed_rewards(rewards())
+
+
+def observed_rewards(rewards: np.ndarray, most: int = MAX_REWARD_CLASSES) -> tuple[float, ...]:
+    """Reward classes read off a game's rewards: 0 and every distinct reward (to 1e-4), or past
+    ``most`` of them, ``most - 1`` evenly spaced from the least to the most, and 0. A reward between
+    two classes scores as their two-hot mix (`rpg_worldmodel.models.heads.reward_weights`)."""
+    seen = np.unique(np.round(np.asarray(rewards, dtype=np.float64), 4))
+    values = set(seen.tolist()) | {0.0}
+    if len(values) > most:
+        values = {round(float(x), 4) for x in np.linspace(seen.min(), seen.max(), most - 1)} | {0.0}
+    return tuple(sorted(values))
 
 
 def reward_classes(meta: dict[str, Any]) -> RewardClasses:
     """The reward classes of a trajectory file's game, from its ``channel_names`` and ``env_kwargs``
     (`kind_values`): one class per distinct value, 0 ("nothing": an empty cell, a blocked move)
-    always among them; kinds worth the same points share a class."""
+    always among them; kinds worth the same points share a class. A file of another game
+    (`plays_the_game`) has only "nothing" here: its classes are read off its rewards."""
+    if not plays_the_game(meta):  # another game: its rewards are learned from its files
+        return RewardClasses((0.0,), ("nothing",))
     vocab = vocabulary()
     by_value: dict[float, list[str]] = {0.0: ["nothing"]}
     for name, value in zip(meta["channel_names"], kind_values(meta), strict=True):

@@ -21,7 +21,7 @@ import numpy as np
 
 from rpg_base.errors import InputError
 from rpg_base.progress import progress_bar
-from rpg_worldmodel.data.sources import kind_values
+from rpg_worldmodel.data.sources import kind_values, plays_the_game
 from rpg_worldmodel.data.stores import EpisodeStore
 from rpg_worldmodel.evaluation.oracles import (
     NUM_REGIONS,
@@ -172,13 +172,19 @@ class FittedBaselines:
     channel_names: list[str]
     action_names: list[str]
     copy_cal: CalibratedCells
-    shift_cal: CalibratedCells
-    memory_cal: CalibratedCells
+    shift_cal: CalibratedCells | None  # the motion oracle: files of the game only (`plays_the_game`)
+    memory_cal: CalibratedCells | None  # the memory oracle: files of the game only
     majority: ActionFrequencies
     previous: ActionFrequencies
     train_episodes_used: int
     reward_rule: RewardRule | None = None  # with a model that predicts rewards
     fitted_on: dict | None = None  # loaded from a file: where and how they were fitted (`save_baselines`)
+
+    @property
+    def oracles(self) -> bool:
+        """Whether the motion and memory oracles are here: they know the game's moves and what
+        blocks them, so a file of another game has copy and the action frequencies only."""
+        return self.shift_cal is not None
 
     @property
     def codes(self) -> dict[str, int]:
@@ -219,16 +225,17 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
     store = EpisodeStore.load(train_path, chosen)
     channel_names = store.channel_names
     action_names = [str(a) for a in store.meta["action_names"]]
+    game, c = plays_the_game(store.meta), len(channel_names)
     missing = {"empty", "wall", "agent"} - set(channel_names)
-    if missing:
+    if game and missing:
         raise InputError(f"{train_path}: channel_names {channel_names} lack {sorted(missing)}; "
-                         "the baselines need them")
-    fb = FittedBaselines(channel_names, action_names, CalibratedCells(len(channel_names)),
-                         CalibratedCells(len(channel_names)),
-                         CalibratedCells(len(channel_names), num_regions=NUM_REGIONS),
+                         "the oracles need them")
+    fb = FittedBaselines(channel_names, action_names, CalibratedCells(c),
+                         CalibratedCells(c) if game else None,
+                         CalibratedCells(c, num_regions=NUM_REGIONS) if game else None,
                          ActionFrequencies(len(action_names), 0),
                          ActionFrequencies(len(action_names), 1), len(chosen),
-                         RewardRule(store.meta, reward_values) if len(reward_values) else None)
+                         RewardRule(store.meta, reward_values) if game and len(reward_values) else None)
     for row in progress_bar(range(len(store)), desc="fit baselines (train split)", unit="episode",
                             leave=False):
         obs, actions = store.episode(row)
@@ -238,9 +245,10 @@ def fit_baselines(train_path: str | Path, train_episodes: Sequence[int], max_epi
         codes = views_to_codes(obs)
         now, nxt = codes[:length], codes[1 : length + 1]
         fb.copy_cal.update(*copy_view(now), nxt)
-        pred, revealed, _ = fb.shift(now, actions)
-        fb.shift_cal.update(pred, revealed, nxt)
-        fb.memory_cal.update(*fb.remember(codes, actions), nxt)
+        if fb.oracles:
+            pred, revealed, _ = fb.shift(now, actions)
+            fb.shift_cal.update(pred, revealed, nxt)
+            fb.memory_cal.update(*fb.remember(codes, actions), nxt)
         if length > 1:
             fb.majority.update(actions[:-1], actions[1:])
             fb.previous.update(actions[:-1], actions[1:])
@@ -259,8 +267,8 @@ BASELINES_FORMAT, BASELINES_VERSION = "rpg_worldmodel.baselines", 1
 def save_baselines(fb: FittedBaselines, path: str | Path, fitted_on: dict) -> Path:
     """Write ``fb`` as JSON to ``path``; ``fitted_on`` records where (``path``, ``fingerprint``:
     the training file's content fingerprint, which `load_baselines` checks)."""
-    def table(t: CalibratedCells | ActionFrequencies) -> dict:
-        return {"alpha": t.alpha, "counts": t.counts.tolist()}
+    def table(t: CalibratedCells | ActionFrequencies | None) -> dict | None:
+        return None if t is None else {"alpha": t.alpha, "counts": t.counts.tolist()}
 
     rule = fb.reward_rule
     doc = {"format": BASELINES_FORMAT, "version": BASELINES_VERSION, "fitted_on": fitted_on,
@@ -292,7 +300,9 @@ def load_baselines(path: str | Path, fingerprints: Sequence[str | None]) -> Fitt
                              f"{fitted_on.get('fingerprint')}), not on the checkpoint's training files")
         channels, actions = list(doc["channel_names"]), list(doc["action_names"])
 
-        def table(t: CalibratedCells | ActionFrequencies, saved: dict):
+        def table(t: CalibratedCells | ActionFrequencies, saved: dict | None):
+            if saved is None:  # an oracle of the game, absent for another game's files
+                return None
             counts = np.asarray(saved["counts"], dtype=np.float64)
             if counts.shape != t.counts.shape or (counts < 0).any():
                 raise ValueError(f"a table of shape {counts.shape}, expected {t.counts.shape}")
@@ -320,7 +330,7 @@ def baselines_summary(fb: FittedBaselines, fitted_on: str | Path) -> dict:
     return {"fitted_on": str(fitted_on), "train_episodes_used": fb.train_episodes_used,
             "majority_action": fb.action_names[fb.majority.majority],
             "copy": "the last view, with probabilities calibrated on the training split",
-            "motion_oracle": MOTION_ORACLE_TEXT,
-            "memory_oracle": MEMORY_ORACLE_TEXT,
+            "motion_oracle": MOTION_ORACLE_TEXT if fb.oracles else None,
+            "memory_oracle": MEMORY_ORACLE_TEXT if fb.oracles else None,
             "previous_action": "P(a_t+1 | a_t) from the training split",
             "reward_rule": REWARD_RULE_TEXT if fb.reward_rule is not None else None}

@@ -128,15 +128,17 @@ def category_counts(log_probs: np.ndarray, target: np.ndarray, category: np.ndar
 
 def reward_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
     """Per-row counts of a reward predictor: ``log_probs`` ``(N, K)`` over reward classes,
-    ``target`` ``(N,)`` the true class. ``(N,)`` ``reward_ce_sum`` (nats), ``reward_n``,
-    ``reward_correct``; ``(N, K)`` ``reward_hit`` and ``reward_true`` (for per-class recall)."""
-    log_probs = np.asarray(log_probs)
-    target = np.asarray(target).astype(np.int64)
+    ``target`` ``(N, K)`` the true reward's weights over them (one class, or the two around it:
+    `rpg_worldmodel.evaluation.scoring.reward_targets`). ``(N,)`` ``reward_ce_sum`` (nats),
+    ``reward_n``, ``reward_correct`` (the likeliest class is the true reward's heaviest); ``(N, K)``
+    ``reward_hit`` and ``reward_true`` (for per-class recall)."""
+    log_probs, target = np.asarray(log_probs), np.asarray(target, dtype=np.float64)
     k = log_probs.shape[1]
-    hit = log_probs.argmax(1) == target
-    true = np.arange(k)[None, :] == target[:, None]
+    heaviest = target.argmax(1)
+    hit = log_probs.argmax(1) == heaviest
+    true = np.arange(k)[None, :] == heaviest[:, None]
     return {
-        "reward_ce_sum": -np.take_along_axis(log_probs, target[:, None], axis=1)[:, 0].astype(np.float64),
+        "reward_ce_sum": -(target * np.where(target > 0, log_probs, 0.0)).sum(1),  # 0 x -inf: no loss
         "reward_n": np.ones(len(target), dtype=np.float64),
         "reward_correct": hit.astype(np.float64),
         "reward_hit": (true & hit[:, None]).astype(np.float64),

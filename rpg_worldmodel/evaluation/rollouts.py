@@ -116,8 +116,11 @@ def _baseline_rollouts(fb: FittedBaselines, starts: Starts, num_frames: int,
     """The memory and motion oracles fed their own hard predictions, and the copied last view, as
     log-probs."""
     opening = views_to_codes(starts.views[:, :num_frames])
-    memory = fb.roll_memory(opening, starts.actions[:, : num_frames - 1], horizon)
     last = codes = opening[:, -1]
+    if not fb.oracles:  # another game's file: copy alone
+        copied = fb.copy_cal.log_probs(*copy_view(last))
+        return {"copy": (np.stack([copied] * horizon, 1), None)}
+    memory = fb.roll_memory(opening, starts.actions[:, : num_frames - 1], horizon)
     out: dict[str, tuple[list, list]] = {name: ([], []) for name in REFERENCES}
     for k in range(horizon):
         act = starts.actions[:, num_frames - 1 + k]
@@ -145,7 +148,7 @@ def _counts(view_lp: np.ndarray, reward_lp: np.ndarray | None, starts: Starts, n
         counts[f"item_{name}"] = counts.pop(name)[..., items]
     if reward_lp is not None and len(reward_values):
         true_points = starts.rewards[:, num_frames - 1 : num_frames - 1 + h].astype(np.float64)
-        hit = reward_lp.argmax(-1) == reward_targets(true_points, reward_values)
+        hit = reward_lp.argmax(-1) == reward_targets(true_points, reward_values).argmax(-1)
         counts["reward_correct"], counts["reward_n"] = hit.astype(np.float64), np.ones((s, h))
         error = np.cumsum(reward_values[reward_lp.argmax(-1)] - true_points, axis=1)
         counts["return_error_sum"] = np.abs(error)
@@ -190,14 +193,14 @@ def rollout_table(model: WorldModel, config, es: EvalSet, baselines: FittedBasel
     units, unit_of_row = np.unique(es.game_ids, return_inverse=True)
     unit_index = unit_of_row[starts.rows]
     per_game = {name: M.sum_by_unit(_counts(*predictions[name], starts, num_frames, reward_values, items),
-                                    unit_index, len(units)) for name in PREDICTORS}
+                                    unit_index, len(units)) for name in PREDICTORS if name in predictions}
     weights = M.resample_weights(len(units), num_boot, seed)
     table = {name: _per_horizon([M.bootstrap_figures(_at(counts, k), horizon_figures, num_boot, seed,
                                                      weights=weights) for k in range(horizon)])
              for name, counts in per_game.items()}
     # Paired differences at each k (the same resampled games): is the model's future truer?
     minus = {}
-    for name in REFERENCES:
+    for name in (n for n in REFERENCES if n in predictions):
         minus[name] = _per_horizon([M.bootstrap_differences(_at(per_game["model"], k), _at(per_game[name], k),
                                                             horizon_figures, num_boot, seed)
                                     for k in range(horizon)])

@@ -27,6 +27,7 @@ from rpg_worldmodel.evaluation.cells import CellAnnotations, annotate_cells
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.metrics import RETURN_BLOCK
 from rpg_worldmodel.evaluation.oracles import copy_view, views_to_codes
+from rpg_worldmodel.models.heads import reward_weights
 from rpg_worldmodel.models.steps import store_extents
 from rpg_worldmodel.models.world_model import WorldModel
 
@@ -135,13 +136,11 @@ class _Returns:
 
 
 def reward_targets(rewards: np.ndarray, reward_values: np.ndarray) -> np.ndarray:
-    """Points -> class index among ``reward_values`` (InputError naming an unknown reward)."""
-    points = np.asarray(rewards, dtype=np.float64)
-    match = np.isclose(points[..., None], reward_values, rtol=0.0, atol=1e-4)
-    if not match.any(-1).all():
-        raise InputError(f"reward {points[~match.any(-1)].flat[0]:g} is not among the model's reward "
-                         f"classes {reward_values.tolist()}; the file comes from another game")
-    return match.argmax(-1)
+    """Points ``(...)`` -> their weights over the reward classes ``reward_values`` ``(..., K)``: one
+    class where a reward is one, else the two around it (`rpg_worldmodel.models.heads.reward_weights`,
+    as the model trains on them)."""
+    values = torch.as_tensor(np.asarray(reward_values), dtype=torch.float32)
+    return reward_weights(values, torch.as_tensor(np.asarray(rewards, dtype=np.float32))).numpy()
 
 
 def _prediction_counts(
@@ -162,20 +161,21 @@ def _prediction_counts(
     returns: dict[str, _Returns] = {}
     if reward_lp is not None:
         true_points = batch.rewards[w, p].astype(np.float64)
-        true_class = reward_targets(true_points, reward_values)
-        parts["model"] = M.merge_counts(parts["model"], M.reward_counts(reward_lp[w, p], true_class))
+        true_weights = reward_targets(true_points, reward_values)
+        parts["model"] = M.merge_counts(parts["model"], M.reward_counts(reward_lp[w, p], true_weights))
         steps = batch.starts[w] + p
         predicted = reward_values[reward_lp[w, p].argmax(1)]
         returns["model"] = _Returns(batch.rows[w], steps, predicted, true_points)
         if baselines is not None and baselines.reward_rule is not None:
             rule_lp = baselines.reward_rule.log_probs(prev, act_prev)
-            parts["reward_rule"] = M.reward_counts(rule_lp, true_class)
+            parts["reward_rule"] = M.reward_counts(rule_lp, true_weights)
             rule_points = reward_values[rule_lp.argmax(1)]
             returns["reward_rule"] = _Returns(batch.rows[w], steps, rule_points, true_points)
     if baselines is not None:
         views["copy"] = baselines.copy_cal.log_probs(*copy_view(prev))
-        pred, revealed, _ = baselines.shift(prev, act_prev)
-        views["motion_oracle"] = baselines.shift_cal.log_probs(pred, revealed)
+        if baselines.oracles:
+            pred, revealed, _ = baselines.shift(prev, act_prev)
+            views["motion_oracle"] = baselines.shift_cal.log_probs(pred, revealed)
         if cells is not None:
             here = cells.gather(batch.rows[w], batch.starts[w] + p)
             views["memory_oracle"] = baselines.memory_cal.log_probs(here.memory_pred, here.memory_region)
@@ -269,7 +269,8 @@ def score_eval_set(
     channel_names = es.store().channel_names
     mask = _Masking(mask_kind, mask_prob, generator, channel_names)
     reward_values = np.asarray(config.model.reward_values, dtype=np.float64)
-    cells = annotate_cells(es, baselines, floor) if baselines is not None and floor is not None else None
+    annotate = baselines is not None and baselines.oracles and floor is not None  # the floor needs the game
+    cells = annotate_cells(es, baselines, floor) if annotate else None
     collected = _Collected(_Examples(num_examples, num_frames), keep_model_views)
     # what each game showed before a window, as training reads it; a masked input reads none (the
     # mask would not hide it)

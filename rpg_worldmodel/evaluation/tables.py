@@ -32,15 +32,18 @@ def mask_figures(channel_names: Sequence[str]) -> tuple[str, ...]:
     return ("view_ce", "cell_acc", "changed_acc", *kinds, "action_acc")
 
 
-def quality_bar(channel_names: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
-    """The quality bar: (figure, baseline, direction), with the F1 of each item of the data.
+def quality_bar(channel_names: Sequence[str], view_baseline: str = "motion_oracle"
+                ) -> tuple[tuple[str, str, str], ...]:
+    """The quality bar: (figure, baseline, direction), with the F1 of each item of the data; the
+    view's figures against ``view_baseline`` (the motion oracle; copy for a file of another game,
+    which has no oracle).
 
     "lower" / "higher": the model must beat the baseline, i.e. the paired 95% interval of
     (model - baseline) must lie entirely on the better side. "match": the model may trail the
     baseline by at most `MATCH_TOLERANCE` (point estimate).
     """
-    items = tuple((f"f1_{n}", "motion_oracle", "higher") for n in item_names(channel_names))
-    return (("view_ce", "motion_oracle", "lower"), *items, ("action_acc", "majority_action", "higher"),
+    items = tuple((f"f1_{n}", view_baseline, "higher") for n in item_names(channel_names))
+    return (("view_ce", view_baseline, "lower"), *items, ("action_acc", "majority_action", "higher"),
             ("reward_acc", "reward_rule", "match"))
 
 
@@ -63,7 +66,8 @@ def quality_checks(file_result: dict) -> dict:
     """Each `quality_bar` criterion of the result's channels with its paired difference and whether
     it is met."""
     out = {}
-    for figure, baseline, direction in quality_bar(file_result["channel_names"]):
+    view_baseline = "motion_oracle" if "motion_oracle" in file_result["model_minus"] else "copy"
+    for figure, baseline, direction in quality_bar(file_result["channel_names"], view_baseline):
         diff = file_result["model_minus"].get(baseline, {}).get(figure)
         if diff is None or diff["lo"] is None:
             out[f"{figure}_vs_{baseline}"] = {"difference": diff, "met": None, "better": direction}

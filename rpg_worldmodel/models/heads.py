@@ -104,6 +104,24 @@ class RewardHead(nn.Module):
         return self.mlp(tokens) + self.by_view(views, actions)
 
 
+def reward_weights(values: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+    """Rewards (points, any shape) as weights over the reward classes ``values`` (K,) ascending ->
+    (..., K): all on the class a reward equals, else split between the two classes around it in
+    proportion to nearness (DreamerV3's two-hot), all on the end class past either end. A game
+    whose steps pay a few fixed amounts scores one class a step; one that pays, say, less the later
+    its goal is reached scores a mix whose expected points are the reward's."""
+    k = values.shape[0]
+    r = rewards.float().clamp(values[0], values[-1])
+    if k == 1:
+        return torch.ones(*r.shape, 1, device=r.device)
+    above = torch.searchsorted(values, r.contiguous()).clamp(1, k - 1)  # first class >= r
+    below = above - 1
+    share = ((r - values[below]) / (values[above] - values[below])).clamp(0, 1)
+    weights = torch.zeros(*r.shape, k, device=r.device)
+    weights.scatter_(-1, below[..., None], (1 - share)[..., None])
+    return weights.scatter_add_(-1, above[..., None], share[..., None])
+
+
 def unfold_same(x: torch.Tensor, k: int) -> torch.Tensor:
     """``F.unfold(x, k, padding=k // 2)`` (stride 1) as one strided copy: (N, C, H, W) ->
     (N, C*k*k, H*W). F.unfold takes 3-4x longer on CPU at these sizes (3 ms for a batch of 9x9

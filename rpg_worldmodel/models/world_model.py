@@ -35,7 +35,14 @@ from torch import nn
 
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.fast_weights import RecurrentOrder, step_layers
-from rpg_worldmodel.models.heads import ExtentPrior, FrameStackActionHead, MemoryMap, MoveConv, RewardHead
+from rpg_worldmodel.models.heads import (
+    ExtentPrior,
+    FrameStackActionHead,
+    MemoryMap,
+    MoveConv,
+    RewardHead,
+    reward_weights,
+)
 from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead, slide_window
 from rpg_worldmodel.models.motion import MotionHead, infer_shifts
 from rpg_worldmodel.models.refiner import BatchPart, CellRefiner, refiner_loss
@@ -179,17 +186,6 @@ class WorldModel(nn.Module):
         return Outputs(view_logits, self.action_head.predict(global_, view_logits, steps), reward)
 
     # ------------------------------------------------------------------ training
-    def reward_classes(self, rewards: torch.Tensor) -> torch.Tensor:
-        """Rewards (points, any shape) -> their class index among ``reward_values`` (long).
-
-        Raises ValueError naming the first reward no class holds (data of another game)."""
-        match = torch.isclose(rewards[..., None].float(), self.reward_values, rtol=0.0, atol=1e-4)
-        if not bool(match.any(-1).all()):
-            unknown = rewards[~match.any(-1)][0].item()
-            raise ValueError(f"reward {unknown:g} is not one of the model's reward classes "
-                             f"{self.cfg.reward_values}; the data comes from a game with other values")
-        return match.float().argmax(-1)
-
     def loss(self, batch: dict[str, torch.Tensor],
              input_mask: Callable[[torch.Tensor], torch.Tensor] | None = None, part: BatchPart | None = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -240,12 +236,15 @@ class WorldModel(nn.Module):
             stats["refiner_ce"] = refiner_ce.detach()
         if out.reward is not None:
             reward_logits = out.reward.float()
-            reward_targets = self.reward_classes(batch["rewards"][:, :t])
-            reward_ce = F.cross_entropy(reward_logits.reshape(-1, reward_logits.shape[-1]),
-                                        reward_targets.reshape(-1))
+            reward_targets = reward_weights(self.reward_values, batch["rewards"][:, :t])
+            flat_logits, flat_targets = reward_logits.flatten(0, -2), reward_targets.flatten(0, -2)
+            if bool((flat_targets.amax(-1) == 1).all()):  # every reward a class: the classes' CE
+                flat_targets = flat_targets.argmax(-1)
+            reward_ce = F.cross_entropy(flat_logits, flat_targets)
             loss = loss + reward_ce
             stats["reward_ce"] = reward_ce.detach()
-            stats["reward_acc"] = (reward_logits.argmax(-1) == reward_targets).float().mean().detach()
+            hits = reward_logits.argmax(-1) == reward_targets.argmax(-1)
+            stats["reward_acc"] = hits.float().mean().detach()
         return loss, stats
 
     def _motion_loss(self, inputs: torch.Tensor, actions: torch.Tensor, views: torch.Tensor,
