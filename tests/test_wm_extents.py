@@ -108,7 +108,7 @@ def test_the_prior_is_a_view_prior_of_the_default_model_and_reads_the_steps():
     kinds, shifts = _room_walk()
     views = torch.nn.functional.one_hot(kinds, 3).permute(0, 1, 4, 2, 3).float()
     extents = window_extents(kinds, shifts, 4)
-    steps = Steps(views, torch.zeros(1, 3, dtype=torch.long), kinds, shifts, None, (kinds, shifts),
+    steps = Steps(views, torch.zeros(1, 3, dtype=torch.long), kinds, shifts, None,
                   extents=extents)
     base = torch.zeros(1, 3, 3, 5, 5)
     assert torch.equal(model.extent_prior.add_to(base, steps), model.extent_prior.logits(extents))

@@ -146,10 +146,9 @@ class Steps(NamedTuple):
     ``views`` (B, T, C, V, V) and ``actions`` (B, T); ``kinds`` (B, T, V, V) the views' cell kinds
     (`cell_kinds`); ``shifts`` (B, T) the shift each step causes by the motion head (an index into
     `rpg_worldmodel.models.motion.SHIFTS`); ``frames`` (B, T, k-1, C, V, V) the views the action
-    head stacks with its predicted one (None: no stack); ``history`` the kinds (B, S, V, V) and
-    shifts (B, S) of the steps the memory map re-draws, the last T of them these steps; ``map`` the
-    memory map's kind and age (B, T, V, V) in view t+1's frame, re-drawn over a window
-    (`memory_canvas`) or kept on imagination's canvas (`canvas_step`; None without a map);
+    head stacks with its predicted one (None: no stack); ``map`` the memory map's kind and age
+    (B, T, V, V) in view t+1's frame, re-drawn over a window (`memory_canvas`) or kept on
+    imagination's canvas (`canvas_step`; None without a map);
     ``extents`` (B, T, K, 4) each kind's extents since the start in view t+1's frame
     (`rpg_worldmodel.models.extents.window_extents`; None without an extent prior)."""
 
@@ -158,7 +157,6 @@ class Steps(NamedTuple):
     kinds: torch.Tensor
     shifts: torch.Tensor
     frames: torch.Tensor | None
-    history: tuple[torch.Tensor, torch.Tensor]
     map: tuple[torch.Tensor, torch.Tensor] | None = None
     extents: torch.Tensor | None = None
 
@@ -175,7 +173,7 @@ def window_steps(views: torch.Tensor, actions: torch.Tensor, motion: MotionHead,
     if cfg.extent_prior:
         extents = window_extents(kinds, shifts, cfg.num_channels + 1, extents_before)
     memory = memory_canvas(kinds, shifts, map_reach(cfg), kinds.shape[1]) if cfg.memory_map else None
-    return Steps(views, actions, kinds, shifts, frames, (kinds, shifts), memory, extents)
+    return Steps(views, actions, kinds, shifts, frames, memory, extents)
 
 
 def imagined_steps(view: torch.Tensor, action: torch.Tensor, state: Imagination, motion: MotionHead,
@@ -198,7 +196,7 @@ def imagined_steps(view: torch.Tensor, action: torch.Tensor, state: Imagination,
         kept = state.extents if state.extents is not None else empty_extents(len(view), count, view.device)
         extents, kept_extents = extents_step(kept, kinds[:, 0], shifts[:, 0], count)
         extents = extents[:, None]
-    steps = Steps(views, actions, kinds, shifts, frames, (kinds, shifts), memory, extents)
+    steps = Steps(views, actions, kinds, shifts, frames, memory, extents)
     return steps, replace(state, recent_views=recent, canvas=canvas, extents=kept_extents)
 
 
