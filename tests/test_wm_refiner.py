@@ -62,6 +62,24 @@ class _AllOrNothing(torch.nn.Module):
         return torch.where((wall | empty)[:, None, None], known, logits)
 
 
+def test_the_likeliest_view_is_decided_jointly_where_each_cells_arg_max_is_not():
+    from rpg_worldmodel.models.sampling import ViewSampler
+
+    # each cell leans a little to wall or to empty, in a pattern: the one-kind world holds no such view
+    lean = torch.randn(4, V, V, generator=torch.Generator().manual_seed(3))
+    logits = torch.zeros(4, V, V, C)
+    logits[..., WALL], logits[..., EMPTY] = 5.0 + 0.1 * lean, 5.0 - 0.1 * lean
+    alone = ViewSampler().likeliest(logits)
+    assert torch.equal(alone, logits.argmax(-1)) and _agreement(alone) < 0.75
+    for rounds, doubt in ((V * V, 0.0), (32, 0.2)):
+        joint = ViewSampler(_AllOrNothing(), rounds, doubt).likeliest(logits)
+        assert _agreement(joint) == 1.0  # the surest cell decides, and every other follows it
+        surest = lean.flatten(1).abs().argmax(1)
+        decided = torch.where(lean.flatten(1).gather(1, surest[:, None])[:, 0] > 0, WALL, EMPTY)
+        assert torch.equal(joint[:, 0, 0], decided)
+        assert torch.equal(joint, ViewSampler(_AllOrNothing(), rounds, doubt).likeliest(logits))
+
+
 @pytest.mark.parametrize(("rounds", "doubt"), [(V * V, 0.0), (8, 0.0), (32, 0.2), (2, 0.2)])
 def test_the_draw_order_does_not_bias_what_is_drawn(rounds, doubt):
     """With exact conditionals, a draw that takes the doubtful cells one at a time gives whole

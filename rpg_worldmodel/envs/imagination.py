@@ -156,7 +156,8 @@ class ImaginedWorlds:
 
     ``reset(rows, rng)`` starts the worlds ``rows`` from the context; ``step(actions)`` advances
     every world one turn. The next view is sampled from the model's distribution (softened by
-    ``temperature``) or taken as its arg-max (``sample=False``), and so is the reward class. With
+    ``temperature``) or taken as the likeliest (``sample=False``: the refiner's joint arg-max,
+    `ViewSampler.likeliest`; the reward class's arg-max). With
     the model's cell refiner a sampled view is one joint draw in at most ``sample_rounds`` rounds of
     at most ``sample_doubt`` each, no kind below ``sample_floor`` drawn in a cell (None: the model's
     settings, and `rpg_worldmodel.models.refiner.SAMPLE_DOUBT`); without, each cell is drawn on its
@@ -264,7 +265,7 @@ class ImaginedWorlds:
             cells = self.sample_view(logits, self.generator, self.temperature)
             reward_class = sample_cells(torch.softmax(reward_logits / self.temperature, -1), self.generator)
         else:
-            cells, reward_class = logits.argmax(-1), reward_logits.argmax(-1)
+            cells, reward_class = self.sample_view.likeliest(logits), reward_logits.argmax(-1)
         self.views = torch.nn.functional.one_hot(cells, logits.shape[-1]).movedim(-1, 1).float()
         rewards = self.reward_values[reward_class].cpu().numpy()
         self.turns += 1

@@ -200,9 +200,10 @@ def dream_and_real(loaded: LoadedCheckpoint, ref: FidelityReference, policy: Cal
                    "imagined_minus_real": mean_bootstrap_interval(gap, seed),
                    "gap_share_of_real": share},
         "validity_by_turn": frame_validity(im_codes, ref).valid.mean(0).round(4).tolist(),
-        "sample_rounds": dream.sample_rounds if sample else None,
-        "sample_doubt": dream.sample_doubt if sample else None,
-        "sample_floor": dream.sample_floor if sample else None,
+        # the likeliest view is decided in the rounds a draw takes too (`ViewSampler.likeliest`)
+        "sample_rounds": dream.sample_rounds,
+        "sample_doubt": dream.sample_doubt,
+        "sample_floor": dream.sample_floor,
         "imagined_steps_per_s": round(im_actions.size / seconds, 1),  # the policy's time included
     }
 

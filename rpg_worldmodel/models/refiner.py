@@ -146,9 +146,10 @@ def truncated(probs: torch.Tensor, floor: float) -> torch.Tensor:
 # A draw is never differentiated; without autograd's bookkeeping torch also takes the fused
 # inference path of nn.TransformerEncoderLayer.
 @torch.no_grad()
-def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Generator, rounds: int,
+def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Generator | None, rounds: int,
                  temperature: float = 1.0, fixed: torch.Tensor | None = None, doubt: float = 0.0,
-                 floor: float = 0.0, limits: torch.Tensor | None = None) -> torch.Tensor:
+                 floor: float = 0.0, limits: torch.Tensor | None = None, greedy: bool = False
+                 ) -> torch.Tensor:
     """Kinds (N, V, V) long: one joint draw of the next views whose view-head ``logits`` are
     (N, V, V, C), each round taking the surest open cells whose summed doubt stays within ``doubt``
     (at least one; see the module's docstring), in at most ``rounds`` rounds, each distribution
@@ -157,14 +158,17 @@ def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Gen
     (the cell's likeliest kind always may be; see `truncated`); ``limits`` (C,) long: the most cells
     of each kind a view may hold (``model.kind_limits``, read off the training views): a kind a
     view holds that many of is drawn in no further cell, and of cells drawn together past a limit
-    the surest keep it (the others are drawn again, after the last round if need be)."""
+    the surest keep it (the others are drawn again, after the last round if need be). ``greedy``:
+    each round takes its cells' likeliest kinds instead of drawing them (no ``generator``): the
+    likeliest view decided as the draw decides it, each doubtful cell given the ones before it, where
+    each cell's own arg-max would decide every cell of a doubtful row alone."""
     n, v, _, c = logits.shape
     flat = logits.reshape(n, v * v, c)
     drawn = torch.full((n, v * v), c, dtype=torch.long, device=logits.device) if fixed is None \
         else fixed.reshape(n, v * v).clone()
     first = torch.arange(v * v, device=logits.device) == 0
     for k in range(rounds + v * v):  # past `rounds` only to draw cells a limit left open
-        uniform = torch.rand(n, v * v, 1, generator=generator, device=logits.device)
+        uniform = None if greedy else torch.rand(n, v * v, 1, generator=generator, device=logits.device)
         active = (drawn == c).any(1).nonzero()[:, 0]
         if not len(active):
             break
@@ -176,7 +180,10 @@ def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Gen
             room = limits - F.one_hot(part, c + 1)[..., :c].sum(1)  # (A, C) cells each kind has left
             refined = refined.masked_fill((room <= 0)[:, None, :], -torch.inf)
         probs = truncated(torch.softmax(refined, -1), floor)
-        pick = (uniform[active] > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)  # (A, L), inverse CDF
+        if greedy:
+            pick = probs.argmax(-1)
+        else:  # (A, L), inverse CDF
+            pick = (uniform[active] > probs.cumsum(-1)).sum(-1).clamp_max(c - 1)
         # surest first; ranking by the probability of the value drawn instead (MaskGIT's
         # confidence) would favour likelier values and bias the draw
         doubts = (1 - probs.amax(-1)).masked_fill(~is_open, torch.inf)

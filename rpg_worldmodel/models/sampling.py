@@ -47,3 +47,12 @@ class ViewSampler:
             return joint_sample(self.refiner, logits, generator, self.rounds, temperature,
                                 doubt=self.doubt, floor=self.floor, limits=self.limits)
         return sample_cells(torch.softmax(logits / temperature, -1), generator)
+
+    def likeliest(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` (N, V, V, C) -> the likeliest next views (N, V, V) long: with a refiner decided
+        jointly, in the rounds a draw takes, each round's cells their likeliest kinds given the cells
+        before (`joint_sample`'s ``greedy``); without one each cell's own arg-max."""
+        if self.refiner is not None:
+            return joint_sample(self.refiner, logits, None, self.rounds, doubt=self.doubt, floor=self.floor,
+                                limits=self.limits, greedy=True)
+        return logits.argmax(-1)
