@@ -46,7 +46,6 @@ from rpg_env.game.levels import DISTRIBUTION_MODES
 from rpg_env.game.world import WorldParams
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
-from rpg_env.policies.scripted import RandomPolicy
 from rpg_env.rollout import Step, rollout
 from rpg_env.trajectories.recorders import HDF5VectorRecorder
 
@@ -126,9 +125,7 @@ def _make(policy: Any, env_id: str, num_envs: int, env_kwargs: dict[str, Any] | 
         raise InputError(f"cannot make {env_id} with {env_kwargs or {}}: {err}") from err
     try:  # checked before the recorder opens the file, so a refusal writes nothing
         describe(env)
-        # random plays the env's own actions; the other scripted policies play the game's
-        learner: BatchPolicy = RandomPolicy(action_space=env.single_action_space) \
-            if isinstance(policy, str) and policy == "random" else make_policy(policy)
+        learner: BatchPolicy = make_policy(policy, action_space=env.single_action_space)
         learner.check_view_shape(tuple(env.single_observation_space.shape))
     except ValueError as err:
         env.close()

@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gymnasium import spaces
+
 from rpg_env.policies.base import BatchPolicy, CallablePolicy
 from rpg_env.policies.sb3 import SB3Policy
 from rpg_env.policies.scripted import EpsilonGreedyPolicy, GreedyPolicy, RandomPolicy, WallFollowerPolicy
@@ -21,14 +23,17 @@ POLICY_NAMES = tuple(SCRIPTED_POLICIES)
 ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-def make_policy(spec: Any) -> BatchPolicy:
+def make_policy(spec: Any, action_space: spaces.Space | None = None) -> BatchPolicy:
     """Build a policy from a name of `POLICY_NAMES` (``"random"``, ``"greedy"``, ``"eps-greedy"``,
     ``"wall-follower"``), a path to an SB3 ``.zip``, an SB3 model,
     a `BatchPolicy`, an entry point ``"package.module:factory"`` (called with no arguments; it
     returns a `BatchPolicy`, e.g. ``"rpg_worldmodel.policy:pretrained"``), or any callable
-    ``obs -> action``."""
+    ``obs -> action``. ``action_space``: the env's, which ``"random"`` draws from (None: the game's
+    moves); the other scripted policies play the game's moves."""
     if isinstance(spec, BatchPolicy):
         return spec
+    if isinstance(spec, str) and spec == "random" and action_space is not None:
+        return RandomPolicy(action_space=action_space)
     if isinstance(spec, str) and spec in SCRIPTED_POLICIES:
         return SCRIPTED_POLICIES[spec]()
     if isinstance(spec, (str, Path)) and str(spec).endswith(".zip"):

@@ -28,7 +28,6 @@ import numpy as np
 from rpg_base.errors import InputError
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.trajectories.format import COMPATIBILITY_KEYS
-from rpg_env.trajectories.reader import TrajectoryFile
 from rpg_env.trajectories.splits import split_episodes
 from rpg_worldmodel.config import DataConfig
 from rpg_worldmodel.data.sources import DataMismatchError, DataSource
@@ -179,15 +178,10 @@ def view_statistics(files: DataFiles, ids: np.ndarray, chunk: int = 256
 
 
 def step_rewards(files: DataFiles, ids: np.ndarray) -> np.ndarray:
-    """The rewards of every step of episodes ``ids``, concatenated ``(S,)`` float32 (points)."""
-    parts = [np.zeros(0, dtype=np.float32)]
-    for k, local in files.locate(np.sort(np.asarray(ids, dtype=np.int64))):
-        table = files.sources[k].table
-        with TrajectoryFile(files.sources[k].path) as tf:
-            rewards = tf.read_dataset("rewards", 0, tf.num_steps)
-        parts += [rewards[int(table["step_start"][e]):int(table["step_start"][e] + table["length"][e])]
-                  for e in local]
-    return np.concatenate(parts)
+    """The rewards of every step of episodes ``ids``, concatenated ``(S,)`` float32 (points): read
+    by the streamed stores, which hold the steps in memory and leave the views in the files."""
+    store = files.store(np.sort(np.asarray(ids, dtype=np.int64)), stream=True)
+    return np.concatenate([np.zeros(0, dtype=np.float32), *(part.rewards for part in store.parts)])
 
 
 def training_splits(files: DataFiles, data_cfg: DataConfig) -> dict[str, np.ndarray]:
