@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/gpu_figures.sh [RESULTS_DIR [STEP ...]]   # on a CUDA machine, from the repo root
 #
-# STEP: imagination, throughput, time_to_quality, learn, trxl (default: all of them).
+# STEP: imagination, throughput, time_to_quality, learn, trxl, dreamer (default: all but dreamer).
 #
 # - imagination steps/s at N = 256, 1,024 and 4,096, over whole episodes too
 #   -> benchmarks/results/imagination_gpu.json
@@ -14,6 +14,11 @@
 #   the CPU), stopped after LEARN_SECONDS (default 300) -> learn_curve_gpu.json: the iterations it
 #   finished, each stage's seconds
 # - TrXL-PPO's env steps/s on the memory proof task, one seed    -> memory_agents_trxl_gpu.json
+# - DreamerV3 XS at sheeprl's recipe (replay ratio 1) on the one-hot view, seeds 0-2 side by side on
+#   the GPU to 10,000 real steps, stopped after DREAMER_SECONDS (default 400), every 1,000-step
+#   checkpoint played greedily on the loop's 32 games -> dreamer_rr1_gpu_eval_sS.json, and the runs'
+#   logs, checkpoint times and episodes (no checkpoints) -> dreamer_rr1_gpu_runs.tar.gz. Needs sheeprl
+#   0.8.4 importable by `python` (ANCHORS.md); not in the default steps.
 #
 # Each step's JSON records the device's name. A step that fails is reported and the next one runs.
 set -uo pipefail
@@ -27,6 +32,7 @@ failed=()
 step() {  # step NAME COMMAND...: run it, note a failure, go on
   local name=$1
   shift
+  if [ ${#only[@]} -eq 0 ] && [ "$name" = dreamer ]; then return; fi
   if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " =~ " $name " ]]; then return; fi
   echo "=== $name: $*"
   local start=$SECONDS
@@ -51,6 +57,28 @@ step learn timeout --signal INT "${LEARN_SECONDS:-300}" python -m rpg_worldmodel
 if [ -f "$run/curve.json" ]; then cp "$run/curve.json" "$results/learn_curve_gpu.json"; fi
 step trxl python benchmarks/memory_agents.py --tasks proof --algos trxl-ppo --seeds 0 --device cuda \
   --runs "runs/memory_agents_gpu_$(date +%s)" --out "$results/memory_agents_trxl_gpu.json"
+dreamer_seeds() {  # DreamerV3 seeds 0-2 on one GPU at once, each stopped after DREAMER_SECONDS; then played
+  local root=runs/dreamer_gpu_$(date +%s) seed status=0
+  mkdir -p "$root"
+  for seed in 0 1 2; do
+    timeout --signal INT --kill-after 30 "${DREAMER_SECONDS:-400}" python benchmarks/sheeprl_dreamer.py \
+      --steps 10000 --seed "$seed" --accelerator "${DREAMER_ACCELERATOR:-cuda}" --out "$root/dreamer-s$seed" buffer.checkpoint=False \
+      >"$root/train_s$seed.log" 2>&1 &
+  done
+  wait
+  for seed in 0 1 2; do
+    python benchmarks/sheeprl_dreamer.py --episodes-only --out "$root/dreamer-s$seed" || status=1
+    # the checkpoints whose save finished (a stopped run's last one may not have)
+    mapfile -t saved < <(python -c 'import json, sys; [print(sys.argv[1] + "/" + e["checkpoint"])
+for e in json.load(open(sys.argv[1] + "/checkpoint_times.json"))]' "$root/dreamer-s$seed")
+    python benchmarks/sheeprl_dreamer_eval.py "${saved[@]}" --out "$results/dreamer_rr1_gpu_eval_s$seed.json" >"$root/eval_s$seed.log" 2>&1 &
+  done
+  wait || status=1
+  tar czf "$results/dreamer_rr1_gpu_runs.tar.gz" --exclude='*.ckpt' -C "$root" . || status=1
+  ls "$results"/dreamer_rr1_gpu_eval_s{0,1,2}.json >/dev/null || status=1
+  return $status
+}
+step dreamer dreamer_seeds
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failed: ${failed[*]}"
   exit 1

@@ -246,11 +246,11 @@ def dreamer_eval_rows(path: Path, budgets: list[int]) -> tuple[str, int, list[di
                          f"{EVAL_SEED}")
     run = record["run"]
     obs = "onehot" if run.get("mlp_keys") and not run.get("cnn_keys") else "rgb"
-    greedy = record.get("actions", "").startswith("greedy")
-    method = f"dreamer-rr{run['replay_ratio']:g}-{obs}-{'greedy' if greedy else 'sampled'}"
-    actions = "greedy" if greedy else "sampled"
+    actions = "greedy" if record.get("actions", "").startswith("greedy") else "sampled"
+    method = f"dreamer-rr{run['replay_ratio']:g}-{obs}-{actions}"
     settings = (f"XS, replay ratio {run['replay_ratio']:g}, learning starts {run['learning_starts']}, "
-                f"{'one-hot vector (MLP)' if obs == 'onehot' else 'RGB (CNN)'}")
+                f"{'one-hot vector (MLP)' if obs == 'onehot' else 'RGB (CNN)'}, trained on "
+                f"{record.get('device_name') or run.get('accelerator', 'cpu')}")
     rows = []
     for point in sorted(record["points"], key=lambda p: p["step"]):
         if point["step"] not in budgets:

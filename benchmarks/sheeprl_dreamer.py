@@ -6,7 +6,8 @@
         --out runs/dreamer_rr1/dreamer-s0 [key=value ...]
 
 It imports ``rpg_env`` (which registers ``Treasurehunt-v0``; it needs only gymnasium and NumPy),
-then runs ``sheeprl.cli.run()`` with DreamerV3's XS size on one env and the CPU, at sheeprl's own
+then runs ``sheeprl.cli.run()`` with DreamerV3's XS size on one env and the CPU (``--accelerator
+cuda``: its networks on the GPU, the env still on the CPU), at sheeprl's own
 training recipe for DreamerV3 (``algo.replay_ratio`` 1: one gradient step per env step;
 ``algo.learning_starts`` 1,024 random steps first). ``--obs`` picks the input:
 
@@ -46,10 +47,10 @@ import os
 import sys
 
 #: sheeprl's DreamerV3 at its XS size on one env (in this process, so its CPU time counts in the
-#: run's) and the CPU; its training recipe (replay ratio, learning starts, batch, sequence length) is
+#: run's); its training recipe (replay ratio, learning starts, batch, sequence length) is
 #: sheeprl's own.
 DEFAULTS = ["exp=dreamer_v3", "algo=dreamer_v3_XS", "env=gym", "env.id=Treasurehunt-v0", "env.num_envs=1",
-            "env.sync_env=True", "env.capture_video=False", "fabric.accelerator=cpu", "buffer.memmap=False",
+            "env.sync_env=True", "env.capture_video=False", "buffer.memmap=False",
             "metric.log_every=100", "checkpoint.keep_last=null", "algo.run_test=True"]
 #: The observation each ``--obs`` gives DreamerV3, as sheeprl overrides.
 OBSERVATIONS = {
@@ -91,6 +92,8 @@ def main() -> None:
     parser.add_argument("--obs", choices=sorted(OBSERVATIONS), default="onehot",
                         help="onehot: the loop's one-hot view as a flat vector (MLP); rgb: the rendered "
                              "view (CNN)")
+    parser.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
+                        help="where sheeprl's Fabric trains (fabric.accelerator); the env runs on the CPU")
     parser.add_argument("--checkpoint-every", type=int, default=1000,
                         help="env steps between saved checkpoints (all kept)")
     parser.add_argument("--out", required=True, help="folder for sheeprl's logs and episodes.json")
@@ -116,7 +119,8 @@ def main() -> None:
 
     time_checkpoints(out)
     sys.argv = [sys.argv[0], *DEFAULTS, *OBSERVATIONS[args.obs], f"algo.total_steps={args.steps}",
-                f"buffer.size={args.steps}", f"checkpoint.every={args.checkpoint_every}", f"seed={args.seed}",
+                f"buffer.size={args.steps}", f"checkpoint.every={args.checkpoint_every}",
+                f"fabric.accelerator={args.accelerator}", f"seed={args.seed}",
                 f"root_dir={out}", "run_name=dreamer", *args.overrides]
     run()
     write_episodes(out)

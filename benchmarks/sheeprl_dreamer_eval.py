@@ -161,7 +161,8 @@ def main() -> None:
                     "sequence_length": cfg.algo.per_rank_sequence_length, "num_envs": cfg.env.num_envs,
                     "mlp_keys": cfg.algo.mlp_keys.encoder, "cnn_keys": cfg.algo.cnn_keys.encoder,
                     "dense_units": cfg.algo.dense_units,
-                    "recurrent_state_size": cfg.algo.world_model.recurrent_model.recurrent_state_size}
+                    "recurrent_state_size": cfg.algo.world_model.recurrent_model.recurrent_state_size,
+                    "accelerator": cfg.fabric.accelerator}
         print(f"step {points[-1]['step']}: {points[-1]['mean']:.1f} {points[-1]['ci95']} "
               f"(train CPU min {points[-1]['train_cpu_minutes']})", flush=True)
     record = {"method": f"DreamerV3 XS (sheeprl), replay ratio {settings['replay_ratio']}, one-hot vector, "
@@ -172,6 +173,8 @@ def main() -> None:
               "games": "rpg_env.experts.evaluate.run_episodes: vector envs of up to 100 worlds, batch i "
                        "reset with eval_seed + i",
               "sheeprl": sheeprl.__version__, "torch": torch.__version__, "run": settings, "points": points}
+    if settings["accelerator"] == "cuda" and torch.cuda.is_available():  # trained and played on this card
+        record["device_name"] = torch.cuda.get_device_name(0)
     if not all(p["weights_only"] for p in points):
         record["loading"] = ("sheeprl's own format, read as sheeprl's loader reads it: "
                              "torch.load(weights_only=False) (its checkpoints hold a BufferFiles, a list "
