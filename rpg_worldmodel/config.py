@@ -132,6 +132,9 @@ class ModelConfig:
         "rope", "how steps know their order: rope (rotary, relative: imagination caches past steps "
         "while its window slides) or learned (an absolute table, as in checkpoints of schema 1)")
     reward_head: bool = setting(True, "predict the learner's reward of each step as a class")
+    end_head: bool = setting(
+        True, "predict whether each step ended the game (the file's terminated flag; a time limit is "
+        "no end), learned from the files: an imagined game ends where the model says it does")
     action_frames: int = setting(
         5, "the next-action head's frame stack, as a policy sees it: a small CNN over the last "
         "action_frames - 1 views and the predicted next view, beside the step's global token; 0: a "

@@ -6,9 +6,10 @@ here only, with the schema migrations that keep every older checkpoint readable.
     CheckpointRecord  a RunRecord with the checkpoint's step, config and validation metrics
     DataRecord        the training data: its files (DataFile: path, fingerprint, episodes) and game
 
-`read_record` reads a meta.json of the current schema (`CHECKPOINT_VERSION`) or of schema 12 (its
-model had no extent prior: `migrate_schema_12`) and refuses a missing, corrupt, foreign, older or
-newer one with a `CheckpointError` that names the file and says why (`check_schema`);
+`read_record` reads a meta.json of the current schema (`CHECKPOINT_VERSION`) or of schemas 12 and 13
+(their models had no end head, schema 12's no extent prior: `migrate_older_schema`) and refuses a
+missing, corrupt, foreign, older or newer one with a `CheckpointError` that names the file and says
+why (`check_schema`);
 `write_record` writes the current schema.
 """
 
@@ -31,8 +32,9 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: (model.motion, the reward head's per-action view map) and places no agents by rule; schemas
 #: 1..11 were told the game's movement table, reward table or agent placement (or came before
 #: them) and are refused (`check_schema`): their models cannot be rebuilt by this code. 13: the
-#: extent prior (model.extent_prior); a schema-12 record reads as a model without it.
-CHECKPOINT_VERSION = 13
+#: extent prior (model.extent_prior); a schema-12 record reads as a model without it. 14: the end head
+#: (model.end_head) and windows that end on a game's final view; older records read without it.
+CHECKPOINT_VERSION = 14
 #: The oldest schema this code reads.
 OLDEST_READABLE = 12
 
@@ -185,7 +187,7 @@ class CheckpointRecord(RunRecord):
         """``meta`` of the current schema (`check_schema`) as a record; `CheckpointError` naming
         ``source`` (the meta.json) when a part is missing or malformed."""
         check_schema(meta, source)
-        meta = migrate_schema_12(meta)
+        meta = migrate_older_schema(meta)
         try:
             config = WorldModelConfig.from_dict(meta["config"], source=source)
         except (ConfigError, KeyError, TypeError) as exc:
@@ -227,15 +229,22 @@ def check_schema(meta: dict[str, Any], source: Path | str = "checkpoint") -> Non
         )
 
 
-def migrate_schema_12(meta: dict[str, Any]) -> dict[str, Any]:
-    """A schema-12 ``meta`` as this schema reads it (a copy): its model had no extent prior, so
-    ``model.extent_prior`` is false where the record does not set it; other schemas unchanged."""
-    if meta.get("version") != 12 or not isinstance(meta.get("config"), dict):
+#: The model settings each older schema ran without, at the value that builds its model.
+ABSENT_BEFORE = {13: {"end_head": False}, 12: {"extent_prior": False, "end_head": False}}
+
+
+def migrate_older_schema(meta: dict[str, Any]) -> dict[str, Any]:
+    """An older ``meta`` as this schema reads it (a copy): the parts its model did not have are off
+    where the record does not set them (schema 12: no extent prior; 12 and 13: no end head); the
+    current schema unchanged."""
+    absent = ABSENT_BEFORE.get(meta.get("version"))
+    if absent is None or not isinstance(meta.get("config"), dict):
         return meta
     meta = copy.deepcopy(meta)
     model = meta["config"].setdefault("model", {})
     if isinstance(model, dict):
-        model.setdefault("extent_prior", False)
+        for key, value in absent.items():
+            model.setdefault(key, value)
     return meta
 
 

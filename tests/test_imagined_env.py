@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env
 
 import rpg_env
@@ -20,7 +21,7 @@ from rpg_env.policies.scripted import GreedyPolicy
 from rpg_env.record import record
 from rpg_env.rollout import rollout
 from rpg_worldmodel.checkpoint import load_checkpoint
-from rpg_worldmodel.envs.world_model_env import TreasurehuntImaginedVectorEnv
+from rpg_worldmodel.envs.world_model_env import TreasurehuntImaginedEnv, TreasurehuntImaginedVectorEnv
 
 ID = rpg_worldmodel.IMAGINED_ENV_ID
 
@@ -223,3 +224,25 @@ def test_sampled_views_are_the_models_own_draw(tiny_world_model):
     assert limit == 2 and np.concatenate(agents).max() == limit and not np.concatenate(at_centre).all()
     with pytest.raises(TypeError, match="views"):  # the placement switch went with the rule
         gym.make(ID, checkpoint=run, views="game")
+
+
+def test_a_dream_ends_where_the_end_head_says_and_the_vector_env_restarts_it(tiny_world_model):
+    run, _ = tiny_world_model
+    env = TreasurehuntImaginedEnv(checkpoint=run)
+    env.reset(seed=0)
+    _, _, terminated, truncated, _ = env.step(0)
+    assert not terminated and not truncated  # trained on games that only run out of turns
+    with torch.no_grad():
+        env.worlds.model.end_head.prior.fill_(30.0)  # the head now says every step ends the game
+    _, _, terminated, truncated, _ = env.step(0)
+    assert terminated and not truncated
+    with pytest.raises(ResetNeeded):
+        env.step(0)
+    venv = TreasurehuntImaginedVectorEnv(3, checkpoint=run)
+    venv.reset(seed=0)
+    with torch.no_grad():
+        venv.worlds.model.end_head.prior.fill_(30.0)
+    _, _, terminated, truncated, _ = venv.step(np.zeros(3, dtype=np.int64))
+    assert terminated.all() and not truncated.any()
+    _, rewards, terminated, _, infos = venv.step(np.zeros(3, dtype=np.int64))  # the next step restarts them
+    assert (rewards == 0).all() and not terminated.any()

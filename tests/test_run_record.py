@@ -35,6 +35,7 @@ def _current() -> dict:
     meta = json.loads(SHIPPED_META.read_text())
     for key in TOLD:
         meta["config"]["model"].pop(key, None)
+    meta["config"]["model"].setdefault("end_head", False)  # shipped at schema 13, before the end head
     meta["version"] = CHECKPOINT_VERSION
     return meta
 
@@ -44,6 +45,8 @@ def _as_schema(version: int) -> dict:
     from 5 to 11 with the game's movement table its model was told."""
     meta = _current()
     model, train = meta["config"]["model"], meta["config"]["train"]
+    if version < 14:
+        model.pop("end_head", None)
     if version < 13:
         model.pop("extent_prior", None)
     if 5 <= version < 12:
@@ -107,6 +110,18 @@ def test_schema_12_reads_as_a_model_without_the_extent_prior(tmp_path):
     assert rec.config.model.memory_map and rec.step == 1200
     current = _read_record_of(_current(), tmp_path).config.model
     assert dataclasses.replace(rec.config.model, extent_prior=current.extent_prior) == current
+
+
+def test_schema_13_reads_as_a_model_without_the_end_head(tmp_path):
+    """Schema 13 came just before the end head: its record (the shipped model's) reads, its model
+    without one; a current record that leaves the setting out gets the default, an end head."""
+    old = _as_schema(13)
+    assert "end_head" not in old["config"]["model"]
+    assert _read_record_of(old, tmp_path).config.model.end_head is False
+    current = {**old, "version": CHECKPOINT_VERSION}
+    assert _read_record_of(current, tmp_path).config.model.end_head is True
+    assert read_checkpoint_record("pretrained").config.model.end_head is False
+    assert load_checkpoint("pretrained").model.end_head is None
 
 
 @pytest.mark.parametrize("version", range(1, OLDEST_READABLE))

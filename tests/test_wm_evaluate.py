@@ -73,8 +73,8 @@ def test_selection_uses_the_recorded_test_split_and_refuses_training_episodes(fi
 def test_window_plan_scores_each_target_once(context, length, t):
     starts, score = window_plan(length, t, context)
     targets = sorted((starts[:, None] + np.arange(t)[None] + 1)[score].tolist())
-    assert targets == list(range(1, length - 1 + 1)) if length > t else targets == []
-    assert (starts + t <= length - 1).all()  # the window's last action (target t+1) exists
+    assert targets == list(range(1, length + 1)) if length >= t else targets == []
+    assert (starts + t <= length).all()  # the window's last view exists (the game's final one at most)
     if context == "full" and length > t:
         assert score[1:, :-1].sum() == 0  # later windows: only the full-history position
     with pytest.raises(ValueError, match="context"):
@@ -95,7 +95,7 @@ def test_every_transition_is_scored_exactly_once(files, context):
             seen.setdefault(int(row), []).append(int(start_offset))
     for row, ep in enumerate(es.episodes):
         length = int(tf.episodes["length"][ep])
-        assert len(seen[row]) == length - 1  # targets 1 .. L-1 (action t+1 must exist)
+        assert len(seen[row]) == length  # targets 1 .. L: the game's final view too
     if context != "full":
         return
     # and windows hold the right data: rebuild one episode's windows and compare
@@ -122,9 +122,10 @@ def test_scoring_never_changes_the_model_and_is_deterministic(files):
     for name in a.counts:
         for key in a.counts[name]:
             np.testing.assert_array_equal(a.counts[name][key], b.counts[name][key])
-    # every predictor scored the same predictions
-    n = a.counts["model"]["action_n"].sum()
-    assert n == a.num_predictions == a.counts["majority_action"]["action_n"].sum()
+    # every predictor scored the same predictions; no action follows a game's final view
+    n = a.num_predictions
+    acted = a.counts["model"]["action_n"].sum()
+    assert acted == n - len(es.episodes) == a.counts["majority_action"]["action_n"].sum()
     assert a.counts["motion_oracle"]["cells"].sum() == n * 81
 
 

@@ -70,6 +70,26 @@ def test_action_counts_and_bad_shapes():
         M.view_counts(np.zeros((2, 6, 3)), np.zeros((2, 3, 3), int), np.zeros((2, 3, 3), int))
 
 
+def test_no_action_after_a_games_last_step_counts_nothing():
+    lp = np.log(np.array([[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.4, 0.1]]))
+    counts = M.action_counts(lp, np.array([0, -1]))  # -1: the game's final view, where nothing is taken
+    np.testing.assert_array_equal(counts["action_n"], [1, 0])
+    np.testing.assert_array_equal(counts["action_correct"], [1, 0])
+    assert counts["action_ce_sum"][1] == 0
+    with pytest.raises(ValueError, match="-1"):
+        M.action_counts(lp, np.array([0, -2]))
+
+
+def test_end_counts_known_answers():
+    logits, ended = np.array([2.0, -2.0, 3.0, -1.0]), np.array([True, False, False, True])
+    counts = M.end_counts(logits, ended)
+    figs = M.figures_from_counts({k: v.sum(0) for k, v in counts.items()}, CHANNELS)
+    # called: steps 0 and 2; ended: 0 and 3 -> one hit, one false end, one missed end
+    assert figs["end_f1"] == pytest.approx(2 / (2 + 1 + 1)) and figs["end_recall"] == pytest.approx(0.5)
+    bce = [math.log1p(math.exp(x)) for x in (-2, -2, 3, 1)]  # -log of the chance given to what happened
+    assert figs["end_ce"] == pytest.approx(sum(bce) / 4)
+
+
 def test_sum_by_unit_groups_rows():
     counts = {"x": np.array([1.0, 2.0, 3.0, 4.0]), "tp": np.arange(8.0).reshape(4, 2)}
     out = M.sum_by_unit(counts, np.array([1, 0, 1, 1]), 2)

@@ -29,13 +29,14 @@ def _model(**kw):
 def test_output_shapes_for_full_and_shorter_windows():
     model = _model()
     for t in (4, 2, 1):
-        view_logits, action_logits, reward_logits = model(_views(3, t), torch.randint(0, 4, (3, t)))
+        out = model(_views(3, t), torch.randint(0, 4, (3, t)))
+        view_logits, action_logits, reward_logits, end_logits = out
         assert view_logits.shape == (3, t, 6, 9, 9) and action_logits.shape == (3, t, 4)
         assert torch.isfinite(view_logits).all() and torch.isfinite(action_logits).all()
-        assert reward_logits.shape == (3, t, 5)
+        assert reward_logits.shape == (3, t, 5) and end_logits.shape == (3, t)
     # a fifth action ("stay") is one more action to learn the shift of: nothing to declare
     other = _model(view_size=12, patch_size=4, num_actions=5, reward_head=False, memory_map=True)
-    vl, al, rl = other(_views(2, 3, v=12), torch.randint(0, 5, (2, 3)))
+    vl, al, rl, _ = other(_views(2, 3, v=12), torch.randint(0, 5, (2, 3)))
     assert rl is None
     assert vl.shape == (2, 3, 6, 12, 12) and al.shape == (2, 3, 5)
 
@@ -86,15 +87,16 @@ def test_patch_layout_maps_each_cell_back_to_its_place():
 def test_predictions_at_step_t_ignore_later_steps():
     model = _model()
     views, actions = _views(2, 4), torch.randint(0, 4, (2, 4))
-    v0, a0, r0 = model(views, actions)
+    v0, a0, r0, e0 = model(views, actions)
     for t in range(3):
         later_v, later_a = views.clone(), actions.clone()
         later_v[:, t + 1:] = _views(2, 3 - t, seed=t + 1)
         later_a[:, t + 1:] = (actions[:, t + 1:] + 1) % 4
-        v1, a1, r1 = model(later_v, later_a)
+        v1, a1, r1, e1 = model(later_v, later_a)
         torch.testing.assert_close(v1[:, :t + 1], v0[:, :t + 1], rtol=0, atol=1e-6)
         torch.testing.assert_close(a1[:, :t + 1], a0[:, :t + 1], rtol=0, atol=1e-6)
         torch.testing.assert_close(r1[:, :t + 1], r0[:, :t + 1], rtol=0, atol=1e-6)
+        torch.testing.assert_close(e1[:, :t + 1], e0[:, :t + 1], rtol=0, atol=1e-6)
         assert not torch.allclose(v1[:, t + 1:], v0[:, t + 1:])  # later steps do see them
     # ...and the action taken at step t does reach the prediction at step t.
     changed = actions.clone()
@@ -125,7 +127,8 @@ def test_bad_input_shapes_are_refused():
 
 def test_gradients_reach_every_parameter():
     model = _model().train()
-    batch = {"views": _views(2, 5), "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5)}
+    batch = {"views": _views(2, 5), "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5),
+             "ends": torch.zeros(2, 5, dtype=torch.bool)}
     model.loss(batch)[0].backward()  # the cell refiner learns from the loss alone
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert missing == []
@@ -175,7 +178,7 @@ def _old_compute_losses(model, batch, mask_kind, generator):
     t = model.cfg.num_frames
     views, actions = batch["views"].float(), batch["actions"]
     inputs = apply_input_mask(views[:, :t], mask_kind, 0.15, generator)
-    view_logits, action_logits, _ = model(inputs, actions[:, :t])
+    view_logits, action_logits, *_ = model(inputs, actions[:, :t])
     target_codes = views[:, 1:].argmax(-3)
     cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
     weights = torch.ones_like(cell_ce)
@@ -231,8 +234,8 @@ def test_param_groups_decay_matrices_and_kernels_only():
 def test_the_first_versions_parts_compose_under_its_checkpoints_names():
     from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead
 
-    reference = _model(position="learned", reward_head=False, action_frames=0, memory_map=False,
-                       extent_prior=False, refiner_layers=0)
+    reference = _model(position="learned", reward_head=False, end_head=False, action_frames=0,
+                       memory_map=False, extent_prior=False, refiner_layers=0)
     assert isinstance(reference.positions, LearnedPositions) and reference.context_steps == 4
     assert isinstance(reference.action_head, LinearActionHead)
     assert [type(p).__name__ for p in reference.view_priors] == ["MoveConv"]

@@ -97,7 +97,7 @@ def test_training_on_a_minigrid_file_needs_no_setting_of_its_game(room_file, tmp
     assert set(held_out["predictors"]) == {"model", "copy", "majority_action", "previous_action"}
     assert held_out["floor_method"] is None and metrics["baselines"]["motion_oracle"] is None
     assert "view_ce_vs_copy" in held_out["quality_checks"]
-    assert {"reward_ce", "reward_acc"} <= set(held_out["predictors"]["model"])
+    assert {"reward_ce", "reward_acc", "end_ce", "end_f1"} <= set(held_out["predictors"]["model"])
     assert set(metrics["rollout"]["model_minus"]) == {"copy"}
 
 
@@ -114,3 +114,50 @@ def test_no_line_of_the_world_model_names_minigrid_or_its_objects():
             for path in sorted((ROOT / "rpg_worldmodel").rglob("*.py"))
             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+def test_windows_reach_each_games_final_view_and_mark_where_it_ended(room_file):
+    """The step that reaches the goal is the game's last: its view and reward are targets (in a
+    game that pays only at its goal, every reward is there), and the windows say it ended there."""
+    from rpg_env.trajectories.reader import TrajectoryFile
+    from rpg_worldmodel.data.stores import NO_ACTION
+    from rpg_worldmodel.data.windows import TrajectoryWindows
+
+    with TrajectoryFile(room_file) as tf:
+        table = tf.episodes[:]
+        paid = float(sum(tf.episode(i)["rewards"].sum() for i in range(len(tf))))
+    terminated = (table["flags"] & 1).astype(bool)  # FLAG_TERMINATED
+    assert terminated.any() and not terminated.all() and paid > 0
+    windows = TrajectoryWindows(room_file, np.arange(len(table)), num_frames=3)
+    batch = windows.get_batch(np.arange(len(windows)))
+    ends, starts = batch["ends"].numpy()[:, :3], batch["start"].numpy()  # the scored steps
+    lengths = table["length"][batch["episode"].numpy()]
+    rows, positions = np.nonzero(ends)
+    assert len(rows) == int(terminated.sum())  # one end a game that ended, at its last step
+    assert (starts[rows] + positions == lengths[rows] - 1).all()
+    last = starts + 3 == lengths  # windows ending on the final view: nothing is taken there
+    assert (batch["actions"].numpy()[last, -1] == NO_ACTION).all()
+    assert (batch["actions"].numpy()[~last] >= 0).all()
+    # every point paid is a reward target once: the first window's 3 steps, then each last step
+    rewards = batch["rewards"].numpy()
+    scored = np.where(starts == 0, rewards[:, :3].sum(1), rewards[:, 2])
+    assert scored.sum() == pytest.approx(paid)
+
+
+def test_the_end_head_trains_on_the_ends_and_a_batch_without_them_trains_none(room_file):
+    from rpg_worldmodel.data.windows import TrajectoryWindows
+    from rpg_worldmodel.models.world_model import WorldModel
+
+    model_cfg = ModelConfig(width=24, num_heads=2, num_layers=1, num_frames=3, refiner_layers=0,
+                            reward_values=(0.0, 1.0))
+    fill_view_shape(model_cfg, _meta(room_file))
+    model = WorldModel(model_cfg).train()
+    windows = TrajectoryWindows(room_file, np.arange(12), num_frames=3)
+    batch = windows.get_batch(np.arange(len(windows)))
+    assert batch["ends"].any()
+    loss, stats = model.loss(batch)
+    loss.backward()
+    assert stats["end_ce"] > 0 and 0 <= stats["end_acc"] <= 1
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.end_head.parameters())
+    _, without = model.loss({k: v for k, v in batch.items() if k != "ends"})
+    assert "end_ce" not in without

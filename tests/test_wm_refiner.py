@@ -169,7 +169,8 @@ def test_a_joint_draw_keeps_its_given_cells_and_is_reproducible():
 
 def test_the_refiner_trains_beside_the_view_head_without_changing_its_gradients():
     batch = {"views": F.one_hot(torch.randint(0, C, (2, 5, V, V)), C).permute(0, 1, 4, 2, 3).float(),
-             "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5)}
+             "actions": torch.randint(0, 4, (2, 5)), "rewards": torch.zeros(2, 5),
+             "ends": torch.zeros(2, 5, dtype=torch.bool)}
     grads = {}
     for layers in (0, 1):
         torch.manual_seed(0)

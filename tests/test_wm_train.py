@@ -26,6 +26,7 @@ from rpg_worldmodel.checkpoint import (
 )
 from rpg_worldmodel.config import ModelConfig, load_world_model_config
 from rpg_worldmodel.data.sources import check_data_matches
+from rpg_worldmodel.data.stores import NO_ACTION
 from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.run import Evaluation
@@ -63,13 +64,21 @@ def test_windows_match_the_reader_and_stay_inside_their_episodes(files):
     with TrajectoryFile(greedy) as tf:
         episodes = split_episodes(tf)["val"]
         ds = TrajectoryWindows(greedy, episodes, num_frames=3)
-        assert len(ds) == sum(int(tf.episodes["length"][e]) - 3 for e in episodes)
-        for i in (0, len(ds) // 2, len(ds) - 1):
+        # starts 0 .. L-3: the last window ends on the game's final view
+        assert len(ds) == sum(int(tf.episodes["length"][e]) - 3 + 1 for e in episodes)
+        for i in (0, len(ds) // 2):
             item = ds[i]
             ref = tf.window(int(item["episode"]), int(item["start"]), 4)
             np.testing.assert_array_equal(item["views"], ref["obs"][:4])  # views s..s+3
             np.testing.assert_array_equal(item["actions"], ref["actions"])  # actions s..s+3
             assert item["agent_id"] == tf.episodes["agent_id"][item["episode"]]
+        last = ds[len(ds) - 1]
+        game = tf.episode(int(last["episode"]))
+        np.testing.assert_array_equal(last["views"], game["obs"][-4:])  # ... through the final view
+        np.testing.assert_array_equal(last["actions"], [*game["actions"][-3:], NO_ACTION])
+        np.testing.assert_array_equal(last["rewards"], [*game["rewards"][-3:], 0.0])
+        # treasurehunt games run out of turns: none ends
+        assert not last["ends"].any() and game["truncated"][-1]
         assert set(np.unique(ds.window_episode)) == set(episodes.tolist())
     batch = ds.get_batch([0, 5, len(ds) - 1])
     assert batch["views"].shape == (3, 4, 6, 9, 9) and batch["views"].dtype == torch.uint8

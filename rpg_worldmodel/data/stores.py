@@ -22,7 +22,12 @@ from typing import Protocol
 
 import numpy as np
 
+from rpg_env.trajectories.format import FLAG_TERMINATED
 from rpg_env.trajectories.reader import TrajectoryFile
+
+#: The action and reward a window holds after its episode's last step: a window may end on the
+#: game's final view (the last step's outcome is a target), and nothing is taken in that view.
+NO_ACTION = -1
 
 #: Bytes of h5py chunk cache per streamed file and process: a batch's windows hit random chunks
 #: (32 views, 15.5 KiB each), so a larger cache buys little; it bounds the memory per file.
@@ -43,11 +48,34 @@ class Store(Protocol):
     lengths: np.ndarray
     agent_ids: np.ndarray
     game_ids: np.ndarray
+    ended: np.ndarray
 
     def __len__(self) -> int: ...
 
     def gather(self, rows: np.ndarray, starts: np.ndarray, steps: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+def _steps_of(act_offset: np.ndarray, lengths: np.ndarray, rows: np.ndarray, starts: np.ndarray, steps: int,
+              actions: np.ndarray, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Actions ``(B, steps)`` and rewards of windows of ``steps`` steps from ``starts`` in ``rows``;
+    the position after an episode's last step (its final view) holds `NO_ACTION` and 0 points."""
+    at = starts[:, None] + np.arange(steps)
+    last = lengths[rows][:, None] - 1
+    index = act_offset[rows][:, None] + np.minimum(at, last)
+    after = at > last
+    return np.where(after, NO_ACTION, actions[index]), np.where(after, np.float32(0), rewards[index])
+
+
+def window_ends(store: Store, rows: np.ndarray, starts: np.ndarray, steps: int) -> np.ndarray:
+    """``(B, steps)`` bool: whether each window position is its game's last step and the game ended
+    there (its terminated flag; a game cut at a time limit never ends)."""
+    at = starts[:, None] + np.arange(steps)
+    return (at == store.lengths[rows][:, None] - 1) & store.ended[rows][:, None]
+
+
+def _ended(table: np.ndarray) -> np.ndarray:
+    return (table["flags"] & FLAG_TERMINATED).astype(bool)
 
 
 def _table_rows(tf: TrajectoryFile, episodes: np.ndarray) -> np.ndarray:
@@ -79,6 +107,7 @@ class EpisodeStore:
     agent_ids: np.ndarray  # (E,)
     game_ids: np.ndarray  # (E,)
     policy_ids: tuple[str, ...]  # (E,)
+    ended: np.ndarray  # (E,) bool: the game ended by its rules (terminated), not by a time limit
     obs: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
@@ -106,6 +135,7 @@ class EpisodeStore:
             agent_ids=table["agent_id"].astype(np.int64),
             game_ids=table["game_id"].astype(np.int64),
             policy_ids=tuple(str(p) for p in table["policy_id"]),
+            ended=_ended(table),
             obs=np.concatenate(obs) if obs else np.zeros((0, *shape), np.uint8),
             actions=np.concatenate(actions) if actions else np.zeros(0, np.int64),
             rewards=np.concatenate(rewards) if rewards else np.zeros(0, np.float32),
@@ -134,11 +164,11 @@ class EpisodeStore:
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Windows of ``steps`` steps of rows ``rows`` ``(B,)`` from steps ``starts`` ``(B,)`` on:
         views ``(B, steps, C, V, V)`` uint8, actions ``(B, steps)`` int64, rewards ``(B, steps)``
-        float32."""
-        offsets = np.arange(steps)
-        views = self.obs[(self.obs_offset[rows] + starts)[:, None] + offsets]
-        steps_at = (self.act_offset[rows] + starts)[:, None] + offsets
-        return views, self.actions[steps_at], self.rewards[steps_at]
+        float32. A window may reach its episode's final view (``start + steps - 1 <= L``), whose
+        action is `NO_ACTION` and reward 0."""
+        views = self.obs[(self.obs_offset[rows] + starts)[:, None] + np.arange(steps)]
+        return (views, *_steps_of(self.act_offset, self.lengths, rows, starts, steps, self.actions,
+                                  self.rewards))
 
 
 class StreamedEpisodes:
@@ -159,6 +189,7 @@ class StreamedEpisodes:
         self.lengths = table["length"].astype(np.int64)
         self.agent_ids = table["agent_id"].astype(np.int64)
         self.game_ids = table["game_id"].astype(np.int64)
+        self.ended = _ended(table)
         self.obs_start = table["obs_start"].astype(np.int64)  # row of each episode's first view in /obs
         self.act_offset = _offsets(self.lengths)
         self._file: TrajectoryFile | None = None
@@ -195,8 +226,8 @@ class StreamedEpisodes:
         views = np.empty((len(first), steps, *self.meta["obs_shape"]), dtype=np.uint8)
         for i, o in enumerate(first.tolist()):
             views[i] = tf.read_dataset("obs", o, o + steps)
-        steps_at = (self.act_offset[rows] + starts)[:, None] + np.arange(steps)
-        return views, self.actions[steps_at], self.rewards[steps_at]
+        return (views, *_steps_of(self.act_offset, self.lengths, rows, starts, steps, self.actions,
+                                  self.rewards))
 
 
 class EpisodeShards:
@@ -212,6 +243,7 @@ class EpisodeShards:
         self.lengths = np.concatenate([p.lengths for p in self.parts])
         self.agent_ids = np.concatenate([p.agent_ids for p in self.parts])
         self.game_ids = np.concatenate([p.game_ids for p in self.parts])
+        self.ended = np.concatenate([p.ended for p in self.parts])
         if len(self.episodes) != len(self.lengths):
             raise ValueError(f"{len(self.episodes)} episode ids for {len(self.lengths)} rows")
         self.first_row = np.cumsum([0] + [len(p) for p in self.parts])

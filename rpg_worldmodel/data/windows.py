@@ -2,9 +2,12 @@
 
 A window of ``T = num_frames`` steps starting at step ``s`` of an episode holds the views
 ``s .. s+T`` and the actions ``s .. s+T``: the model sees ``views[:T], actions[:T]`` (action t
-is the one taken in view t) and is scored on ``views[1:]`` (the next view) and ``actions[1:]``
-(the next action), as in the reference (Sorrel's ``sample_transformer``). A window therefore
-needs ``T + 1`` steps, and an episode of ``L`` steps has ``L - T`` of them (starts ``0 .. L-T-1``).
+is the one taken in view t) and is scored on ``views[1:]`` (the next view), ``actions[1:]``
+(the next action) and the rewards of its T steps, as in the reference (Sorrel's
+``sample_transformer``). An episode of ``L`` steps has ``L + 1`` views, so ``L - T + 1`` windows
+(starts ``0 .. L-T``): the last ends on the game's final view, where no action is taken
+(`rpg_worldmodel.data.stores.NO_ACTION`, not scored), so the last step's view and reward (in a
+game that pays only at its goal, the only reward) are targets like every other step's.
 
 - `rpg_worldmodel.data.stores`: where the steps come from (memory or the files, one or several).
 - `window_plan` / `plan_windows`: which windows to cut and which of their positions to score.
@@ -24,7 +27,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from rpg_env.trajectories.format import TrajectoryFormatError
-from rpg_worldmodel.data.stores import EpisodeStore, Store
+from rpg_worldmodel.data.stores import EpisodeStore, Store, window_ends
 
 CONTEXTS = ("full", "stride")
 
@@ -33,16 +36,17 @@ def window_plan(length: int, num_frames: int, context: str = "full") -> tuple[np
     """Window starts ``(W,)`` and scored positions ``(W, T)`` for an episode of ``length`` steps.
 
     Position ``p`` of the window starting at ``s`` predicts step ``s + p + 1`` from steps
-    ``s .. s + p``; targets run over ``1 .. length - 1``, each exactly once.
+    ``s .. s + p``; targets run over ``1 .. length`` (view ``length`` is the final one), each
+    exactly once.
 
-    ``full``: one window per start ``0 .. L-T-1`` (every window, as training uses them); all
+    ``full``: one window per start ``0 .. L-T`` (every window, as training uses them); all
     positions of the first scored, the last position of the others (every prediction but the
     first T-1 has T steps of history).
     ``stride``: windows at ``0, T, 2T, ...`` with all positions scored (history 1..T steps,
     as in the training loss; about T times cheaper), plus one last window for the tail.
     """
     t = num_frames
-    num = length - t
+    num = length - t + 1
     if context not in CONTEXTS:
         raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
     if num < 1:
@@ -56,7 +60,7 @@ def window_plan(length: int, num_frames: int, context: str = "full") -> tuple[np
     starts = np.arange(0, num, t)
     score = np.ones((len(starts), t), dtype=bool)
     covered = int(starts[-1]) + t  # last target step scored so far
-    if covered < length - 1:
+    if covered < length:
         tail = num - 1
         targets = tail + np.arange(t) + 1
         starts = np.append(starts, tail)
@@ -93,7 +97,8 @@ class TrajectoryWindows(Dataset):
     ``TrajectoryWindows(path, episodes, num_frames)`` holds the episodes (file ids) of one file
     in memory; `TrajectoryWindows.of` takes any store (several files, streamed or in memory).
     ``dataset[i]`` -> ``{"views": uint8 (T+1, C, V, V), "actions": int64 (T+1,), "rewards":
-    float32 (T+1,), "agent_id": int64, "episode": int64, "start": int64}`` (``episode``: the
+    float32 (T+1,), "ends": bool (T+1,) (`rpg_worldmodel.data.stores.window_ends`), "agent_id": int64,
+    "episode": int64, "start": int64}`` (``episode``: the
     store's id of the window's episode); ``dataset.get_batch(indices)`` returns the same keys
     stacked along a leading batch axis, as torch tensors (the DataLoader path uses it).
 
@@ -147,6 +152,7 @@ class TrajectoryWindows(Dataset):
             "views": torch.from_numpy(views),
             "actions": torch.from_numpy(actions),
             "rewards": torch.from_numpy(rewards),
+            "ends": torch.from_numpy(window_ends(self.store, rows, starts, self.num_frames + 1)),
             "agent_id": torch.from_numpy(self.agent_ids[rows]),
             "episode": torch.from_numpy(self.window_episode[idx]),
             "start": torch.from_numpy(starts),

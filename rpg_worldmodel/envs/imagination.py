@@ -225,6 +225,7 @@ class ImaginedWorlds:
         self.imagined = np.zeros(self.num_worlds, dtype=np.int64)  # turns since each world's start
         self.returns = np.zeros(self.num_worlds, dtype=np.float64)
         self.entropy = np.zeros(self.num_worlds, dtype=np.float64)
+        self.ended = np.zeros(self.num_worlds, dtype=bool)  # the last step ended the game (the end head)
         self.state: Imagination | None = None
 
     def reset(self, rows: np.ndarray, rng: np.random.Generator) -> None:
@@ -246,11 +247,14 @@ class ImaginedWorlds:
         self.state = self.state.with_rows(index, fresh) if joining else fresh
         self.views[index] = views[:, -1]
         self.turns[rows], self.returns[rows], self.entropy[rows] = start.turns, 0.0, 0.0
-        self.imagined[rows] = 0
+        self.imagined[rows], self.ended[rows] = 0, False
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Advance every world by its action ``(N,)``; returns rewards ``(N,)`` float32 (points) and
-        truncated ``(N,)`` bool. Views, turns, returns and entropies are updated in place."""
+        truncated ``(N,)`` bool (the game's last turn or the horizon, where the game did not end).
+        Views, turns, returns, entropies and ``ended`` (the model's end head puts the chance that the
+        step ended the game above one half, sampling or not: a rare event drawn at every step would
+        end long games by chance; never for a model without one) are updated in place."""
         with pinned_torch_threads(self.torch_threads):
             return self._step(actions)
 
@@ -268,13 +272,20 @@ class ImaginedWorlds:
             cells, reward_class = self.sample_view.likeliest(logits), reward_logits.argmax(-1)
         self.views = torch.nn.functional.one_hot(cells, logits.shape[-1]).movedim(-1, 1).float()
         rewards = self.reward_values[reward_class].cpu().numpy()
+        self.ended = self._ends(out.end)
         self.turns += 1
         self.imagined += 1
         self.returns += rewards
         truncated = self.turns >= self.max_turns
         if self.horizon is not None:
             truncated |= self.imagined >= self.horizon
-        return rewards, truncated
+        return rewards, truncated & ~self.ended
+
+    def _ends(self, end_logits: torch.Tensor | None) -> np.ndarray:
+        """``(N,)`` bool: whether this step ended each world's game, as the end head says."""
+        if end_logits is None:
+            return np.zeros(self.num_worlds, dtype=bool)
+        return (end_logits[:, 0].float() > 0).cpu().numpy()
 
     def observations(self) -> np.ndarray:
         """``(N, C, V, V)`` int8 one-hot views (exactly one class per cell)."""

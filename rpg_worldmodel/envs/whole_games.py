@@ -92,8 +92,8 @@ def _real_step(env: TreasurehuntVectorEnv) -> StepWorlds:
 
 def _imagined_step(worlds: ImaginedWorlds) -> StepWorlds:
     def step(action):
-        rewards, done = worlds.step(action)
-        return worlds.observations(), rewards.astype(np.float64), done
+        rewards, truncated = worlds.step(action)
+        return worlds.observations(), rewards.astype(np.float64), truncated | worlds.ended
     return step
 
 

@@ -7,8 +7,10 @@ Its spaces are exactly those of ``Treasurehunt-v0`` with ``obs_mode="onehot"``, 
 the real game (the shipped experts, greedy, SB3 models) acts in it unchanged. A reset plays
 ``num_frames - 1`` real turns (``burn_in_policy``, greedy by default) or cuts them from a file
 (``reset_from="games.h5"``); those turns count toward the episode, which truncates at the same
-turn as the real game. ``info`` carries ``turn``, ``episode_return`` and ``entropy`` (the
-model's mean per-cell entropy of the view it just imagined, nats: its uncertainty). There is no
+turn as the real game, or terminates where the model's end head says the game ended (a model
+trained on games that end, such as a goal reached; treasurehunt games only run out of turns).
+``info`` carries ``turn``, ``episode_return`` and ``entropy`` (the model's mean per-cell entropy
+of the view it just imagined, nats: its uncertainty). There is no
 training code here and no game code in the model: `rpg_worldmodel.envs.imagination` does the
 work.
 """
@@ -125,8 +127,9 @@ class TreasurehuntImaginedEnv(gym.Env[np.ndarray, np.int64]):
             raise ResetNeeded("cannot call step(): the episode has ended (or reset() was never called)")
         action = _check_actions(np.asarray(action), (), self.action_space.n)
         rewards, truncated = self.worlds.step(action.reshape(1))
-        self._needs_reset = bool(truncated[0])
-        return self.worlds.observations()[0], float(rewards[0]), False, bool(truncated[0]), self._info()
+        terminated = bool(self.worlds.ended[0])
+        self._needs_reset = terminated or bool(truncated[0])
+        return self.worlds.observations()[0], float(rewards[0]), terminated, bool(truncated[0]), self._info()
 
     def render(self) -> np.ndarray | None:
         if self.render_mode is None:
@@ -200,22 +203,23 @@ class TreasurehuntImaginedVectorEnv(VectorEnv):
         actions = _check_actions(np.asarray(actions), (self.num_envs,), self.single_action_space.n)
         resetting = self._needs_reset.copy()
         rewards, truncated = self.worlds.step(actions)
+        terminated = self.worlds.ended.copy()
         if resetting.any():  # these worlds ended last step: they restart now and ignore their actions
             self.worlds.reset(np.flatnonzero(resetting), self.np_random)
             rewards = np.where(resetting, 0.0, rewards).astype(np.float32)
-            truncated = truncated & ~resetting
-        terminated = np.zeros(self.num_envs, dtype=bool)
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and truncated.any():
-            ended = np.flatnonzero(truncated)
+            truncated, terminated = truncated & ~resetting, terminated & ~resetting
+        done = terminated | truncated
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
+            ended = np.flatnonzero(done)
             last, infos = self.worlds.observations(), self._infos()
             final_obs = np.full(self.num_envs, None, dtype=object)
             for i in ended:
                 final_obs[i] = last[i]
             self.worlds.reset(ended, self.np_random)
-            infos = {**self._infos(), "final_obs": final_obs, "_final_obs": truncated.copy(),
-                     "final_info": infos, "_final_info": truncated.copy()}
+            infos = {**self._infos(), "final_obs": final_obs, "_final_obs": done.copy(),
+                     "final_info": infos, "_final_info": done.copy()}
             return self.worlds.observations(), rewards.astype(np.float32), terminated, truncated, infos
-        self._needs_reset = truncated.copy()
+        self._needs_reset = done
         return self.worlds.observations(), rewards.astype(np.float32), terminated, truncated, self._infos()
 
     def render(self) -> tuple[np.ndarray, ...] | None:

@@ -83,19 +83,21 @@ def view_counts(log_probs: np.ndarray, target: np.ndarray, previous: np.ndarray)
 def action_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
     """Per-row counts of a next-action predictor: ``log_probs`` ``(N, A)``, ``target`` ``(N,)``.
 
-    Returns ``(N,)`` arrays ``action_ce_sum`` (nats), ``action_n`` and ``action_correct``.
+    Returns ``(N,)`` arrays ``action_ce_sum`` (nats), ``action_n`` and ``action_correct``. A target
+    of -1 (`rpg_worldmodel.data.stores.NO_ACTION`: the game ended, no action follows) counts nothing.
     """
     log_probs = np.asarray(log_probs)
     target = np.asarray(target).astype(np.int64)
     if log_probs.ndim != 2 or target.shape != (log_probs.shape[0],):
         raise ValueError(f"log_probs must be (N, A) and target (N,); got {log_probs.shape}, {target.shape}")
-    if target.size and (target.min() < 0 or target.max() >= log_probs.shape[1]):
-        raise ValueError(f"target actions must be in 0..{log_probs.shape[1] - 1}")
-    nll = -np.take_along_axis(log_probs, target[:, None], axis=1)[:, 0]
+    if target.size and (target.min() < -1 or target.max() >= log_probs.shape[1]):
+        raise ValueError(f"target actions must be in 0..{log_probs.shape[1] - 1} (or -1: none)")
+    taken = target >= 0
+    nll = -np.take_along_axis(log_probs, np.maximum(target, 0)[:, None], axis=1)[:, 0]
     return {
-        "action_ce_sum": nll.astype(np.float64),
-        "action_n": np.ones(len(target), dtype=np.float64),
-        "action_correct": (log_probs.argmax(1) == target).astype(np.float64),
+        "action_ce_sum": np.where(taken, nll, 0.0).astype(np.float64),
+        "action_n": taken.astype(np.float64),
+        "action_correct": ((log_probs.argmax(1) == target) & taken).astype(np.float64),
     }
 
 
@@ -146,6 +148,22 @@ def reward_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
     }
 
 
+def end_counts(logits: np.ndarray, ended: np.ndarray) -> Counts:
+    """Per-row counts of a game-end predictor: ``logits`` ``(N,)`` that the step ended its game,
+    ``ended`` ``(N,)`` bool whether it did. ``(N,)`` ``end_ce_sum`` (nats, the binary cross-entropy),
+    ``end_n``, and ``end_tp``, ``end_fp``, ``end_fn`` of the ends it calls (a logit above 0, the one
+    half at which an imagined game ends)."""
+    logits, ended = np.asarray(logits, dtype=np.float64), np.asarray(ended, dtype=bool)
+    called = logits > 0
+    return {
+        "end_ce_sum": np.logaddexp(0.0, logits) - ended * logits,
+        "end_n": np.ones(len(ended), dtype=np.float64),
+        "end_tp": (called & ended).astype(np.float64),
+        "end_fp": (called & ~ended).astype(np.float64),
+        "end_fn": (~called & ended).astype(np.float64),
+    }
+
+
 def sum_by_unit(counts: Counts, unit_index: np.ndarray, num_units: int) -> Counts:
     """Sum per-row counts into ``(U, ...)`` per-unit counts (rows of unit ``u`` have index ``u``)."""
     unit_index = np.asarray(unit_index, dtype=np.int64)
@@ -187,7 +205,8 @@ def figures_from_counts(totals: Counts, channel_names: Sequence[str],
     ``excess_X``.
     Action figures: ``action_ce`` (nats/step), ``action_acc``. Reward figures: ``reward_ce``
     (nats/step), ``reward_acc``, ``reward_recall_X`` per class X of ``reward_names``, and
-    ``return_mae`` (points, mean absolute error of the return summed over a block of steps).
+    ``return_mae`` (points, mean absolute error of the return summed over a block of steps). End
+    figures (`end_counts`): ``end_ce`` (nats/step), ``end_f1`` and ``end_recall`` of the ends called.
     Undefined ratios are NaN.
     """
     out: Figures = {}
@@ -225,6 +244,11 @@ def figures_from_counts(totals: Counts, channel_names: Sequence[str],
         out["reward_acc"] = ratio(totals["reward_correct"], totals["reward_n"])
         for k, name in enumerate(reward_names):
             out[f"reward_recall_{name}"] = ratio(totals["reward_hit"][..., k], totals["reward_true"][..., k])
+    if "end_ce_sum" in totals:
+        out["end_ce"] = ratio(totals["end_ce_sum"], totals["end_n"])
+        tp, fp, fn = totals["end_tp"], totals["end_fp"], totals["end_fn"]
+        out["end_f1"] = ratio(2 * tp, 2 * tp + fp + fn)
+        out["end_recall"] = ratio(tp, tp + fn)
     if "return_abs_err_sum" in totals:
         out["return_mae"] = ratio(totals["return_abs_err_sum"], totals["return_blocks"])
     return out

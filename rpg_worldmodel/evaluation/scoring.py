@@ -20,6 +20,7 @@ from rpg_base.progress import progress_bar
 from rpg_worldmodel.config import WorldModelConfig
 from rpg_worldmodel.data.masks import RANDOM_CELLS_SHARE, apply_input_mask
 from rpg_worldmodel.data.sources import reward_classes
+from rpg_worldmodel.data.stores import window_ends
 from rpg_worldmodel.data.windows import extents_at, plan_windows
 from rpg_worldmodel.evaluation import metrics as M
 from rpg_worldmodel.evaluation.baselines import FittedBaselines
@@ -38,7 +39,8 @@ class Batch:
 
     views ``(B, T+1, C, V, V)`` uint8, actions ``(B, T+1)`` int64, rewards ``(B, T+1)`` float32,
     agent_ids ``(B,)``, rows ``(B,)`` index into the EvalSet's episodes, starts ``(B,)`` the
-    windows' first steps, score ``(B, T)`` bool positions scored.
+    windows' first steps, score ``(B, T)`` bool positions scored, ends ``(B, T+1)`` bool: the step
+    ended its game (`rpg_worldmodel.data.stores.window_ends`).
     """
 
     views: np.ndarray
@@ -48,13 +50,14 @@ class Batch:
     rows: np.ndarray
     starts: np.ndarray
     score: np.ndarray
+    ends: np.ndarray | None = None
 
 
 def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str | None = None,
                  context: str = "full") -> Iterator[Batch]:
     """Windows of every selected episode in batches of ``batch_size`` (episode order, then start
     order); each transition is scored exactly once (see `rpg_worldmodel.data.windows.window_plan`).
-    Episodes shorter than ``T + 1`` steps have no window."""
+    Episodes shorter than ``T`` steps have no window."""
     store = es.store()
     plan = plan_windows(store.lengths, num_frames, context)
     starts = range(0, len(plan), batch_size)
@@ -63,7 +66,8 @@ def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str 
         rows, starts = plan.rows[a : a + batch_size], plan.starts[a : a + batch_size]
         views, actions, rewards = store.gather(rows, starts, num_frames + 1)
         score = plan.score[a : a + batch_size]
-        yield Batch(views, actions, rewards, es.agent_ids[rows], rows, starts, score)
+        yield Batch(views, actions, rewards, es.agent_ids[rows], rows, starts, score,
+                    window_ends(store, rows, starts, num_frames + 1))
 
 
 @dataclass
@@ -108,9 +112,10 @@ class _Masking:
 
 def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Masking,
                      device: torch.device, extents: list[np.ndarray] | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Model log-probabilities ``(B, T, C, V, V)``, ``(B, T, A)`` and ``(B, T, K)`` (rewards; None
-    without a reward head) for a batch; ``extents``: each row's extents before each start
+    without a reward head), and the end head's logits ``(B, T)`` (None without one), for a batch;
+    ``extents``: each row's extents before each start
     (`rpg_worldmodel.models.steps.store_extents`), as training reads them."""
     views = torch.as_tensor(np.ascontiguousarray(batch.views[:, :num_frames]), device=device).float()
     if mask.kind != "none":
@@ -122,7 +127,8 @@ def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Ma
     view_lp = torch.log_softmax(out.view.float(), dim=2).cpu().numpy()
     action_lp = torch.log_softmax(out.action.float(), dim=-1).cpu().numpy()
     reward_lp = None if out.reward is None else torch.log_softmax(out.reward.float(), dim=-1).cpu().numpy()
-    return view_lp, action_lp, reward_lp
+    end_logits = None if out.end is None else out.end.float().cpu().numpy()
+    return view_lp, action_lp, reward_lp, end_logits
 
 
 @dataclass
@@ -146,6 +152,7 @@ def reward_targets(rewards: np.ndarray, reward_values: np.ndarray) -> np.ndarray
 def _prediction_counts(
     batch: Batch, view_lp: np.ndarray, action_lp: np.ndarray, reward_lp: np.ndarray | None,
     baselines: FittedBaselines | None, reward_values: np.ndarray, cells: CellAnnotations | None = None,
+    end_logits: np.ndarray | None = None,
 ) -> tuple[dict[str, M.Counts], np.ndarray, np.ndarray, dict[str, _Returns]]:
     """Per-prediction counts of the model and the baselines on a batch's scored positions (by cell
     category and against the floor, given ``cells``), the (last input, true next) codes
@@ -159,6 +166,8 @@ def _prediction_counts(
     parts = {"model": M.merge_counts(M.view_counts(views["model"], target, prev),
                                      M.action_counts(action_lp[w, p], act_target))}
     returns: dict[str, _Returns] = {}
+    if end_logits is not None and batch.ends is not None:
+        parts["model"] = M.merge_counts(parts["model"], M.end_counts(end_logits[w, p], batch.ends[w, p]))
     if reward_lp is not None:
         true_points = batch.rewards[w, p].astype(np.float64)
         true_weights = reward_targets(true_points, reward_values)
@@ -277,12 +286,13 @@ def score_eval_set(
     extents = store_extents(es.store(), model.cfg) if model.cfg.extent_prior and mask_kind == "none" else None
     with torch.inference_mode():
         for batch in iter_windows(es, num_frames, batch_size, desc=desc, context=context):
-            view_lp, action_lp, reward_lp = _model_log_probs(model, batch, num_frames, mask, device, extents)
-            parts, prev, target, batch_returns = _prediction_counts(batch, view_lp, action_lp, reward_lp,
-                                                                    baselines, reward_values, cells)
+            view_lp, action_lp, reward_lp, end_logits = _model_log_probs(model, batch, num_frames, mask,
+                                                                         device, extents)
+            parts, prev, target, batch_returns = _prediction_counts(
+                batch, view_lp, action_lp, reward_lp, baselines, reward_values, cells, end_logits)
             collected.add(batch, view_lp, parts, prev, target, batch_returns)
     if not collected.rows:
-        raise InputError(f"no episode of {es.path} is longer than num_frames={num_frames} steps, so "
+        raise InputError(f"no episode of {es.path} has num_frames={num_frames} steps or more, so "
                          "there is nothing to score; record longer episodes")
     names = baselines.channel_names if baselines is not None else channel_names
     scores = _per_game(es, collected.counts, collected.returns, np.concatenate(collected.rows), names,

@@ -66,6 +66,8 @@ def theory_of_mind_counts(es: EvalSet, unit_ids: np.ndarray, rows: np.ndarray, s
     store = es.store()
     k, num_classes = expert.frame_stack, len(baselines.channel_names)
     rows, steps = np.asarray(rows, dtype=np.int64), np.asarray(steps, dtype=np.int64)
+    acts_next = steps + 1 < store.lengths[rows]  # no action follows a game's last step
+    rows, steps, model_codes = rows[acts_next], steps[acts_next], np.asarray(model_codes)[acts_next]
     older = steps[:, None] + np.arange(-(k - 2), 1)  # (N, k-1): frames t-k+2 .. t
     index = store.obs_offset[rows][:, None] + np.maximum(older, 0)
     past = store.obs[index] * (older >= 0)[..., None, None, None].astype(np.uint8)  # zeros before the start

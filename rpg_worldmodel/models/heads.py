@@ -104,6 +104,70 @@ class RewardHead(nn.Module):
         return self.mlp(tokens) + self.by_view(views, actions)
 
 
+#: The end head's starting logit: a probability of 0.007 that a step ends the game (one step in
+#: 150), below the one half at which an imagined game ends.
+END_PRIOR_LOGIT = -5.0
+
+
+class EndHead(nn.Module):
+    """Whether step t ended the game (the env's ``terminated``; a time limit is no end): one logit,
+    an MLP over [global token, mean patch token] plus a linear map of the one-hot view per action
+    (`ViewMapPerAction`), as the reward head: a game that ends where a move enters a cell of some
+    kind learns which kind and which move from data. It starts at `END_PRIOR_LOGIT`: a game ends at
+    one step of many, so an untrained head says no step ends one. ``forward(tokens (B, T, 2D), views
+    (B, T, C, V, V), actions (B, T))`` -> logits (B, T)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.width
+        self.mlp = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
+        self.by_view = ViewMapPerAction(cfg.num_channels, cfg.view_size, cfg.num_actions, 1)
+        self.prior = nn.Parameter(torch.full((1,), END_PRIOR_LOGIT))  # one the Linear init leaves alone
+
+    def forward(self, tokens: torch.Tensor, views: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return (self.mlp(tokens) + self.by_view(views, actions))[..., 0] + self.prior
+
+
+def action_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next action's cross-entropy (nats) and accuracy: ``logits`` (B, T, A), ``targets`` (B, T)
+    long, negative where no action follows (a window ending on the game's final view). The mean is
+    over every position, one with no action counting 0: a count every rank knows, so DDP's mean of
+    ranks is the global one; where every action is taken it is the plain mean, bit for bit."""
+    taken = targets >= 0
+    flat_logits, flat_targets = logits.flatten(0, 1), targets.flatten()
+    if bool(taken.all()):
+        ce = F.cross_entropy(flat_logits, flat_targets)
+    else:
+        each = F.cross_entropy(flat_logits, flat_targets.clamp_min(0), reduction="none")
+        ce = each.where(taken.flatten(), 0.0).mean()
+    with torch.no_grad():
+        acc = (logits.argmax(-1) == targets)[taken].float().mean()
+    return ce, acc
+
+
+def reward_loss(logits: torch.Tensor, values: torch.Tensor, rewards: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reward's cross-entropy (nats) over the classes ``values`` (K,) and accuracy: ``logits``
+    (B, T, K), ``rewards`` (B, T) points as `reward_weights`; where every reward is a class, the
+    classes' cross-entropy."""
+    targets = reward_weights(values, rewards)
+    flat_logits, flat_targets = logits.flatten(0, -2), targets.flatten(0, -2)
+    if bool((flat_targets.amax(-1) == 1).all()):
+        flat_targets = flat_targets.argmax(-1)
+    with torch.no_grad():
+        acc = (logits.argmax(-1) == targets.argmax(-1)).float().mean()
+    return F.cross_entropy(flat_logits, flat_targets), acc
+
+
+def end_loss(logits: torch.Tensor, ends: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whether each step ended the game: binary cross-entropy (nats) of ``logits`` (B, T) against
+    ``ends`` (B, T) bool, and the accuracy of ``logits > 0``."""
+    targets = ends.float()
+    with torch.no_grad():
+        acc = ((logits > 0) == ends.bool()).float().mean()
+    return F.binary_cross_entropy_with_logits(logits, targets), acc
+
+
 def reward_weights(values: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
     """Rewards (points, any shape) as weights over the reward classes ``values`` (K,) ascending ->
     (..., K): all on the class a reward equals, else split between the two classes around it in

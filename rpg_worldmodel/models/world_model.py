@@ -36,12 +36,15 @@ from torch import nn
 from rpg_worldmodel.config import ModelConfig
 from rpg_worldmodel.models.fast_weights import RecurrentOrder, step_layers
 from rpg_worldmodel.models.heads import (
+    EndHead,
     ExtentPrior,
     FrameStackActionHead,
     MemoryMap,
     MoveConv,
     RewardHead,
-    reward_weights,
+    action_loss,
+    end_loss,
+    reward_loss,
 )
 from rpg_worldmodel.models.legacy import LearnedPositions, LinearActionHead, slide_window
 from rpg_worldmodel.models.motion import MotionHead, infer_shifts
@@ -66,11 +69,12 @@ ACTION_LOSS_WEIGHT = 0.5
 class Outputs(NamedTuple):
     """What the model predicts at each step t: ``view`` (B, T, C, V, V) logits of view t+1,
     ``action`` (B, T, A) logits of action t+1, ``reward`` (B, T, K) logits of step t's reward
-    class (None for a model without a reward head)."""
+    class, ``end`` (B, T) the logit that step t ended the game (each None without its head)."""
 
     view: torch.Tensor
     action: torch.Tensor
     reward: torch.Tensor | None
+    end: torch.Tensor | None = None
 
 
 def _last(out: Outputs) -> Outputs:
@@ -124,6 +128,7 @@ class WorldModel(nn.Module):
         self.reward_head = RewardHead(cfg) if cfg.reward_head and cfg.reward_values else None
         self.register_buffer("reward_values", torch.tensor(cfg.reward_values, dtype=torch.float32),
                              persistent=False)
+        self.end_head = EndHead(cfg) if cfg.end_head else None  # whether step t ended the game
         # Which shift each step causes, learned (models/motion.py); the view priors read it (heads.py).
         self.motion = MotionHead(cfg.num_channels, cfg.view_size, cfg.num_actions)
         self.register_buffer("fixed_cells", fixed_mask(cfg), persistent=False)
@@ -181,9 +186,10 @@ class WorldModel(nn.Module):
         view_logits = cells.permute(0, 1, 6, 2, 4, 3, 5).reshape(b, t, c, v, v)
         for prior in self.view_priors:
             view_logits = prior.add_to(view_logits, steps)
-        reward = None if self.reward_head is None else \
-            self.reward_head(torch.cat([global_, patches.mean(2)], -1), steps.views, steps.actions)
-        return Outputs(view_logits, self.action_head.predict(global_, view_logits, steps), reward)
+        summary = torch.cat([global_, patches.mean(2)], -1)
+        reward, end = (None if head is None else head(summary, steps.views, steps.actions)
+                       for head in (self.reward_head, self.end_head))
+        return Outputs(view_logits, self.action_head.predict(global_, view_logits, steps), reward, end)
 
     # ------------------------------------------------------------------ training
     def loss(self, batch: dict[str, torch.Tensor],
@@ -192,16 +198,18 @@ class WorldModel(nn.Module):
         """The training loss of one batch of windows, and detached per-batch statistics.
 
         ``batch`` (on the model's device): ``views`` (B, T+1, C, V, V) one-hot (any dtype), ``actions``
-        (B, T+1) long, ``rewards`` (B, T+1) float (with a reward head), ``extents_before`` (optional,
-        `forward`; not read under a mask, which would not hide it); T is the training window. The model
-        reads the first T steps (through ``input_mask`` when given: it hides part of the input, never
-        of the targets) and is scored on the last T views and actions and the first T rewards.
+        (B, T+1) long (negative after a game's last step), ``rewards`` (B, T+1) float (with a reward
+        head), ``ends`` (B, T+1) bool (with an end head; a batch without it trains no end),
+        ``extents_before`` (optional, `forward`; not read under a mask, which would not hide it); T is
+        the training window. The model reads the first T steps (through ``input_mask`` when given: it
+        hides part of the input, never of the targets) and is scored on the last T views and actions
+        and the first T rewards and ends.
 
         The loss is the sum of the view's per-cell cross-entropy over entity kinds (nats), the
         action's (weighing `ACTION_LOSS_WEIGHT`), the shift's (the motion head's, on the shifts the
-        views tell: `rpg_worldmodel.models.motion.infer_shifts`), the refiner's and the reward's;
-        ``stats``: ``view_ce``, ``action_ce``, ``motion_ce`` and ``reward_ce`` (nats),
-        ``action_acc``, ``cell_acc``, ``motion_acc`` and ``reward_acc`` (fractions), and with a cell
+        views tell: `rpg_worldmodel.models.motion.infer_shifts`), the refiner's, the reward's and the
+        end's; ``stats``: ``view_ce``, ``action_ce``, ``motion_ce``, ``reward_ce``, ``end_ce`` (nats),
+        ``action_acc``, ``cell_acc``, ``motion_acc``, ``reward_acc``, ``end_acc`` (fractions), and with a cell
         refiner ``refiner_ce`` (nats, on the cells it was not shown; ``part``: `refiner_loss`).
         """
         views = batch["views"].float()
@@ -214,18 +222,13 @@ class WorldModel(nn.Module):
         cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
         # the mean over cells, the count a tensor: CUDA multiplies by a number's reciprocal instead
         view_loss = cell_ce.sum() / cell_ce.new_tensor(cell_ce.numel())
-        action_targets = actions[:, 1:]
-        action_ce = F.cross_entropy(action_logits.reshape(-1, action_logits.shape[-1]),
-                                    action_targets.reshape(-1))
+        action_ce, action_acc = action_loss(action_logits, actions[:, 1:])  # none after the last step
         loss = view_loss + ACTION_LOSS_WEIGHT * action_ce
         with torch.no_grad():
             # argmax over a contiguous last axis: ~7x faster on CPU than over the strided C axis
             predicted_codes = view_logits.movedim(2, -1).contiguous().argmax(-1)
-            stats = {
-                "view_ce": cell_ce.mean(), "action_ce": action_ce.detach(),
-                "action_acc": (action_logits.argmax(-1) == action_targets).float().mean(),
-                "cell_acc": (predicted_codes == target_codes).float().mean(),
-            }
+            stats = {"view_ce": cell_ce.mean(), "action_ce": action_ce.detach(), "action_acc": action_acc,
+                     "cell_acc": (predicted_codes == target_codes).float().mean()}
         motion_ce, motion_acc = self._motion_loss(inputs, actions[:, :t], views, part)
         loss = loss + motion_ce
         stats["motion_ce"], stats["motion_acc"] = motion_ce.detach(), motion_acc
@@ -235,16 +238,14 @@ class WorldModel(nn.Module):
             loss = loss + refiner_ce
             stats["refiner_ce"] = refiner_ce.detach()
         if out.reward is not None:
-            reward_logits = out.reward.float()
-            reward_targets = reward_weights(self.reward_values, batch["rewards"][:, :t])
-            flat_logits, flat_targets = reward_logits.flatten(0, -2), reward_targets.flatten(0, -2)
-            if bool((flat_targets.amax(-1) == 1).all()):  # every reward a class: the classes' CE
-                flat_targets = flat_targets.argmax(-1)
-            reward_ce = F.cross_entropy(flat_logits, flat_targets)
+            reward_ce, stats["reward_acc"] = reward_loss(out.reward.float(), self.reward_values,
+                                                         batch["rewards"][:, :t])
             loss = loss + reward_ce
             stats["reward_ce"] = reward_ce.detach()
-            hits = reward_logits.argmax(-1) == reward_targets.argmax(-1)
-            stats["reward_acc"] = hits.float().mean().detach()
+        if out.end is not None and "ends" in batch:
+            end_ce, stats["end_acc"] = end_loss(out.end.float(), batch["ends"][:, :t])
+            loss = loss + end_ce
+            stats["end_ce"] = end_ce.detach()
         return loss, stats
 
     def _motion_loss(self, inputs: torch.Tensor, actions: torch.Tensor, views: torch.Tensor,
