@@ -161,3 +161,20 @@ def test_the_end_head_trains_on_the_ends_and_a_batch_without_them_trains_none(ro
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.end_head.parameters())
     _, without = model.loss({k: v for k, v in batch.items() if k != "ends"})
     assert "end_ce" not in without
+
+
+def test_games_shorter_than_a_training_window_are_named_with_the_window_that_fits(room_file):
+    """A won game can be short (an expert's DoorKey game: 9 steps; the default window: 16): such a
+    game gives no window, and its end and reward would never be trained on."""
+    from rpg_worldmodel.data.shards import DataFiles, short_games_message, training_windows
+
+    files = DataFiles.open(str(room_file))
+    splits = {"train": np.arange(8), "val": np.arange(8, 12)}
+    lengths = files.store(splits["train"], False).lengths
+    window = int(lengths.max())  # every game but the longest is shorter
+    with pytest.warns(UserWarning, match=r"training games are shorter than model.train_window") as caught:
+        _, _, summary = training_windows(files, splits, load_world_model_config(None).data, window)
+    assert summary["games_without_window"] == int((lengths < window).sum()) > 0
+    assert f"set model.train_window={max(1, int(np.percentile(lengths, 10)))}" in str(caught[0].message)
+    message = short_games_message(np.array([9, 9, 12, 250]), 16)
+    assert message.startswith("3 of 4 training games") and "model.train_window=9" in message

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import glob
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,12 +238,27 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
     val_set = TrajectoryWindows.of(files.store(splits["val"], stream), num_frames)
     if len(val_set) == 0:
         raise ConfigError(
-            f"no validation windows: val episodes are shorter than a training window + 1 = "
-            f"{num_frames + 1} steps (model.train_window, at least model.num_frames)"
+            f"no validation windows: val episodes are shorter than a training window of "
+            f"{num_frames} steps (model.train_window, at least model.num_frames)"
         )
+    short = train_set.store.lengths < num_frames
+    if short.any():
+        warnings.warn(short_games_message(train_set.store.lengths, num_frames), stacklevel=2)
     summary = {"files": len(files.sources), "views_mib": nbytes / MIB,
-               "max_memory_mb": data_cfg.max_memory_mb, "streamed": stream}
+               "max_memory_mb": data_cfg.max_memory_mb, "streamed": stream,
+               "games_without_window": int(short.sum())}
     return train_set, val_set, summary
+
+
+def short_games_message(lengths: np.ndarray, num_frames: int) -> str:
+    """What to change when training games of ``lengths`` steps are shorter than a window of
+    ``num_frames`` steps: none of their steps is trained on (a short game may be the won one)."""
+    short = lengths < num_frames
+    fitting = max(1, int(np.percentile(lengths, 10)))
+    return (f"{int(short.sum())} of {len(lengths)} training games are shorter than model.train_window = "
+            f"{num_frames} steps and give no training window: none of their steps, their ends "
+            f"included, is trained on; set model.train_window={fitting} (the 10th percentile of the "
+            f"games' lengths; at least model.num_frames) to train on 90% of them")
 
 
 _OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")
