@@ -58,12 +58,12 @@ if [ -f "$run/curve.json" ]; then cp "$run/curve.json" "$results/learn_curve_gpu
 step trxl python benchmarks/memory_agents.py --tasks proof --algos trxl-ppo --seeds 0 --device cuda \
   --runs "runs/memory_agents_gpu_$(date +%s)" --out "$results/memory_agents_trxl_gpu.json"
 dreamer_seeds() {  # DreamerV3 seeds 0-2 on one GPU at once, each stopped after DREAMER_SECONDS; then played
-  local root=runs/dreamer_gpu_$(date +%s) seed status=0
+  local root=runs/dreamer_gpu_$(date +%s) seed pid status=0 evals=()
   mkdir -p "$root"
-  for seed in 0 1 2; do
+  for seed in 0 1 2; do  # each run ends at its time limit (exit 124 or an interrupt): not a failure
     timeout --signal INT --kill-after 30 "${DREAMER_SECONDS:-400}" python benchmarks/sheeprl_dreamer.py \
-      --steps 10000 --seed "$seed" --accelerator "${DREAMER_ACCELERATOR:-cuda}" --out "$root/dreamer-s$seed" buffer.checkpoint=False \
-      >"$root/train_s$seed.log" 2>&1 &
+      --steps 10000 --seed "$seed" --accelerator "${DREAMER_ACCELERATOR:-cuda}" \
+      --out "$root/dreamer-s$seed" buffer.checkpoint=False >"$root/train_s$seed.log" 2>&1 &
   done
   wait
   for seed in 0 1 2; do
@@ -71,9 +71,11 @@ dreamer_seeds() {  # DreamerV3 seeds 0-2 on one GPU at once, each stopped after 
     # the checkpoints whose save finished (a stopped run's last one may not have)
     mapfile -t saved < <(python -c 'import json, sys; [print(sys.argv[1] + "/" + e["checkpoint"])
 for e in json.load(open(sys.argv[1] + "/checkpoint_times.json"))]' "$root/dreamer-s$seed")
-    python benchmarks/sheeprl_dreamer_eval.py "${saved[@]}" --out "$results/dreamer_rr1_gpu_eval_s$seed.json" >"$root/eval_s$seed.log" 2>&1 &
+    python benchmarks/sheeprl_dreamer_eval.py "${saved[@]}" --out "$results/dreamer_rr1_gpu_eval_s$seed.json" \
+      >"$root/eval_s$seed.log" 2>&1 &
+    evals+=($!)
   done
-  wait || status=1
+  for pid in "${evals[@]}"; do wait "$pid" || status=1; done
   tar czf "$results/dreamer_rr1_gpu_runs.tar.gz" --exclude='*.ckpt' -C "$root" . || status=1
   ls "$results"/dreamer_rr1_gpu_eval_s{0,1,2}.json >/dev/null || status=1
   return $status

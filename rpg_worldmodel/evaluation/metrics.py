@@ -20,6 +20,7 @@ import numpy as np
 
 # The classes and items of the figures are the data's, from its channel names.
 from rpg_worldmodel.data.kinds import entity_names, item_names
+from rpg_worldmodel.data.stores import NO_ACTION
 
 #: Steps per block of the return error (``return_mae``): the return summed over this many
 #: consecutive scored steps of an episode, predicted against true.
@@ -84,15 +85,15 @@ def action_counts(log_probs: np.ndarray, target: np.ndarray) -> Counts:
     """Per-row counts of a next-action predictor: ``log_probs`` ``(N, A)``, ``target`` ``(N,)``.
 
     Returns ``(N,)`` arrays ``action_ce_sum`` (nats), ``action_n`` and ``action_correct``. A target
-    of -1 (`rpg_worldmodel.data.stores.NO_ACTION`: the game ended, no action follows) counts nothing.
+    of `NO_ACTION` (-1: the game ended, no action follows) counts nothing.
     """
     log_probs = np.asarray(log_probs)
     target = np.asarray(target).astype(np.int64)
     if log_probs.ndim != 2 or target.shape != (log_probs.shape[0],):
         raise ValueError(f"log_probs must be (N, A) and target (N,); got {log_probs.shape}, {target.shape}")
-    if target.size and (target.min() < -1 or target.max() >= log_probs.shape[1]):
-        raise ValueError(f"target actions must be in 0..{log_probs.shape[1] - 1} (or -1: none)")
-    taken = target >= 0
+    if target.size and (target.min() < NO_ACTION or target.max() >= log_probs.shape[1]):
+        raise ValueError(f"target actions must be in 0..{log_probs.shape[1] - 1} (or {NO_ACTION}: none)")
+    taken = target != NO_ACTION
     nll = -np.take_along_axis(log_probs, np.maximum(target, 0)[:, None], axis=1)[:, 0]
     return {
         "action_ce_sum": np.where(taken, nll, 0.0).astype(np.float64),

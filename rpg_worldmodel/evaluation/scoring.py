@@ -50,7 +50,7 @@ class Batch:
     rows: np.ndarray
     starts: np.ndarray
     score: np.ndarray
-    ends: np.ndarray | None = None
+    ends: np.ndarray
 
 
 def iter_windows(es: EvalSet, num_frames: int, batch_size: int = 256, desc: str | None = None,
@@ -166,7 +166,7 @@ def _prediction_counts(
     parts = {"model": M.merge_counts(M.view_counts(views["model"], target, prev),
                                      M.action_counts(action_lp[w, p], act_target))}
     returns: dict[str, _Returns] = {}
-    if end_logits is not None and batch.ends is not None:
+    if end_logits is not None:
         parts["model"] = M.merge_counts(parts["model"], M.end_counts(end_logits[w, p], batch.ends[w, p]))
     if reward_lp is not None:
         true_points = batch.rewards[w, p].astype(np.float64)

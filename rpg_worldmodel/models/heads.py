@@ -92,11 +92,12 @@ class RewardHead(nn.Module):
     patch token] (B, T, 2D), plus a linear map of the one-hot view per action (`ViewMapPerAction`):
     a reward that depends on the cell a move enters (an item picked up, a bump) is learned from
     data without being told which cell that is, as one weight, not a pattern of tokens.
-    ``forward(tokens (B, T, 2D), views (B, T, C, V, V), actions (B, T))`` -> logits (B, T, K)."""
+    ``forward(tokens (B, T, 2D), views (B, T, C, V, V), actions (B, T))`` -> logits (B, T, K);
+    ``outputs``: K, the reward classes by default (`EndHead`: one)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, outputs: int | None = None):
         super().__init__()
-        k, d = len(cfg.reward_values), cfg.width
+        k, d = len(cfg.reward_values) if outputs is None else outputs, cfg.width
         self.mlp = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, k))
         self.by_view = ViewMapPerAction(cfg.num_channels, cfg.view_size, cfg.num_actions, k)
 
@@ -109,23 +110,19 @@ class RewardHead(nn.Module):
 END_PRIOR_LOGIT = -5.0
 
 
-class EndHead(nn.Module):
-    """Whether step t ended the game (the env's ``terminated``; a time limit is no end): one logit,
-    an MLP over [global token, mean patch token] plus a linear map of the one-hot view per action
-    (`ViewMapPerAction`), as the reward head: a game that ends where a move enters a cell of some
-    kind learns which kind and which move from data. It starts at `END_PRIOR_LOGIT`: a game ends at
-    one step of many, so an untrained head says no step ends one. ``forward(tokens (B, T, 2D), views
+class EndHead(RewardHead):
+    """Whether step t ended the game (the env's ``terminated``; a time limit is no end): the reward
+    head's two parts with one output, so a game that ends where a move enters a cell of some kind
+    learns which kind and which move from data. It starts at `END_PRIOR_LOGIT`: a game ends at one
+    step of many, so an untrained head says no step ends one. ``forward(tokens (B, T, 2D), views
     (B, T, C, V, V), actions (B, T))`` -> logits (B, T)."""
 
     def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        d = cfg.width
-        self.mlp = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
-        self.by_view = ViewMapPerAction(cfg.num_channels, cfg.view_size, cfg.num_actions, 1)
+        super().__init__(cfg, outputs=1)
         self.prior = nn.Parameter(torch.full((1,), END_PRIOR_LOGIT))  # one the Linear init leaves alone
 
     def forward(self, tokens: torch.Tensor, views: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return (self.mlp(tokens) + self.by_view(views, actions))[..., 0] + self.prior
+        return super().forward(tokens, views, actions)[..., 0] + self.prior
 
 
 def action_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
