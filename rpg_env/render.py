@@ -11,9 +11,11 @@ so ``import rpg_env`` and the ``rgb_array`` / ``ansi`` modes never load it.
 
 from __future__ import annotations
 
+import colorsys
 import functools
 import os
 import tempfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,58 @@ def render_view(codes: np.ndarray, tile: int = RGB_TILE) -> np.ndarray:
     frame[:, [0, -1]] = VIEW_OUTLINE_RGB
     frame[[0, -1], :] = VIEW_OUTLINE_RGB
     return frame
+
+
+#: Colours of kinds many gridworlds name, for a game whose env declares none (`kind_colors`).
+COMMON_KIND_RGB = {"empty": (0, 0, 0), "floor": (20, 20, 20), "wall": (110, 110, 110), "unseen": (52, 52, 72)}
+AGENT_MARK_RGB = (230, 30, 30)
+
+
+def kind_colors(channel_names: Sequence[str],
+                declared: Sequence[Sequence[int]] | None = None) -> np.ndarray:
+    """``(C, 3)`` uint8: the env's declared colour of each kind (protocol ``channel_colors``), else the
+    common kinds' colour, else a bright colour fixed by the kind's name (the same name, the same
+    colour in every run)."""
+    if declared is not None:
+        return np.asarray(declared, dtype=np.uint8).reshape(len(channel_names), 3)
+    rows = []
+    for name in channel_names:
+        if name in COMMON_KIND_RGB:
+            rows.append(COMMON_KIND_RGB[name])
+            continue
+        hue = zlib.crc32(name.encode()) % 360 / 360.0
+        rows.append(tuple(int(255 * v) for v in colorsys.hsv_to_rgb(hue, 0.75, 0.95)))
+    return np.asarray(rows, dtype=np.uint8)
+
+
+def render_kinds(codes: np.ndarray, colors: np.ndarray, agent_cell: tuple[int, int] | None = None,
+                 tile: int = RGB_TILE) -> np.ndarray:
+    """``(V, V)`` cell codes of any game's view -> ``(V * tile, V * tile, 3)`` uint8: each cell a tile
+    of its kind's colour (``colors`` ``(C, 3)``, `kind_colors`) with a dark grid line, the agent's own
+    cell (``agent_cell``, row and column) marked by a red triangle pointing to the view's top, the
+    view outlined as `render_view` outlines it."""
+    codes = np.asarray(codes)
+    if codes.ndim != 2:
+        raise ValueError(f"a view is (V, V) cell codes, got shape {codes.shape}")
+    frame = np.repeat(np.repeat(np.asarray(colors, dtype=np.uint8)[codes], tile, 0), tile, 1)
+    frame[::tile, :] //= 2
+    frame[:, ::tile] //= 2
+    if agent_cell is not None:
+        row, col = agent_cell
+        cell = frame[row * tile:(row + 1) * tile, col * tile:(col + 1) * tile]
+        depth = np.arange(tile)[:, None] - tile // 5  # the triangle's rows, apex at the top
+        half = np.abs(np.arange(tile)[None, :] - (tile - 1) / 2)
+        cell[(depth >= 0) & (depth < tile - 2 * (tile // 5)) & (half <= depth * 0.5)] = AGENT_MARK_RGB
+    frame[:, [0, -1]] = VIEW_OUTLINE_RGB
+    frame[[0, -1], :] = VIEW_OUTLINE_RGB
+    return frame
+
+
+def kinds_legend(channel_names: Sequence[str], colors: np.ndarray,
+                 tile: int = 18) -> list[tuple[np.ndarray, str]]:
+    """``(icon, name)`` legend rows of `render_kinds`'s colours."""
+    return [(np.full((tile, tile, 3), colors[i], dtype=np.uint8), name)
+            for i, name in enumerate(channel_names)]
 
 
 def paint_agent(cell: np.ndarray, index: int, brightness: float = 1.0) -> None:
@@ -295,7 +349,8 @@ def save_png(frame: np.ndarray, path: str | os.PathLike) -> Path:
 
 
 # --------------------------------------------------------------------------- pygame window
-PLAY_HELP = "arrows/WASD move  ·  R restart  ·  Esc quit"
+SESSION_KEYS_HELP = "R restart  ·  Esc quit"
+PLAY_HELP = f"arrows/WASD move  ·  {SESSION_KEYS_HELP}"
 WATCH_HELP = "watching an agent  ·  close the window to hide it"
 WINDOW_SCALE = 2  # screen pixels per frame pixel: a 16-pixel tile shows 32 pixels wide
 _PANEL_WIDTH = 240

@@ -3,15 +3,19 @@
     python -m rpg_worldmodel.play [--checkpoint pretrained] [--side-by-side] [--agent dqn]
                                   [--out dream.gif --steps 60]
 
-Keys: arrows/WASD move, R restarts from a fresh real opening, Space toggles sampled / arg-max
-imagination, Esc quits. The header shows the turn and the imagined return; the panel the reward
+Any checkpoint plays: the treasurehunt game's or another gridworld's (the game its files recorded,
+made again from their env id and arguments; `rpg_worldmodel/Imagined-v0`). Keys: arrows/WASD move;
+a game with other actions gets the keys `rpg_env.play.loop.ACTION_KEYS` gives their names (forward:
+up, pickup: P, drop: O, toggle: T, done: Enter; the window's help line lists them), R restarts
+from a fresh real opening, Space toggles sampled / arg-max imagination, Esc quits. The header shows the turn and the imagined return; the panel the reward
 of the last step and the model's uncertainty (mean entropy per cell of the view it just
-imagined). Every episode opens with ``num_frames - 1`` real turns played by greedy (the model
-needs real context); then the model takes over.
+imagined). Every episode opens with ``num_frames - 1`` real turns (the model needs real context),
+played by greedy in the treasurehunt game and at random in another; then the model takes over.
 
 ``--side-by-side`` shows the real game's view and the dream's next to each other, both
 continuing from the same real opening and receiving the same keys; cells where they disagree
-are outlined in red. ``--agent`` (``dqn``, ``ppo``, ``greedy``, ``random`` or an SB3 ``.zip``)
+are outlined in red. ``--agent`` (``dqn``, ``ppo``, ``greedy``, ``random`` or an SB3 ``.zip``;
+another game: ``random`` or a ``.zip`` trained on it)
 plays instead of the keyboard: one agent, whose action is applied in both worlds, so that they
 stay comparable turn by turn. It chooses from the real game's view (``--agent-sees real``, the
 default side by side: the dream is judged on the moves a real game would see) or the dream's
@@ -19,7 +23,7 @@ default side by side: the dream is judged on the moves a real game would see) or
 ``--out FILE.gif|.mp4 --steps N`` records N agent steps of the same screens without opening a
 window.
 
-The panel also says whether the imagined frame is one the game could show
+In the treasurehunt game the panel also says whether the imagined frame is one the game could show
 (`rpg_worldmodel.envs.fidelity.frame_validity`: its walls, the learner at the centre, the number of
 agents, the kinds); a frame that is not is outlined in magenta. Below it, whether one room still
 explains the whole dream so far (`rpg_worldmodel.envs.consistency`): ``room ok``, or ``room broken
@@ -55,7 +59,9 @@ from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads
 from rpg_worldmodel.shipped import PRETRAINED_NAME
 
-KEYS_HELP = "arrows/WASD move  ·  R restart  ·  Space sampled/arg-max  ·  Esc quit"
+#: The keys besides the game's actions (`rpg_env.play.loop.keys_help`).
+SESSION_KEYS = "R restart  ·  Space sampled/arg-max  ·  Esc quit"
+KEYS_HELP = f"arrows/WASD move  ·  {SESSION_KEYS}"
 MISMATCH_RGB = (230, 40, 40)
 INVALID_FRAME_RGB = (220, 0, 220)
 AGENTS = ("dqn", "ppo", "greedy", "random")
@@ -99,63 +105,75 @@ class ShownWorld(gym.Wrapper):
 
 
 class RealOpening(ShownWorld):
-    """The real game, shown as the agent's view: each reset plays the opening (``turns`` turns by
-    ``opener``) and hands it to ``context`` (a `GivenContext`), so the dream starts from it.
+    """The real game, shown as the agent's view (drawn by ``game``, a `RealGame`): each reset plays the
+    opening (``turns`` turns by ``opener``; a game that ends within it is played again) and hands it
+    to ``context`` (a `GivenContext`), so the dream starts from it.
 
     Its ``episode_return`` counts from the end of the opening, as the dream's does (the dream is
-    never told the opening's rewards): the two scores compare the same turns.
+    never told the opening's rewards, kept in ``opening_return``): the two scores compare the same
+    turns. Its ``turn`` counts
+    every turn played, the opening's too, for a game whose info has none.
     """
 
-    def __init__(self, env: gym.Env, turns: int, opener: Any, context) -> None:
+    def __init__(self, env: gym.Env, turns: int, opener: Any, context, game) -> None:
         from rpg_env.policies.registry import make_policy
 
         super().__init__(env)
-        self.turns, self.opener, self.context = turns, make_policy(opener), context
-        self.opening_return = 0.0
+        self.game, self.turns, self.context = game, turns, context
+        self.opener = make_policy(game.default_opener() if opener is None else opener, env.action_space)
+        self.turn, self.score, self.opening_return = 0, 0.0, 0.0
 
     def reset(self, *, seed=None, options=None):
-        from rpg_worldmodel.envs.imagination import Start
+        from rpg_worldmodel.envs.imagination import OPENING_TRIES, Start
 
-        obs, info = self.env.reset(seed=seed, options=options)
-        if seed is not None:  # the same seed, the same opening
-            self.opener.seed(np.random.default_rng(seed))
-        views, actions = [obs], []
-        for t in range(self.turns):
-            action = int(self.opener.act(obs[None], np.array([t == 0]))[0])
-            obs, *_, info = self.env.step(action)
-            views.append(obs)
-            actions.append(action)
+        for _ in range(OPENING_TRIES):
+            obs, info = self.env.reset(seed=seed, options=options)
+            if seed is not None:  # the same seed, the same opening
+                self.opener.seed(np.random.default_rng(seed))
+            seed, views, actions, ended, self.opening_return = None, [obs], [], False, 0.0
+            for t in range(self.turns):
+                action = int(self.opener.act(obs[None], np.array([t == 0]))[0])
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                self.opening_return += float(reward)
+                views.append(obs)
+                actions.append(action)
+                ended = ended or terminated or truncated
+            if not ended:
+                break
+        else:
+            raise InputError(f"the real game ended within the {self.turns} opening turns "
+                             f"{OPENING_TRIES} times")
+        self.turn, self.score = int(info.get("turn", self.turns)), 0.0
         self.context.give(Start(np.stack(views)[None], np.array(actions, dtype=np.int64)[None],
-                                np.array([int(info.get("turn", self.turns))])))
+                                np.array([self.turn])))
         self.view = obs
-        self.opening_return = float(info.get("episode_return", 0.0))
-        return obs, {**info, "episode_return": 0.0}
+        return obs, {**info, "turn": self.turn, "episode_return": 0.0}
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
-        info = {**info, "episode_return": float(info.get("episode_return", 0.0)) - self.opening_return}
-        return obs, reward, terminated, truncated, info
+        self.turn, self.score = self.turn + 1, self.score + float(reward)
+        return obs, reward, terminated, truncated, {**info, "turn": self.turn, "episode_return": self.score}
 
     def frame(self) -> np.ndarray:
-        from rpg_env.render import render_view
-
-        return render_view(np.asarray(self.view).argmax(0))
+        return self.game.render_view(np.asarray(self.view).argmax(0))
 
 
 class DreamView(ShownWorld):
-    """The imagined game (`TreasurehuntImagined-v0`), its view outlined where it differs from the
+    """The imagined game (`rpg_worldmodel/Imagined-v0`), its view outlined where it differs from the
     real one shown beside it, and in magenta when it is no frame the game could show.
 
-    ``reference``: the game's `FidelityReference` (its map, built once from the checkpoint's game
-    settings), against which each imagined frame is checked.
+    ``reference``: the treasurehunt game's `FidelityReference` (its map, built once from the
+    checkpoint's game settings), against which each imagined frame is checked; None for another game
+    (no check of its frames is written yet: the panel says so).
     """
 
     def __init__(self, env: gym.Env) -> None:
         from rpg_worldmodel.envs.fidelity import FidelityReference
 
         super().__init__(env)
-        meta = env.unwrapped.metadata
-        self.reference = FidelityReference.for_game(meta["rules"], channel_names=meta["channel_names"])
+        meta, self.game = env.unwrapped.metadata, env.unwrapped.game
+        self.reference = FidelityReference.for_game(meta["rules"], channel_names=meta["channel_names"]) \
+            if self.game.treasurehunt else None
         self.codes: list[np.ndarray] = []  # the dream's frames since its reset, as cell codes
         self.actions: list[int] = []
         self.first_turn = 0
@@ -178,7 +196,7 @@ class DreamView(ShownWorld):
         """The dream so far as one game (`whole_game_status`): ``room ok`` or ``room broken at turn k``."""
         from rpg_worldmodel.envs.consistency import whole_game_status
 
-        if not self.codes:
+        if not self.codes or self.reference is None:
             return ""
         if self._judged[0] != len(self.codes):  # judged once a frame, however often the panel asks
             status = whole_game_status(np.stack(self.codes), np.array(self.actions, dtype=np.int64),
@@ -194,7 +212,7 @@ class DreamView(ShownWorld):
         """The conditions of `frame_validity` the current imagined frame fails (empty: a valid frame)."""
         from rpg_worldmodel.envs.fidelity import frame_validity
 
-        if self.view is None:
+        if self.view is None or self.reference is None:
             return []
         failed = frame_validity(np.asarray(self.view).argmax(0)[None, None], self.reference).failed
         return [name for name, count in failed.items() if count]
@@ -212,6 +230,8 @@ class DreamView(ShownWorld):
         whole game's consistency so far."""
         failed = self.failed_conditions()
         validity = f"invalid frame ({', '.join(failed)})" if failed else "valid frame"
+        if self.reference is None:
+            validity = "frames not checked here"
         whole = self.whole_game()
         lines = [f"uncertainty {info['entropy']:.3f} nats/cell", f"{self.mode}: {validity}"]
         return [*lines, whole] if whole else lines
@@ -240,24 +260,23 @@ class Worlds:
         return {"real game": self.real, "imagined": self.dream} if self.real else {"imagined": self.dream}
 
 
-def build_worlds(checkpoint: str, side_by_side: bool, sample: bool = True, opener: Any = "greedy",
+def build_worlds(checkpoint: str, side_by_side: bool, sample: bool = True, opener: Any = None,
                  torch_threads: int | None = 1) -> Worlds:
     """The dream (and the real game, side by side) of ``checkpoint``, made to render rgb frames;
-    the model runs on ``torch_threads`` threads (`TreasurehuntImagined-v0`'s keyword)."""
-    import rpg_env
-    from rpg_worldmodel import IMAGINED_ENV_ID
+    ``opener`` plays the real opening (None: the game's default, `RealGame.default_opener`); the
+    model runs on ``torch_threads`` threads (`rpg_worldmodel/Imagined-v0`'s keyword)."""
+    from rpg_worldmodel import ANY_IMAGINED_ENV_ID
     from rpg_worldmodel.envs.imagination import GivenContext
 
-    dream = DreamView(gym.make(IMAGINED_ENV_ID, checkpoint=checkpoint, burn_in_policy=opener, sample=sample,
-                               render_mode="rgb_array", torch_threads=torch_threads))
+    dream = DreamView(gym.make(ANY_IMAGINED_ENV_ID, checkpoint=checkpoint, burn_in_policy=opener,
+                               sample=sample, render_mode="rgb_array", torch_threads=torch_threads))
     if not side_by_side:
         return Worlds(dream, None)
     worlds = dream.env.unwrapped.worlds
     context = GivenContext()
     worlds.context = context
-    rules = dream.env.unwrapped.metadata["rules"]
-    real = RealOpening(gym.make(rpg_env.ENV_ID, render_mode="rgb_array", **rules), worlds.num_frames - 1,
-                       opener, context)
+    real = RealOpening(dream.game.make(render_mode="rgb_array"), worlds.num_frames - 1, opener, context,
+                       dream.game)
     real.other, dream.other = dream, real
     return Worlds(dream, real)
 
@@ -272,21 +291,25 @@ def play_by_keys(worlds: Worlds, seed: int | None, max_frames: int | None = None
     """The keyboard session (`rpg_env.play.loop.play`) over the worlds; its `PlaySummary`."""
     import pygame
 
-    from rpg_env.play.loop import play
+    from rpg_env.play.loop import keys_help, play
 
+    help_text = f"{keys_help(worlds.dream.game.action_names)}  ·  {SESSION_KEYS}"
     return play(worlds.screens(), seed=seed, side_by_side=worlds.real is not None,
                 extra_keys={pygame.K_SPACE: worlds.dream.toggle_sampling}, status=status_lines,
-                help_text=KEYS_HELP, max_frames=max_frames, window=window, legend=views_legend(worlds))
+                help_text=help_text, max_frames=max_frames, window=window, legend=views_legend(worlds))
 
 
 def views_legend(worlds: Worlds) -> list[tuple[np.ndarray, str]]:
     """The window's legend for the views shown here (`render_view`: every agent in the agent kind's
-    colour, the learner marked at the centre), with the points of the checkpoint's game."""
+    colour, the learner marked at the centre), with the points of the checkpoint's game; another
+    game's: each kind's colour (`RealGame.legend`)."""
     import dataclasses
 
     from rpg_env.game.world import WorldParams
     from rpg_env.render import game_legend
 
+    if not worlds.dream.game.treasurehunt:
+        return worlds.dream.game.legend()
     rules = worlds.dream.env.unwrapped.metadata["rules"]
     names = {f.name for f in dataclasses.fields(WorldParams)}
     params = WorldParams(**{key: value for key, value in rules.items() if key in names})
@@ -305,7 +328,7 @@ def play_by_agent(worlds: Worlds, agent: str, steps: int, seed: int, out: str | 
 
     screens = worlds.screens()
     eyes = _eyes(worlds, sees)
-    policy = make_policy(_agent_spec(agent))
+    policy = make_policy(_agent_spec(agent), screens[eyes].action_space)
     policy.check_view_shape(screens[eyes].observation_space.shape)
     policy.seed(np.random.default_rng(seed))
     window = PygameWindow(fps if out is None else 0, legend=views_legend(worlds),

@@ -100,5 +100,9 @@ def test_an_env_without_the_protocol_metadata_is_refused_clearly():
         describe(Bare())
     with pytest.raises(ValueError, match="one-hot egocentric views"):
         describe(gym.make(rpg_env.ENV_ID, obs_mode="rgb"))
+    misdrawn = HiddenGame()
+    misdrawn.metadata = {**misdrawn.metadata, "channel_colors": [(0, 0, 0)]}
+    with pytest.raises(ValueError, match=r"declares 1 channel colours for \d+ channels"):
+        describe(misdrawn)
     np.testing.assert_array_equal(describe(gym.make(rpg_env.ENV_ID)).action_names, ["up", "down", "left",
                                                                                    "right"])

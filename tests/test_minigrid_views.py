@@ -20,6 +20,7 @@ from rpg_env.envs.minigrid_views import (
     kind_table,
     one_hot_twin,
 )
+from rpg_env.envs.protocol import describe
 from rpg_env.experts.config import load_expert_config
 from rpg_env.experts.train import train
 from rpg_env.policies.registry import load_expert_policy
@@ -61,6 +62,11 @@ def test_made_env_passes_gymnasium_checker_and_declares_the_protocol():
     assert meta["action_names"] == ("left", "right", "forward", "pickup", "drop", "toggle", "done")
     assert meta["max_turns"] == 250
     assert meta["rules"] == {"task": TASK, "colors": False, "size": 5, "max_steps": 250}
+    described = describe(env)  # how a view is drawn: one colour per kind, the agent at the bottom middle
+    assert described.agent_cell == (6, 3) and len(described.channel_colors) == len(kind_names())
+    coloured = describe(gym.make(rpg_env.MINIGRID_ID, task=TASK, colors=True))
+    assert len(set(coloured.channel_colors)) == len(kind_names(colors=True))  # every kind its own colour
+    assert len(set(described.channel_colors)) == len(kind_names())
     # the rules make the same env again
     again = gym.make(rpg_env.MINIGRID_ID, **meta["rules"])
     a, _ = env.reset(seed=3)

@@ -425,8 +425,8 @@ def test_one_agent_acts_in_both_worlds(tiny_world_model, monkeypatch, sees):
     looked_at, taken = [], {"real game": [], "imagined": []}
     make_policy = registry.make_policy
 
-    def spying_policy(spec):
-        policy = make_policy(spec)
+    def spying_policy(spec, action_space=None):
+        policy = make_policy(spec, action_space)
         act = policy.act
 
         def spy(obs, start):

@@ -20,7 +20,10 @@ from rpg_env.render import (
     PygameWindow,
     annotate,
     game_legend,
+    kind_colors,
+    kinds_legend,
     render_ansi,
+    render_kinds,
     render_rgb,
     render_view,
     save_animation,
@@ -351,3 +354,21 @@ def test_the_views_legend_shows_the_agents_in_the_pixels_a_view_draws():
     np.testing.assert_array_equal(_legend_icon(legend, "A"), frame[4 * tile:5 * tile, 4 * tile:5 * tile])
     np.testing.assert_array_equal(_legend_icon(legend, "B"), frame[2 * tile:3 * tile, 6 * tile:7 * tile])
     assert not any(label.startswith("B") for _, label in game_legend(WorldParams(), 1, views=True))
+
+
+def test_any_games_view_is_drawn_in_its_kinds_colours_with_the_agents_cell_marked():
+    names = ("unseen", "empty", "wall", "crystal")
+    declared = [(1, 2, 3), (0, 0, 0), (90, 90, 90), (200, 10, 10)]
+    np.testing.assert_array_equal(kind_colors(names, declared), np.asarray(declared, dtype=np.uint8))
+    named = kind_colors(names)  # none declared: the common kinds' colours, the others' fixed by name
+    assert tuple(named[2]) == (110, 110, 110) and tuple(named[3]) == tuple(kind_colors(["crystal"])[0])
+    codes = np.array([[2, 2, 2], [0, 3, 0], [1, 1, 1]])
+    frame = render_kinds(codes, named, agent_cell=(2, 1), tile=16)
+    assert frame.shape == (48, 48, 3) and tuple(frame[0, 5]) == VIEW_OUTLINE_RGB
+    assert tuple(frame[24, 24]) == tuple(named[3]) and tuple(frame[8, 8]) == tuple(named[2])
+    agent = frame[32:48, 16:32]
+    assert (agent == (230, 30, 30)).all(-1).sum() > 20 and tuple(frame[40, 8]) == tuple(named[1])
+    red = (agent == (230, 30, 30)).all(-1).sum(1)
+    assert red[12] > red[6] > red[4] >= 0 and red[14] == 0  # a triangle, its apex to the view's top
+    assert tuple(render_kinds(codes, named, tile=16)[40, 24]) == tuple(named[1])  # no agent: no mark
+    assert [label for _, label in kinds_legend(names, named)] == list(names)

@@ -32,6 +32,14 @@ COLORS = ("red", "green", "blue", "purple", "yellow", "grey")
 DOOR_STATES = ("open", "closed", "locked")
 #: Objects whose colour ``colors=True`` keeps.
 COLORED = ("door", "key", "ball", "box")
+#: MiniGrid's colours (``minigrid.core.constants.COLORS``) and how its renderer colours each kind; with
+#: ``colors=False`` a coloured object takes one colour per kind (`UNCOLORED`), a door's state its shade.
+RGB = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "purple": (112, 39, 195),
+       "yellow": (255, 255, 0), "grey": (100, 100, 100)}
+KIND_RGB = {"unseen": (52, 52, 72), "empty": (0, 0, 0), "wall": (100, 100, 100), "floor": (30, 30, 110),
+            "goal": (0, 255, 0), "lava": (255, 128, 0)}
+UNCOLORED = {"door": "yellow", "key": "yellow", "ball": "blue", "box": "purple"}
+SHADES = {"door_open": 0.35, "door_closed": 0.8, "door_locked": 0.55, "key": 0.95, "ball": 0.9, "box": 0.65}
 
 
 
@@ -45,6 +53,19 @@ def kind_names(colors: bool = False) -> tuple[str, ...]:
         for state in states:
             names += [f"{state}_{c}" for c in COLORS] if colors and obj in COLORED else [state]
     return tuple(names)
+
+
+def minigrid_colors(colors: bool = False) -> tuple[tuple[int, int, int], ...]:
+    """The RGB colour of each channel of `kind_names` (the protocol's ``channel_colors``), as MiniGrid
+    draws the kind: a coloured object in its colour, shaded by kind and a door's state."""
+    rows = []
+    for name in kind_names(colors):
+        if name in KIND_RGB:
+            rows.append(KIND_RGB[name])
+            continue
+        kind, _, color = name.rpartition("_") if colors else (name, "", UNCOLORED[name.split("_")[0]])
+        rows.append(tuple(int(v * SHADES[kind]) for v in RGB[color]))
+    return tuple(rows)
 
 
 def kind_table(colors: bool = False) -> np.ndarray:
@@ -84,7 +105,8 @@ class OneHotViews(gym.ObservationWrapper):
                              f"names {len(actions)}")
         max_steps = int(env.unwrapped.max_steps)
         self.metadata = {**env.metadata, "channel_names": names, "action_names": actions,
-                         "max_turns": max_steps}
+                         "max_turns": max_steps, "channel_colors": minigrid_colors(self.colors),
+                         "agent_cell": (v - 1, v // 2)}
 
     def observation(self, observation: dict[str, Any]) -> np.ndarray:
         image = np.asarray(observation["image"])

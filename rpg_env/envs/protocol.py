@@ -16,6 +16,9 @@ evaluator work with *any* env (single or vector, wrapped or not) that has:
    - ``"rules"``: the JSON-ready settings of the game it plays, as ``gymnasium.make`` keyword
      arguments (recorded as a trajectory file's ``env_kwargs``);
    - ``"co_policy_id"``: the label of the policy that drives the co-players, if any;
+   - ``"channel_colors"``: an RGB triple per channel, how a drawing of a view colours each kind
+     (`rpg_env.render.render_kinds`; without it, colours are chosen from the names);
+   - ``"agent_cell"``: ``(row, col)`` of the agent's own cell in its view (the centre if absent);
 
 4. optionally these ``info`` keys: ``turn``, ``episode_return``, and for co-players ``co_obs``
    ``(A-1, C, V, V)`` (the views they act on next), ``co_actions`` and ``co_rewards`` ``(A-1,)``
@@ -46,6 +49,8 @@ class EnvDescription:
     max_turns: int | None
     rules: dict[str, Any] = field(default_factory=dict)
     co_policy_id: str | None = None
+    channel_colors: tuple[tuple[int, int, int], ...] | None = None
+    agent_cell: tuple[int, int] | None = None
 
     @property
     def view_size(self) -> int:
@@ -91,6 +96,11 @@ def describe(env: Any) -> EnvDescription:
                          f"metadata['action_names'] to one name per action")
     spec = getattr(env, "spec", None)
     max_turns = meta.get("max_turns") or getattr(spec, "max_episode_steps", None)
+    colors = meta.get("channel_colors")
+    if colors is not None and (len(colors) != len(channels) or any(len(c) != 3 for c in colors)):
+        raise ValueError(f"the env declares {len(colors)} channel colours for {len(channels)} channels; set "
+                         f"metadata['channel_colors'] to one RGB triple per channel")
+    agent_cell = meta.get("agent_cell")
     return EnvDescription(
         env_id=getattr(spec, "id", None),
         obs_shape=tuple(int(x) for x in obs_space.shape),
@@ -100,4 +110,6 @@ def describe(env: Any) -> EnvDescription:
         max_turns=None if max_turns is None else int(max_turns),
         rules=dict(meta.get("rules") or {}),
         co_policy_id=meta.get("co_policy_id"),
+        channel_colors=None if colors is None else tuple(tuple(int(x) for x in c) for c in colors),
+        agent_cell=None if agent_cell is None else (int(agent_cell[0]), int(agent_cell[1])),
     )

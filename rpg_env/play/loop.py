@@ -25,19 +25,32 @@ import gymnasium as gym
 from rpg_env.envs.protocol import describe
 
 DEFAULT_FPS = 30.0
-#: pygame key name -> action name; resolved against the env's ``action_names``.
-MOVE_KEYS = {"up": ("up", "w"), "down": ("down", "s"), "left": ("left", "a"), "right": ("right", "d")}
+#: action name -> pygame key names, resolved against the env's ``action_names``: the treasurehunt
+#: game's moves, and MiniGrid's turns and object actions (its ``manual_control`` keys where they are
+#: free here: Space and Tab belong to the play windows).
+ACTION_KEYS = {"up": ("up", "w"), "down": ("down", "s"), "left": ("left", "a"), "right": ("right", "d"),
+               "forward": ("up", "w"), "pickup": ("p", "page up"), "drop": ("o", "page down"),
+               "toggle": ("t",), "done": ("return",)}
 
 
 def key_actions(action_names: Sequence[str] = ("up", "down", "left", "right")) -> dict[int, int]:
-    """pygame key code -> action index, for arrows and WASD (``action_names`` gives the order)."""
+    """pygame key code -> action index, for the actions `ACTION_KEYS` names (``action_names`` gives the
+    order); an action it does not name has no key."""
     import pygame
 
     keys = {}
     for index, name in enumerate(action_names):
-        for key_name in MOVE_KEYS.get(name, ()):
+        for key_name in ACTION_KEYS.get(name, ()):
             keys[pygame.key.key_code(key_name)] = index
     return keys
+
+
+def keys_help(action_names: Sequence[str]) -> str:
+    """The key-help line for an env's actions: ``"arrows/WASD move"`` for the four moves, else each
+    action with its first key (``"up forward  ·  p pickup"``)."""
+    if set(action_names) == {"up", "down", "left", "right"}:
+        return "arrows/WASD move"
+    return "  ·  ".join(f"{ACTION_KEYS[name][0]} {name}" for name in action_names if name in ACTION_KEYS)
 
 
 @dataclass
@@ -267,13 +280,15 @@ def play(envs: gym.Env | Sequence[gym.Env] | Mapping[str, gym.Env], *, seed: int
     """
     import pygame
 
-    from rpg_env.render import PLAY_HELP, PygameWindow
+    from rpg_env.render import SESSION_KEYS_HELP, PygameWindow
 
     if max_frames is not None and max_frames < 1:
         raise ValueError(f"max_frames must be >= 1 or None, got {max_frames}")
     screens = _screens(envs)
     if help_text is None:
-        help_text = PLAY_HELP + ("  ·  Tab switch" if len(screens) > 1 and not side_by_side else "")
+        actions = describe(screens[0].env).action_names
+        help_text = f"{keys_help(actions)}  ·  {SESSION_KEYS_HELP}" + \
+            ("  ·  Tab switch" if len(screens) > 1 and not side_by_side else "")
     own_window = window is None
     if own_window:
         window = PygameWindow(fps, help_text=help_text, close_on_quit=False, legend=legend)

@@ -7,9 +7,9 @@ all N worlds with one batched, cached forward pass per step (`WorldModel.imagine
 samples each next view per cell and each reward from the model's distributions. The
 environments of `rpg_worldmodel.envs.world_model_env` are thin Gymnasium faces of it.
 
-Episodes end only by truncation at the game's fixed length, so turns are counted exactly and
-the model needs no "done" head: the context's real turns count toward the episode, and an
-imagined episode truncates at the same turn as the real game would.
+The context's real turns count toward the episode: an imagined episode truncates at the turn the
+real game would (its length, `RealGame.max_turns`), or ends where the model's end head says the game
+ended. Which game, and its length, come from the checkpoint's files (`rpg_worldmodel.envs.real_game`).
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from gymnasium import spaces
 
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads
-from rpg_env.envs.vector import TreasurehuntVectorEnv
-from rpg_env.game.world import DEFAULT_WORLD
 from rpg_env.policies.base import BatchPolicy
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import LoadedCheckpoint
 from rpg_worldmodel.data.sources import DataSource, check_data_matches
 from rpg_worldmodel.data.stores import EpisodeStore
+from rpg_worldmodel.envs.real_game import RealGame
 from rpg_worldmodel.evaluation.episodes import select_episodes
 from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
 from rpg_worldmodel.models.sampling import ViewSampler, sample_cells
@@ -54,42 +54,67 @@ class Context(Protocol):
     def sample(self, k: int, rng: np.random.Generator) -> Start: ...
 
 
+#: How often a world's real opening is played again when its game ended within it (`RealGameContext`).
+OPENING_TRIES = 10
+
+
 class RealGameContext:
     """Context played in the real game: a burn-in policy plays ``num_frames - 1`` turns.
 
-    ``policy``: anything `rpg_env.policies.registry.make_policy` takes (``"greedy"``, ``"random"``, an SB3
-    ``.zip``); ``rules``: the game's settings (the checkpoint's training data's ``env_kwargs``);
-    ``co_policy``: who drives the co-players.
+    ``game``: the checkpoint's `RealGame`; ``policy``: anything `rpg_env.policies.registry.make_policy`
+    takes (``"greedy"``, ``"random"`` (from the game's actions), an SB3 ``.zip``; None: the game's
+    `RealGame.default_opener`); ``co_policy``: who drives the treasurehunt game's co-players. An
+    opening must stay inside one game: a world whose game ends within it is played again, from a
+    fresh reset, up to `OPENING_TRIES` times.
     """
 
-    def __init__(self, num_frames: int, rules: dict[str, Any], policy: Any = "greedy",
-                 co_policy: Any = "random") -> None:
-        self.num_frames, self.rules, self.co_policy = num_frames, dict(rules), co_policy
-        self.policy: BatchPolicy = make_policy(policy)
-        max_turns = int(self.rules.get("max_turns", DEFAULT_WORLD.max_turns))
-        if num_frames - 1 >= max_turns:
+    def __init__(self, num_frames: int, game: RealGame, policy: Any = None, co_policy: Any = None) -> None:
+        game.co_players(co_policy)  # refused here, not at the first reset
+        self.num_frames, self.game, self.co_policy = num_frames, game, co_policy
+        self.policy: BatchPolicy = make_policy(game.default_opener() if policy is None else policy,
+                                               spaces.Discrete(len(game.action_names)))
+        if num_frames - 1 >= game.max_turns:
             raise InputError(f"a context of {num_frames} frames does not fit in an episode of "
-                             f"{max_turns} turns")
+                             f"{game.max_turns} turns")
 
     def sample(self, k: int, rng: np.random.Generator) -> Start:
-        env = TreasurehuntVectorEnv(k, **self.rules, co_policy=self.co_policy)
+        views, actions, left = [], [], k  # the worlds are alike: any whole opening serves any of them
+        for _ in range(OPENING_TRIES):
+            played, taken, ended = self._play(left, rng)
+            views.append(played[~ended])
+            actions.append(taken[~ended])
+            left = int(ended.sum())
+            if not left:
+                break
+        else:
+            raise InputError(f"{self.game.env_id}'s games ended within the {self.num_frames - 1} opening "
+                             f"turns {OPENING_TRIES} times in a row: a model of num_frames {self.num_frames} needs "
+                             f"longer games (or start from a file: reset_from=)")
+        return Start(np.concatenate(views), np.concatenate(actions),
+                     np.full(k, self.num_frames - 1, dtype=np.int64))
+
+    def _play(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``k`` openings: views ``(k, T, C, V, V)`` uint8, actions ``(k, T-1)`` int64, and ``(k,)`` bool
+        whether a world's game ended (terminated or truncated) within its opening."""
+        env = self.game.make_vector(k, self.co_policy)
         self.policy.check_view_shape(tuple(env.single_observation_space.shape))
         try:
             obs, _ = env.reset(seed=int(rng.integers(2**62)))
             self.policy.seed(np.random.default_rng(rng.integers(2**62)))
-            views, actions = [obs], []
+            views, actions, ended = [obs], [], np.zeros(k, dtype=bool)
             start = np.ones(k, dtype=bool)
             for _ in range(self.num_frames - 1):
                 action = self.policy.act(obs, start)
                 start[:] = False
-                obs, *_ = env.step(action)
+                obs, _, terminated, truncated, _ = env.step(action)
+                ended |= np.asarray(terminated) | np.asarray(truncated)
                 views.append(obs)
                 actions.append(action)
         finally:
             env.close()
         stacked = np.stack(views, 1).astype(np.uint8)
         acts = np.stack(actions, 1) if actions else np.zeros((k, 0), dtype=np.int64)
-        return Start(stacked, acts.astype(np.int64), np.full(k, self.num_frames - 1, dtype=np.int64))
+        return stacked, acts.astype(np.int64), ended
 
 
 class FileContext:
@@ -214,7 +239,7 @@ class ImaginedWorlds:
         self.device, self.context, self.num_worlds = torch.device(device), context, int(num_worlds)
         self.sample, self.temperature = bool(sample), float(temperature)
         data = loaded.record.data
-        self.num_frames, self.max_turns = cfg.num_frames, int(data.env_kwargs["max_turns"])
+        self.num_frames, self.max_turns = cfg.num_frames, RealGame.of(data).max_turns
         self.reward_values = torch.tensor(cfg.reward_values, dtype=torch.float32, device=self.device)
         refiner = self.model.refiner
         self.sample_view = ViewSampler(refiner, rounds, doubt, float(floor), self.model.kind_limits)

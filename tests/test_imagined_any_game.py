@@ -1,0 +1,153 @@
+"""``rpg_worldmodel/Imagined-v0``: the imagined env of a checkpoint of another game (MiniGrid through
+`OneHotMiniGrid-v0`), its spaces, length and drawing taken from the checkpoint's files and their env;
+its real openings; and `python -m rpg_worldmodel.play` side by side with the real game."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import rpg_worldmodel
+from rpg_base.errors import InputError
+from rpg_env.policies.base import BatchPolicy
+from rpg_worldmodel.config import load_world_model_config
+from rpg_worldmodel.envs.imagination import OPENING_TRIES, RealGameContext
+from rpg_worldmodel.envs.real_game import RealGame
+from rpg_worldmodel.envs.world_model_env import ImaginedVectorEnv
+from rpg_worldmodel.train import train
+
+pytest.importorskip("minigrid")
+
+ROOM = {"task": "MiniGrid-Empty-5x5-v0", "max_steps": 40}
+TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
+        "train.max_steps=3", "train.batch_size=8", "train.warmup_steps=1", "train.eval_every=3",
+        "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=32",
+        "train.num_threads=1", "model.refiner_views=16"]
+
+
+@pytest.fixture(scope="module")
+def room_model(tmp_path_factory):
+    from rpg_env.record import record
+
+    folder = tmp_path_factory.mktemp("minigrid_dream")
+    record("random", folder / "empty.h5", 12, seed=0, num_envs=4, mode="w", progress=False,
+           env_id="OneHotMiniGrid-v0", env_kwargs=ROOM)
+    train(load_world_model_config(None, [*TINY, f"data.path={folder / 'empty.h5'}",
+                                         f"out_dir={folder / 'run'}"]))
+    return folder / "run"
+
+
+def _room_game() -> RealGame:
+    env = gym.make("OneHotMiniGrid-v0", **ROOM)
+    game = RealGame("OneHotMiniGrid-v0", dict(env.metadata["rules"]), tuple(env.metadata["channel_names"]),
+                    tuple(env.metadata["action_names"]))
+    env.close()
+    return game
+
+
+def test_any_games_imagined_env_takes_its_spaces_length_and_colours_from_the_files(room_model):
+    env = gym.make(rpg_worldmodel.ANY_IMAGINED_ENV_ID, checkpoint=room_model, render_mode="rgb_array")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped, skip_render_check=False)
+    assert [str(w.message) for w in caught] == []
+    real = gym.make("OneHotMiniGrid-v0", **ROOM)
+    assert env.observation_space == real.observation_space and env.action_space == real.action_space
+    meta = env.unwrapped.metadata
+    assert meta["max_turns"] == 40 and meta["channel_names"] == real.metadata["channel_names"]
+    assert meta["agent_cell"] == (6, 3) and len(meta["channel_colors"]) == 12
+    obs, info = env.reset(seed=0)
+    assert info["turn"] == 2 and obs.shape == (12, 7, 7)  # the random opening's real turns count
+    frame = env.render()
+    assert frame.shape == (7 * 16, 7 * 16, 3)
+    wall = meta["channel_names"].index("wall")  # a wall cell is drawn in the env's wall colour
+    r, c = np.argwhere(obs.argmax(0) == wall)[0]
+    assert tuple(frame[r * 16 + 8, c * 16 + 8]) == tuple(meta["channel_colors"][wall])
+    turns, ended = info["turn"], False
+    while not ended:
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        turns, ended = turns + 1, terminated or truncated
+        assert info["turn"] == turns and (obs.sum(0) == 1).all()
+    assert turns <= 40 and (terminated or turns == 40)
+
+
+def test_the_treasurehunt_id_refuses_another_games_checkpoint_and_co_players(room_model):
+    with pytest.raises(InputError, match="not the treasurehunt game: make rpg_worldmodel/Imagined-v0"):
+        gym.make(rpg_worldmodel.IMAGINED_ENV_ID, checkpoint=room_model)
+    with pytest.raises(InputError, match="has none: leave co_policy out"):
+        gym.make(rpg_worldmodel.ANY_IMAGINED_ENV_ID, checkpoint=room_model, co_policy="greedy")
+    venv = gym.make_vec(rpg_worldmodel.ANY_IMAGINED_ENV_ID, num_envs=3, checkpoint=room_model)
+    assert isinstance(venv.unwrapped, ImaginedVectorEnv) and venv.single_action_space.n == 7
+    obs, info = venv.reset(seed=0)
+    obs, *_ = venv.step(np.array([0, 1, 2]))
+    assert obs.shape == (3, 12, 7, 7) and (obs.sum(1) == 1).all()
+
+
+class _ToGoal(BatchPolicy):
+    """Walks to the empty room's goal (forward, forward, turn right, forward, forward: its game ends
+    at the 5th turn) in its first ``goal_openings`` openings (None: all), and only turns left in the
+    openings after."""
+
+    policy_id = "to-goal"
+    path = (2, 2, 1, 2, 2)  # MiniGrid: 0 left, 1 right, 2 forward
+
+    def __init__(self, goal_openings: int | None) -> None:
+        super().__init__()
+        self.goal_openings, self.openings, self.step = goal_openings, 0, 0
+
+    def act(self, obs, episode_start=None):
+        if episode_start is not None and episode_start.any():
+            self.openings, self.step = self.openings + 1, 0
+        walks = self.goal_openings is None or self.openings <= self.goal_openings
+        action = self.path[self.step] if walks and self.step < len(self.path) else 0
+        self.step += 1
+        return np.full(len(obs), action, dtype=np.int64)
+
+
+def test_an_opening_whose_game_ends_is_played_again_and_never_crosses_a_reset():
+    game = _room_game()
+    policy = _ToGoal(goal_openings=1)
+    start = RealGameContext(7, game, policy).sample(4, np.random.default_rng(0))  # 6 opening turns
+    assert policy.openings == 2 and start.views.shape == (4, 7, 12, 7, 7)
+    assert (start.actions == 0).all() and (start.turns == 6).all()
+    # spinning in place: after four left turns the agent faces its first way again
+    np.testing.assert_array_equal(start.views[:, 4], start.views[:, 0])
+    short = RealGameContext(5, game, _ToGoal(goal_openings=None)).sample(2, np.random.default_rng(0))
+    assert short.actions.tolist() == [[2, 2, 1, 2]] * 2  # 4 turns: one short of the goal, kept
+    with pytest.raises(InputError, match=f"ended within the 6 opening turns {OPENING_TRIES} times"):
+        RealGameContext(7, game, _ToGoal(goal_openings=None)).sample(2, np.random.default_rng(0))
+
+
+def test_play_shows_another_games_dream_beside_its_real_game(room_model, tmp_path):
+    from rpg_worldmodel.play import build_worlds, main, views_legend
+
+    worlds = build_worlds(str(room_model), side_by_side=True)
+    real_obs, real_info = worlds.real.reset(seed=3)
+    dream_obs, dream_info = worlds.dream.reset(seed=3)
+    np.testing.assert_array_equal(real_obs, dream_obs)  # the dream continues from the real opening
+    assert real_info["turn"] == dream_info["turn"] == 2
+    assert [label for _, label in views_legend(worlds)] == list(worlds.dream.game.channel_names)
+    assert worlds.dream.status(dream_info)[-1].endswith("frames not checked here")
+    _, reward, *_, info = worlds.real.step(2)
+    assert info["turn"] == 3 and info["episode_return"] == reward
+    out = tmp_path / "dream.gif"
+    result = main(["--checkpoint", str(room_model), "--side-by-side", "--agent", "random", "--steps", "12",
+                   "--out", str(out)])
+    assert out.stat().st_size > 0 and result["frames"] == 12
+
+
+def test_keys_follow_the_games_action_names():
+    pygame = pytest.importorskip("pygame")
+    from rpg_env.play.loop import key_actions, keys_help
+
+    names = ("left", "right", "forward", "pickup", "drop", "toggle", "done")
+    pygame.init()  # as the play window does before it reads keys
+    keys = key_actions(names)
+    assert keys[pygame.K_UP] == 2 and keys[pygame.K_LEFT] == 0 and keys[pygame.K_p] == 3
+    assert keys[pygame.K_RETURN] == 6 and keys[pygame.K_t] == 5
+    assert keys_help(names).startswith("left left  ·  right right  ·  up forward")
+    assert keys_help(("up", "down", "left", "right")) == "arrows/WASD move"
