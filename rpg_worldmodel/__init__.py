@@ -4,8 +4,8 @@ written by `rpg_env` (the HDF5 schema in docs/trajectory-format.md).
 ``import rpg_worldmodel`` registers the model as a Gymnasium environment
 (`rpg_worldmodel.envs.world_model_env`): ``rpg_worldmodel/Imagined-v0`` for a checkpoint of any game
 its files recorded, ``TreasurehuntImagined-v0`` for a treasurehunt checkpoint.
-`rpg_worldmodel.shipped.pretrained_path`
-finds the world model (and the agent trained in it) that ship with the package. Nothing else is
+`rpg_worldmodel.shipped.pretrained_path` finds the world model (and the agent trained in it) that
+ship with the package. Nothing else is
 imported here.
 """
 

@@ -88,8 +88,8 @@ class RealGameContext:
                 break
         else:
             raise InputError(f"{self.game.env_id}'s games ended within the {self.num_frames - 1} opening "
-                             f"turns {OPENING_TRIES} times in a row: a model of num_frames {self.num_frames} needs "
-                             f"longer games (or start from a file: reset_from=)")
+                             f"turns {OPENING_TRIES} times in a row: a model of num_frames {self.num_frames} "
+                             f"needs longer games (or start from a file: reset_from=)")
         return Start(np.concatenate(views), np.concatenate(actions),
                      np.full(k, self.num_frames - 1, dtype=np.int64))
 
