@@ -4,13 +4,14 @@
                                   [--out dream.gif --steps 60]
 
 Any checkpoint plays: the treasurehunt game's or another gridworld's (the game its files recorded,
-made again from their env id and arguments; `rpg_worldmodel/Imagined-v0`). Keys: arrows/WASD move;
-a game with other actions gets the keys `rpg_env.play.loop.ACTION_KEYS` gives their names (forward:
-up, pickup: P, drop: O, toggle: T, done: Enter; the window's help line lists them), R restarts
-from a fresh real opening, Space toggles sampled / arg-max imagination, Esc quits. The header
-shows the turn and the imagined return; the panel the reward of the last step and the model's
-uncertainty (mean entropy per cell of the view it just imagined). Every episode opens with ``num_frames - 1`` real turns (the model needs real context),
-played by greedy in the treasurehunt game and at random in another; then the model takes over.
+made again from their env id and arguments; `rpg_worldmodel/Imagined-v0`). Keys: arrows/WASD move; a
+game with other actions gets the keys `rpg_env.play.loop.ACTION_KEYS` gives their names (forward:
+up, pickup: P, drop: O, toggle: T, done: Enter; the window's help line lists them), R restarts from
+a fresh real opening, Space toggles sampled / arg-max imagination, Esc quits. The header shows the
+turn and the imagined return; the panel the reward of the last step and the model's uncertainty
+(mean entropy per cell of the view it just imagined). Every episode opens with ``num_frames - 1``
+real turns (the model needs real context), played by greedy in the treasurehunt game and at random
+in another; then the model takes over.
 
 ``--side-by-side`` shows the real game's view and the dream's next to each other, both
 continuing from the same real opening and receiving the same keys; cells where they disagree
