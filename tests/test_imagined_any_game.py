@@ -14,6 +14,7 @@ from gymnasium.utils.env_checker import check_env
 import rpg_worldmodel
 from rpg_base.errors import InputError
 from rpg_env.policies.base import BatchPolicy
+from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.config import load_world_model_config
 from rpg_worldmodel.envs.imagination import OPENING_TRIES, RealGameContext
 from rpg_worldmodel.envs.real_game import RealGame
@@ -151,3 +152,48 @@ def test_keys_follow_the_games_action_names():
     assert keys[pygame.K_RETURN] == 6 and keys[pygame.K_t] == 5
     assert keys_help(names).startswith("left left  ·  right right  ·  up forward")
     assert keys_help(("up", "down", "left", "right")) == "arrows/WASD move"
+
+
+def test_real_games_are_explained_whole_by_a_replay_and_a_changed_frame_end_or_reward_is_not():
+    from rpg_worldmodel.envs.replay_consistency import SeedReplays, play_on, real_openings, replay_verdict
+
+    game = _room_game()
+    policy = lambda: make_policy("random", gym.spaces.Discrete(7))  # noqa: E731
+    opening, env = real_openings(game, policy(), 3, 6, seed=500)
+    played = play_on(lambda a: env.step(a)[:4], np.stack([v[-1] for v in opening.views]), policy(), opening,
+                     40, seed=1)
+    env.close()
+    replays = SeedReplays(game, [])
+    verdict = replay_verdict(replays, played, first=2)
+    assert verdict.games.value == 1.0 and verdict.frames.value == 1.0 and (verdict.broken_at == -1).all()
+    assert all(len(v) == len(a) + 1 == len(e) + 1 for v, a, e in zip(played.views, played.actions, played.ends))
+    views, actions, ends, paid = played.views[0].copy(), played.actions[0], played.ends[0], played.paid[0]
+    wall, empty = game.channel_names.index("wall"), game.channel_names.index("empty")
+    assert views[4, wall, 6, 2] == 1  # the room's wall beside the agent ...
+    views[4, :, 6, 2] = 0
+    views[4, empty, 6, 2] = 1  # ... drawn as floor
+    assert replays.explained(views, actions, ends, paid, own_seed=500).tolist() == [True] * 4 + \
+        [False] * (len(views) - 4)
+    flipped = ends.copy()
+    flipped[2] = ~flipped[2]  # a game that ends where the real one does not (or not where it does)
+    assert not replays.explained(played.views[0], actions, flipped, paid, own_seed=500)[3]
+    unpaid = paid.copy()
+    unpaid[2] = ~unpaid[2]
+    assert not replays.explained(played.views[0], actions, ends, unpaid, own_seed=500)[3]
+    # the empty room is the same game whatever the seed: another seed explains it as its own does
+    assert SeedReplays(game, [0]).explained(played.views[0], actions, ends, paid).all()
+
+
+def test_a_dream_and_the_real_game_are_judged_by_the_same_replays(room_model):
+    from rpg_worldmodel.checkpoint import load_checkpoint
+    from rpg_worldmodel.envs.replay_consistency import SeedReplays, dream_replays
+
+    loaded = load_checkpoint(room_model)
+    game = RealGame.of(loaded.record.data)
+    out = dream_replays(loaded, game, lambda: make_policy("random", gym.spaces.Discrete(7)), sample=True,
+                        worlds=4, seed=77, replays=SeedReplays(game, range(3)))
+    assert out["real"].games.value == 1.0 and out["real"].frames.value == 1.0
+    dream = out["dream"]
+    assert 0.0 <= dream.frames.value <= 1.0 and len(dream.broken_at) == 4
+    broke = dream.broken_at >= 0
+    assert (dream.action_before[broke] >= 0).all() and (dream.games.hits == ~broke).all()

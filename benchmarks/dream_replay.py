@@ -1,0 +1,115 @@
+"""Is a whole dream one real game? The replay check of any game whose worlds are set at reset.
+
+For each world model, policy and sampler, N real games are opened (world ``i`` reset with seed
+``--seed + i``, ``num_frames - 1`` turns played by the policy) and played on to their end twice:
+in the real game and in the model's dream (`rpg_worldmodel.envs.imagination.ImaginedWorlds` from
+the same openings). Each whole game is then replayed in the real env
+(`rpg_worldmodel.envs.replay_consistency`): is there a real game, the opening's own or one of the
+``--candidates`` seeds 0..K-1, that played with the same actions shows every frame, ends where it
+ends and pays where it pays?
+
+- ``games``: the share of whole games some real game explains in every frame;
+- ``frames``: the share of imagined frames before the first unexplained one;
+- ``broken_after``: how many first breaks came right after each action.
+
+Real games score exactly 1 (their own seed explains them); a real score below 1 says the game has
+randomness after its reset and the check does not apply to it. Every share carries a 95% bootstrap
+interval over worlds. Policies: ``random`` (from the env's actions) or an SB3 ``.zip``; samplers:
+``sampled`` (temperature 1) and ``argmax``.
+
+    python benchmarks/dream_replay.py --checkpoint runs/wm_doorkey [--policies random runs/ppo/model.zip]
+        [--samplers sampled argmax] [--worlds 32] [--candidates 1000] [--seed 1000000]
+
+Writes ``benchmarks/results/dream_replay.json`` (``--out``) and prints a table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from pathlib import Path
+
+from gymnasium import spaces
+
+from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive_int, run_command
+from rpg_base.provenance import pinned_torch_threads, provenance
+from rpg_base.results import write_results
+from rpg_env.policies.registry import make_policy
+from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
+from rpg_worldmodel.envs.real_game import RealGame
+from rpg_worldmodel.envs.replay_consistency import ReplayVerdict, SeedReplays, dream_replays
+from rpg_worldmodel.envs.whole_games import share_interval
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SAMPLERS = ("sampled", "argmax")
+
+
+def verdict_json(verdict: ReplayVerdict, action_names: tuple[str, ...], seed: int) -> dict:
+    broken = Counter(action_names[a] for a in verdict.action_before if a >= 0)
+    starts = verdict.broken_at[verdict.broken_at >= 0]
+    return {"games": share_interval(verdict.games, seed), "frames": share_interval(verdict.frames, seed),
+            "broken_after": dict(broken.most_common()),
+            "median_break_frame": float(sorted(starts)[len(starts) // 2]) if len(starts) else None}
+
+
+def measure(checkpoint: str, policies: list[str], samplers: list[str], worlds: int, candidates: int,
+            seed: int) -> dict:
+    loaded = load_checkpoint(checkpoint)
+    game = RealGame.of(loaded.record.data)
+    replays = SeedReplays(game, range(candidates))
+    actions = spaces.Discrete(len(game.action_names))
+    rows = []
+    for policy in policies:
+        for sampler in samplers:
+            began = time.perf_counter()
+            out = dream_replays(loaded, game, lambda p=policy: make_policy(p, actions),
+                                sample=sampler == "sampled", worlds=worlds, seed=seed, replays=replays)
+            row = {"policy": Path(policy).name if policy.endswith(".zip") else policy, "sampler": sampler,
+                   **{world: verdict_json(v, game.action_names, seed) for world, v in out.items()},
+                   "seconds": round(time.perf_counter() - began, 1)}
+            rows.append(row)
+            print(line(row), flush=True)
+    choice = dataclasses.replace(choose_checkpoint(checkpoint), step=loaded.record.step)
+    return {"checkpoint": choice.describe(portable=True), "game": game.env_id,
+            "env_kwargs": game.env_kwargs, "rows": rows}
+
+
+def line(row: dict) -> str:
+    d, r = row["dream"], row["real"]
+    return (f"{row['policy']:>12} {row['sampler']:>8}: whole games {d['games']['value']:.3f} "
+            f"[{d['games']['lo']:.3f}, {d['games']['hi']:.3f}] (real {r['games']['value']:.3f}), "
+            f"frames before the first break {d['frames']['value']:.3f} (real {r['frames']['value']:.3f}); "
+            f"breaks after {d['broken_after']}")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", nargs="+", required=True,
+                        help="world-model run folders or checkpoints")
+    parser.add_argument("--policies", nargs="+", default=["random"], help="random, or SB3 .zip files")
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
+    parser.add_argument("--worlds", type=positive_int, default=32,
+                        help="games of each row, real and imagined")
+    parser.add_argument("--candidates", type=non_negative_int, default=1000,
+                        help="seeds 0..K-1 whose real games may explain a dream, besides its own opening's")
+    parser.add_argument("--seed", type=non_negative_int, default=1_000_000,
+                        help="world i's real game is reset with seed + i")
+    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--out", type=output_file, default=RESULTS / "dream_replay.json")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    with pinned_torch_threads(args.threads):
+        results = [measure(ck, args.policies, args.samplers, args.worlds, args.candidates, args.seed)
+                   for ck in args.checkpoint]
+    record = provenance(seed=args.seed, worlds=args.worlds, candidates=args.candidates,
+                        policies=[Path(p).name for p in args.policies], samplers=args.samplers,
+                        threads=args.threads, results=results)
+    write_results(args.out, record)
+
+
+if __name__ == "__main__":
+    run_command(main)

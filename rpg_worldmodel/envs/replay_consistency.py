@@ -1,0 +1,212 @@
+"""Does some real game explain a whole dream? Whole-game consistency by replaying the real game.
+
+In a game whose randomness is all drawn at its reset (the layout, the objects, the agent's start;
+every move after is determined, as in MiniGrid's tasks), a real game is fixed by its seed. A dream
+that starts from a real game's opening is one world for the whole game if some real game, the
+opening's own or one of ``seeds`` others, played from its reset with the opening's and the dream's
+actions, shows every frame the dream shows, ends where the dream ends, and pays where the dream
+pays. A dream that invents a layout no seed draws, forgets a wall it passed, opens a door nobody
+opened or ends a game away from its goal breaks at that frame.
+
+The check plays the real game (`RealGame`: the env made again from the checkpoint's files): it
+reads what the game shows, holds no rule of any game, and never changes a frame. A real game
+scores exactly 1: its own seed explains it (tests/test_imagined_any_game.py). A game with
+randomness after its reset (a co-player, a moving obstacle) cannot be explained this way, and its
+real games score below 1: `DreamReplays` reports the real games' score beside the dream's, so a
+check that does not apply says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rpg_base.errors import InputError
+from rpg_env.policies.base import BatchPolicy
+from rpg_worldmodel.envs.fidelity import Share
+from rpg_worldmodel.envs.imagination import GivenContext, ImaginedWorlds, Start
+from rpg_worldmodel.envs.real_game import RealGame
+
+
+class SeedReplays:
+    """The real games of ``game`` that may explain a dream: those of ``seeds``, and a dream's own
+    opening's seed (`explained`). Each seed's first view is read once, so a dream's first frame picks
+    its candidates before any is played."""
+
+    def __init__(self, game: RealGame, seeds: Sequence[int]) -> None:
+        self.game, self.seeds = game, [int(s) for s in seeds]
+        self._first: dict[int, np.ndarray] = {}
+        for seed in self.seeds:
+            self._first_view(seed)
+
+    def _first_view(self, seed: int) -> np.ndarray:
+        if seed not in self._first:
+            env = self.game.make()
+            try:
+                self._first[seed] = np.asarray(env.reset(seed=seed)[0])
+            finally:
+                env.close()
+        return self._first[seed]
+
+    def explained(self, views: np.ndarray, actions: np.ndarray, ends: np.ndarray, paid: np.ndarray,
+                  own_seed: int | None = None) -> np.ndarray:
+        """``(T,)`` bool: frame t, and every frame before it, is explained by one real game.
+
+        ``views`` ``(T, C, V, V)``: the game's frames from its reset on (the real opening's, then the
+        dream's); ``actions`` ``(T-1,)``: the action taken in each frame but the last; ``ends`` and
+        ``paid`` ``(T-1,)`` bool: whether each step ended the game, and whether it paid a reward."""
+        explained = np.zeros(len(views), dtype=bool)
+        pool = dict.fromkeys(([] if own_seed is None else [int(own_seed)]) + self.seeds)
+        candidates = [s for s in pool if np.array_equal(self._first_view(s), views[0])]
+        envs = []
+        try:
+            for seed in candidates:
+                envs.append(self.game.make())
+                envs[-1].reset(seed=seed)
+            explained[0] = bool(envs)
+            for t in range(len(views) - 1):
+                if not envs:
+                    break
+                kept = []
+                for env in envs:
+                    obs, reward, terminated, _, _ = env.step(int(actions[t]))
+                    same = np.array_equal(obs, views[t + 1]) and bool(terminated) == bool(ends[t]) \
+                        and (reward != 0) == bool(paid[t])
+                    if same:
+                        kept.append(env)
+                    else:
+                        env.close()
+                envs = kept
+                explained[t + 1] = bool(envs)
+        finally:
+            for env in envs:
+                env.close()
+        return explained
+
+
+@dataclass(frozen=True)
+class Played:
+    """Games played on from their openings: per world its frames from the reset ``(T_i, C, V, V)``,
+    actions ``(T_i - 1,)``, ends and paid ``(T_i - 1,)`` bool, and the seed of its real opening."""
+
+    views: list[np.ndarray]
+    actions: list[np.ndarray]
+    ends: list[np.ndarray]
+    paid: list[np.ndarray]
+    seeds: np.ndarray
+
+
+def real_openings(game: RealGame, policy: BatchPolicy, num_frames: int, worlds: int,
+                  seed: int) -> tuple[Played, Any]:
+    """``worlds`` real games, world ``i`` reset with seed ``seed + i``, played by ``policy`` for the
+    ``num_frames - 1`` opening turns: the openings (`Played`) and the vector env, still running."""
+    env = game.make_vector(worlds)
+    obs, _ = env.reset(seed=seed)
+    policy.seed(np.random.default_rng(seed))
+    frames, actions, rewards, ends = [obs], [], [], []
+    start = np.ones(worlds, dtype=bool)
+    for _ in range(num_frames - 1):
+        action = np.asarray(policy.act(obs, start), dtype=np.int64)
+        start[:] = False
+        obs, reward, terminated, truncated, _ = env.step(action)
+        frames.append(obs)
+        actions.append(action)
+        rewards.append(np.asarray(reward) != 0)
+        ends.append(np.asarray(terminated) | np.asarray(truncated))
+    if ends and np.stack(ends).any():
+        raise InputError(f"{int(np.stack(ends).any(0).sum())} of {worlds} real games ended within the "
+                         f"{num_frames - 1} opening turns: a model of longer games is judged here")
+    stack = np.stack(frames, 1).astype(np.uint8)
+    acts = np.stack(actions, 1) if actions else np.zeros((worlds, 0), dtype=np.int64)
+    paid = np.stack(rewards, 1) if rewards else np.zeros((worlds, 0), dtype=bool)
+    ended = np.stack(ends, 1) if ends else np.zeros((worlds, 0), dtype=bool)
+    return Played(list(stack), list(acts), list(ended), list(paid), seed + np.arange(worlds)), env
+
+
+def play_on(step: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+            obs: np.ndarray, policy: BatchPolicy, played: Played, max_steps: int, seed: int) -> Played:
+    """Every world of ``played`` played on by ``policy`` (seeded with ``seed``) until its game ends or
+    is cut (``step(actions) -> (obs, rewards, terminated, truncated)``, at most ``max_steps`` steps):
+    ``played`` with each world's steps appended up to its end."""
+    worlds = len(obs)
+    policy.seed(np.random.default_rng(seed))
+    views = [list(v) for v in played.views]
+    acts, ends, paid = [list(a) for a in played.actions], [list(e) for e in played.ends], \
+        [list(p) for p in played.paid]
+    running = np.ones(worlds, dtype=bool)
+    for _ in range(max_steps):
+        action = np.asarray(policy.act(obs, np.zeros(worlds, dtype=bool)), dtype=np.int64)
+        obs, reward, terminated, truncated = step(action)
+        for i in np.flatnonzero(running):
+            views[i].append(obs[i].astype(np.uint8))
+            acts[i].append(int(action[i]))
+            ends[i].append(bool(terminated[i]))
+            paid[i].append(bool(reward[i] != 0))
+        running &= ~(np.asarray(terminated) | np.asarray(truncated))
+        if not running.any():
+            break
+    return Played([np.stack(v) for v in views], [np.asarray(a, dtype=np.int64) for a in acts],
+                  [np.asarray(e, dtype=bool) for e in ends], [np.asarray(p, dtype=bool) for p in paid],
+                  played.seeds)
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayVerdict:
+    """`SeedReplays` over played games: ``games``, 1 of 1 per world some real game explains in every
+    frame; ``frames``, its frames from the first imagined one before the first unexplained one, of
+    all its frames from there; ``broken_at`` (N,) int64, the first unexplained frame (-1: none) and
+    ``action_before`` (N,) int64, the action that led to it (-1: none)."""
+
+    games: Share
+    frames: Share
+    broken_at: np.ndarray
+    action_before: np.ndarray
+
+
+def replay_verdict(replays: SeedReplays, played: Played, first: int) -> ReplayVerdict:
+    """`ReplayVerdict` of ``played``, its frames from index ``first`` (the first imagined one) on."""
+    games, frames, totals, broken, before = [], [], [], [], []
+    for i in range(len(played.views)):
+        ok = replays.explained(played.views[i], played.actions[i], played.ends[i], played.paid[i],
+                               own_seed=int(played.seeds[i]))
+        at = -1 if ok.all() else int(ok.argmin())
+        games.append(int(at < 0))
+        frames.append(len(ok) - first if at < 0 else max(at - first, 0))
+        totals.append(len(ok) - first)
+        broken.append(at)
+        before.append(int(played.actions[i][at - 1]) if at > 0 else -1)
+    n = len(games)
+    return ReplayVerdict(Share(np.asarray(games, dtype=np.int64), np.ones(n, dtype=np.int64)),
+                         Share(np.asarray(frames, dtype=np.int64), np.asarray(totals, dtype=np.int64)),
+                         np.asarray(broken, dtype=np.int64), np.asarray(before, dtype=np.int64))
+
+
+def dream_replays(loaded, game: RealGame, policy: Callable[[], BatchPolicy], *, sample: bool, worlds: int,
+                  seed: int, replays: SeedReplays) -> dict[str, ReplayVerdict]:
+    """``policy()`` (a fresh policy each time) in the dream of ``loaded`` and in the real game, from the
+    same real openings (world ``i``'s seed ``seed + i``), each world to its game's end: the
+    `ReplayVerdict` of the dream and of the real games (exactly 1 where the check applies)."""
+    num_frames = loaded.config.model.num_frames
+    opening, real_env = real_openings(game, policy(), num_frames, worlds, seed)
+    max_steps = game.max_turns
+    try:
+        real = play_on(lambda a: real_env.step(a)[:4], np.stack([v[-1] for v in opening.views]), policy(),
+                       opening, max_steps, seed + 1)
+    finally:
+        real_env.close()
+    context = GivenContext()
+    context.give(Start(np.stack(opening.views), np.stack(opening.actions),
+                       np.full(worlds, num_frames - 1, dtype=np.int64)))
+    dream = ImaginedWorlds(loaded, worlds, context, sample=sample)
+    dream.reset(np.arange(worlds), np.random.default_rng(seed))
+
+    def step(actions: np.ndarray):
+        rewards, truncated = dream.step(actions)
+        return dream.observations(), rewards, dream.ended.copy(), truncated
+
+    imagined = play_on(step, dream.observations(), policy(), opening, max_steps, seed + 1)
+    return {"dream": replay_verdict(replays, imagined, num_frames),
+            "real": replay_verdict(replays, real, num_frames)}
