@@ -123,32 +123,47 @@ class RealOpening(ShownWorld):
         self.game, self.turns, self.context = game, turns, context
         self.opener = make_policy(game.default_opener() if opener is None else opener, env.action_space)
         self.turn, self.score, self.opening_return = 0, 0.0, 0.0
+        self._seeds = np.random.default_rng()
 
     def reset(self, *, seed=None, options=None):
         from rpg_worldmodel.envs.imagination import OPENING_TRIES, Start
 
         for _ in range(OPENING_TRIES):
+            seed = self._seed(seed)
             obs, info = self.env.reset(seed=seed, options=options)
             if seed is not None:  # the same seed, the same opening
                 self.opener.seed(np.random.default_rng(seed))
-            seed, views, actions, ended, self.opening_return = None, [obs], [], False, 0.0
+            views, actions, rewards, ended = [obs], [], [], False
             for t in range(self.turns):
                 action = int(self.opener.act(obs[None], np.array([t == 0]))[0])
                 obs, reward, terminated, truncated, info = self.env.step(action)
-                self.opening_return += float(reward)
                 views.append(obs)
                 actions.append(action)
+                rewards.append(float(reward))
                 ended = ended or terminated or truncated
             if not ended:
                 break
+            seed = None
         else:
             raise InputError(f"the real game ended within the {self.turns} opening turns "
                              f"{OPENING_TRIES} times")
-        self.turn, self.score = int(info.get("turn", self.turns)), 0.0
+        self.turn, self.score, self.opening_return = int(info.get("turn", self.turns)), 0.0, sum(rewards)
         self.context.give(Start(np.stack(views)[None], np.array(actions, dtype=np.int64)[None],
-                                np.array([self.turn])))
+                                np.array([self.turn]), None if seed is None else np.array([seed]),
+                                np.array(rewards)[None]))
         self.view = obs
         return obs, {**info, "turn": self.turn, "episode_return": 0.0}
+
+    def _seed(self, seed: int | None) -> int | None:
+        """The seed of the next real game: the one given; else, in a game judged by replays (whose
+        real game is fixed by its seed), the next of a stream seeded by the first seed given; else
+        None (the env's own stream goes on)."""
+        if seed is not None:
+            self._seeds = np.random.default_rng(seed)
+            return seed
+        if self.game.treasurehunt:
+            return None
+        return int(self._seeds.integers(2**31))
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
@@ -164,8 +179,9 @@ class DreamView(ShownWorld):
     real one shown beside it, and in magenta when it is no frame the game could show.
 
     ``reference``: the treasurehunt game's `FidelityReference` (its map, built once from the
-    checkpoint's game settings), against which each imagined frame is checked; None for another game
-    (no check of its frames is written yet: the panel says so).
+    checkpoint's game settings), against which each imagined frame is checked; None for another game,
+    whose whole dream is judged instead by replaying the real game (``replay``, a
+    `rpg_worldmodel.envs.replay_consistency.ReplayStatus`: some real game shows every frame so far).
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -173,8 +189,13 @@ class DreamView(ShownWorld):
 
         super().__init__(env)
         meta, self.game = env.unwrapped.metadata, env.unwrapped.game
-        self.reference = FidelityReference.for_game(meta["rules"], channel_names=meta["channel_names"]) \
-            if self.game.treasurehunt else None
+        self.reference, self.replay = None, None
+        if self.game.treasurehunt:
+            self.reference = FidelityReference.for_game(meta["rules"], channel_names=meta["channel_names"])
+        else:
+            from rpg_worldmodel.envs.replay_consistency import ReplayStatus
+
+            self.replay = ReplayStatus(self.game)
         self.codes: list[np.ndarray] = []  # the dream's frames since its reset, as cell codes
         self.actions: list[int] = []
         self.first_turn = 0
@@ -185,18 +206,24 @@ class DreamView(ShownWorld):
         self.view = obs
         self.codes, self.actions = [np.asarray(obs).argmax(0)], []
         self.first_turn = int(info.get("turn", 0))
+        if self.replay is not None:
+            self.replay.begin(self.env.unwrapped.worlds.opening)
         return obs, info
 
     def step(self, action):
         out = super().step(action)
         self.codes.append(np.asarray(self.view).argmax(0))
         self.actions.append(int(action))
+        if self.replay is not None:
+            self.replay.add(out[0], int(action), bool(out[2]), float(out[1]))
         return out
 
     def whole_game(self) -> str:
         """The dream so far as one game (`whole_game_status`): ``room ok`` or ``room broken at turn k``."""
         from rpg_worldmodel.envs.consistency import whole_game_status
 
+        if self.replay is not None:
+            return self.replay.line(self.first_turn + len(self.actions))
         if not self.codes or self.reference is None:
             return ""
         if self._judged[0] != len(self.codes):  # judged once a frame, however often the panel asks
@@ -232,7 +259,7 @@ class DreamView(ShownWorld):
         failed = self.failed_conditions()
         validity = f"invalid frame ({', '.join(failed)})" if failed else "valid frame"
         if self.reference is None:
-            validity = "frames not checked here"
+            validity = "judged by replays"
         whole = self.whole_game()
         lines = [f"uncertainty {info['entropy']:.3f} nats/cell", f"{self.mode}: {validity}"]
         return [*lines, whole] if whole else lines

@@ -132,7 +132,7 @@ def test_play_shows_another_games_dream_beside_its_real_game(room_model, tmp_pat
     np.testing.assert_array_equal(real_obs, dream_obs)  # the dream continues from the real opening
     assert real_info["turn"] == dream_info["turn"] == 2
     assert [label for _, label in views_legend(worlds)] == list(worlds.dream.game.channel_names)
-    assert worlds.dream.status(dream_info)[-1].endswith("frames not checked here")
+    assert worlds.dream.status(dream_info)[-1] == "one real game"  # the real opening, judged by replays
     _, reward, *_, info = worlds.real.step(2)
     assert info["turn"] == 3 and info["episode_return"] == reward
     out = tmp_path / "dream.gif"
@@ -166,7 +166,8 @@ def test_real_games_are_explained_whole_by_a_replay_and_a_changed_frame_end_or_r
     replays = SeedReplays(game, [])
     verdict = replay_verdict(replays, played, first=2)
     assert verdict.games.value == 1.0 and verdict.frames.value == 1.0 and (verdict.broken_at == -1).all()
-    assert all(len(v) == len(a) + 1 == len(e) + 1 for v, a, e in zip(played.views, played.actions, played.ends))
+    assert all(len(v) == len(a) + 1 == len(e) + 1
+               for v, a, e in zip(played.views, played.actions, played.ends, strict=True))
     views, actions, ends, paid = played.views[0].copy(), played.actions[0], played.ends[0], played.paid[0]
     wall, empty = game.channel_names.index("wall"), game.channel_names.index("empty")
     assert views[4, wall, 6, 2] == 1  # the room's wall beside the agent ...
@@ -197,3 +198,30 @@ def test_a_dream_and_the_real_game_are_judged_by_the_same_replays(room_model):
     assert 0.0 <= dream.frames.value <= 1.0 and len(dream.broken_at) == 4
     broke = dream.broken_at >= 0
     assert (dream.action_before[broke] >= 0).all() and (dream.games.hits == ~broke).all()
+
+
+def test_the_play_window_says_from_which_turn_no_real_game_explains_the_dream(room_model):
+    from rpg_worldmodel.envs.replay_consistency import ReplayStatus
+    from rpg_worldmodel.play import build_worlds
+
+    worlds = build_worlds(str(room_model), side_by_side=False)
+    _, info = worlds.dream.reset(seed=5)
+    opening = worlds.dream.env.unwrapped.worlds.opening
+    assert opening.seeds is not None and opening.rewards.shape == (1, 2)
+    assert worlds.dream.whole_game() == "one real game"
+    # the real game itself, fed to the same line, stays one real game; a frame changed breaks it there
+    game = worlds.dream.game
+    status = ReplayStatus(game)
+    status.begin(opening)
+    env = game.make()
+    env.reset(seed=int(opening.seeds[0]))
+    for action in opening.actions[0]:
+        env.step(int(action))
+    for turn in range(3, 9):
+        obs, reward, terminated, *_ = env.step(1)  # turning right, in place
+        status.add(obs, 1, terminated, reward)
+        assert status.line(turn) == "one real game"
+    changed = obs.copy()
+    changed[:, 6, 3] = np.roll(changed[:, 6, 3], 1)  # the agent's own cell holds another kind
+    status.add(changed, 1, False, 0.0)
+    assert status.line(9) == "no real game from turn 9"

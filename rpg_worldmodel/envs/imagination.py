@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -41,11 +42,16 @@ from rpg_worldmodel.models.world_model import WorldModel
 @dataclass
 class Start:
     """Real context for k worlds: ``views`` (k, T, C, V, V) uint8, the ``actions`` (k, T-1) taken
-    in all but the last view, and ``turns`` (k,): the game turn of the last view."""
+    in all but the last view, and ``turns`` (k,): the game turn of the last view. Where the context
+    was played from a reset (`RealGameContext`, the play window's real game): ``seeds`` (k,) int64,
+    the seed each real game was reset with, and ``rewards`` (k, T-1) float, what each step paid; None
+    where they are not known (a context cut from a file)."""
 
     views: np.ndarray
     actions: np.ndarray
     turns: np.ndarray
+    seeds: np.ndarray | None = None
+    rewards: np.ndarray | None = None
 
 
 class Context(Protocol):
@@ -78,11 +84,11 @@ class RealGameContext:
                              f"{game.max_turns} turns")
 
     def sample(self, k: int, rng: np.random.Generator) -> Start:
-        views, actions, left = [], [], k  # the worlds are alike: any whole opening serves any of them
+        parts, left = [], k  # the worlds are alike: any whole opening serves any of them
         for _ in range(OPENING_TRIES):
-            played, taken, ended = self._play(left, rng)
-            views.append(played[~ended])
-            actions.append(taken[~ended])
+            played = self._play(left, rng)
+            ended = played.pop("ended")
+            parts.append({key: value[~ended] for key, value in played.items()})
             left = int(ended.sum())
             if not left:
                 break
@@ -90,31 +96,41 @@ class RealGameContext:
             raise InputError(f"{self.game.env_id}'s games ended within the {self.num_frames - 1} opening "
                              f"turns {OPENING_TRIES} times in a row: a model of num_frames {self.num_frames} "
                              f"needs longer games (or start from a file: reset_from=)")
-        return Start(np.concatenate(views), np.concatenate(actions),
-                     np.full(k, self.num_frames - 1, dtype=np.int64))
+        joined = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+        seeds = joined["seeds"] if (joined["seeds"] >= 0).all() else None
+        return Start(joined["views"], joined["actions"], np.full(k, self.num_frames - 1, dtype=np.int64),
+                     seeds, joined["rewards"])
 
-    def _play(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``k`` openings: views ``(k, T, C, V, V)`` uint8, actions ``(k, T-1)`` int64, and ``(k,)`` bool
-        whether a world's game ended (terminated or truncated) within its opening."""
+    def _play(self, k: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """``k`` openings: ``views`` ``(k, T, C, V, V)`` uint8, ``actions`` ``(k, T-1)`` int64,
+        ``rewards`` ``(k, T-1)`` float64, ``seeds`` ``(k,)`` int64 (world i's reset seed, ``seed + i`` in
+        Gymnasium's `SyncVectorEnv`; -1 in a vector env that draws its worlds otherwise), and
+        ``ended`` ``(k,)`` bool, whether a world's game ended (terminated or truncated) within its
+        opening."""
         env = self.game.make_vector(k, self.co_policy)
         self.policy.check_view_shape(tuple(env.single_observation_space.shape))
+        seed = int(rng.integers(2**62))
         try:
-            obs, _ = env.reset(seed=int(rng.integers(2**62)))
+            obs, _ = env.reset(seed=seed)
             self.policy.seed(np.random.default_rng(rng.integers(2**62)))
-            views, actions, ended = [obs], [], np.zeros(k, dtype=bool)
+            views, actions, rewards, ended = [obs], [], [], np.zeros(k, dtype=bool)
             start = np.ones(k, dtype=bool)
             for _ in range(self.num_frames - 1):
                 action = self.policy.act(obs, start)
                 start[:] = False
-                obs, _, terminated, truncated, _ = env.step(action)
+                obs, reward, terminated, truncated, _ = env.step(action)
                 ended |= np.asarray(terminated) | np.asarray(truncated)
                 views.append(obs)
                 actions.append(action)
+                rewards.append(np.asarray(reward, dtype=np.float64))
         finally:
             env.close()
-        stacked = np.stack(views, 1).astype(np.uint8)
-        acts = np.stack(actions, 1) if actions else np.zeros((k, 0), dtype=np.int64)
-        return stacked, acts.astype(np.int64), ended
+        taken = np.stack(actions, 1) if actions else np.zeros((k, 0), dtype=np.int64)
+        paid = np.stack(rewards, 1) if rewards else np.zeros((k, 0), dtype=np.float64)
+        per_world = isinstance(env.unwrapped, gym.vector.SyncVectorEnv)
+        seeds = seed + np.arange(k, dtype=np.int64) if per_world else np.full(k, -1, dtype=np.int64)
+        return {"views": np.stack(views, 1).astype(np.uint8), "actions": taken.astype(np.int64),
+                "rewards": paid, "seeds": seeds, "ended": ended}
 
 
 class FileContext:
@@ -195,6 +211,10 @@ class ImaginedWorlds:
     learner has to exploit the model's mistakes; the truncation is a time limit (an agent's value
     bootstraps past it), so the return it learns is still the game's.
 
+    ``opening``: the `Start` the last reset of every world drew (with the real games' reset seeds and
+    rewards where the context knows them: a replay of the real game can then judge a whole dream,
+    `rpg_worldmodel.envs.replay_consistency`).
+
     ``torch_threads``: torch's intra-op threads while a reset or step runs (the caller's setting is
     restored after each); None leaves torch's setting alone. The thread count can change the last
     bits of a prediction (the order of a reduction), not what the model computes.
@@ -252,6 +272,7 @@ class ImaginedWorlds:
         self.entropy = np.zeros(self.num_worlds, dtype=np.float64)
         self.ended = np.zeros(self.num_worlds, dtype=bool)  # the last step ended the game (the end head)
         self.state: Imagination | None = None
+        self.opening: Start | None = None  # the real context the last full reset started from
 
     def reset(self, rows: np.ndarray, rng: np.random.Generator) -> None:
         """Start worlds ``rows`` from fresh real context (all worlds: the generator is reseeded)."""
@@ -263,6 +284,8 @@ class ImaginedWorlds:
         if len(rows) == self.num_worlds:
             self.generator.manual_seed(int(rng.integers(2**62)))
         start = self.context.sample(len(rows), rng)
+        if len(rows) == self.num_worlds:
+            self.opening = start
         views = torch.as_tensor(start.views, device=self.device).float()
         actions = torch.as_tensor(start.actions, device=self.device)
         joining = self.state is not None and len(rows) < self.num_worlds

@@ -210,3 +210,53 @@ def dream_replays(loaded, game: RealGame, policy: Callable[[], BatchPolicy], *, 
     imagined = play_on(step, dream.observations(), policy(), opening, max_steps, seed + 1)
     return {"dream": replay_verdict(replays, imagined, num_frames),
             "real": replay_verdict(replays, real, num_frames)}
+
+
+#: Seeds 0..K-1 whose real games the play window's line may explain a dream by, besides its own.
+PLAY_CANDIDATES = 100
+
+
+class ReplayStatus:
+    """The play window's line for a game judged by replays: one dream from its real opening (a
+    `Start` of one world with its reset seed and rewards) and the steps since, as ``one real game``
+    or ``no real game from turn k``; judged once a frame, however often the panel asks."""
+
+    def __init__(self, game: RealGame, candidates: int = PLAY_CANDIDATES) -> None:
+        self.replays = SeedReplays(game, range(candidates))
+        self.views: list[np.ndarray] = []
+        self.actions: list[int] = []
+        self.ends: list[bool] = []
+        self.paid: list[bool] = []
+        self.seed: int | None = None
+        self._judged: tuple[int, str] = (0, "")
+
+    def begin(self, opening: Start | None) -> None:
+        """A new dream from ``opening`` (None, or one without rewards: not judged)."""
+        self.views, self.actions, self.ends, self.paid, self._judged = [], [], [], [], (0, "")
+        if opening is None or opening.rewards is None:
+            return
+        self.views = list(np.asarray(opening.views[0]))
+        self.actions = [int(a) for a in opening.actions[0]]
+        self.ends = [False] * len(self.actions)
+        self.paid = [bool(r != 0) for r in opening.rewards[0]]
+        self.seed = None if opening.seeds is None else int(opening.seeds[0])
+
+    def add(self, view: np.ndarray, action: int, ended: bool, reward: float) -> None:
+        if self.views:
+            self.views.append(np.asarray(view))
+            self.actions.append(int(action))
+            self.ends.append(bool(ended))
+            self.paid.append(reward != 0)
+
+    def line(self, last_turn: int) -> str:
+        """``one real game``, ``no real game from turn k`` (``last_turn``: the game turn of the last
+        frame), or "" for a dream not judged."""
+        if not self.views:
+            return ""
+        if self._judged[0] != len(self.views):
+            ok = self.replays.explained(np.stack(self.views), np.array(self.actions), np.array(self.ends),
+                                        np.array(self.paid), own_seed=self.seed)
+            broken = last_turn - (len(ok) - 1) + int(ok.argmin())
+            line = "one real game" if ok.all() else f"no real game from turn {broken}"
+            self._judged = (len(self.views), line)
+        return self._judged[1]
