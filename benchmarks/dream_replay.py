@@ -10,7 +10,10 @@ ends and pays where it pays?
 
 - ``games``: the share of whole games some real game explains in every frame;
 - ``frames``: the share of imagined frames before the first unexplained one;
-- ``broken_after``: how many first breaks came right after each action.
+- ``broken_after``: how many first breaks came right after each action;
+- with ``--data FILE`` (the file the model learned from): ``one_step``, on its held-out games, the
+  share of next frames whose arg-max has a wrong cell, by the action taken (teacher-forced: every
+  view before it real), which says whether a break is already there one step ahead.
 
 Real games score exactly 1 (their own seed explains them); a real score below 1 says the game has
 randomness after its reset and the check does not apply to it. Every share carries a 95% bootstrap
@@ -18,7 +21,7 @@ interval over worlds. Policies: ``random`` (from the env's actions) or an SB3 ``
 ``sampled`` (temperature 1) and ``argmax``.
 
     python benchmarks/dream_replay.py --checkpoint runs/wm_doorkey [--policies random runs/ppo/model.zip]
-        [--samplers sampled argmax] [--worlds 32] [--candidates 1000] [--seed 1000000]
+        [--samplers sampled argmax] [--worlds 32] [--candidates 1000] [--seed 1000000] [--data FILE]
 
 Writes ``benchmarks/results/dream_replay.json`` (``--out``) and prints a table.
 """
@@ -30,13 +33,23 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+import torch
 from gymnasium import spaces
 
-from rpg_base.cli import ArgumentParser, non_negative_int, output_file, positive_int, run_command
+from rpg_base.cli import (
+    ArgumentParser,
+    existing_file,
+    non_negative_int,
+    output_file,
+    positive_int,
+    run_command,
+)
 from rpg_base.provenance import pinned_torch_threads, provenance
 from rpg_base.results import write_results
 from rpg_env.policies.registry import make_policy
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
+from rpg_worldmodel.data.windows import TrajectoryWindows
 from rpg_worldmodel.envs.real_game import RealGame
 from rpg_worldmodel.envs.replay_consistency import ReplayVerdict, SeedReplays, dream_replays
 from rpg_worldmodel.envs.whole_games import share_interval
@@ -53,8 +66,29 @@ def verdict_json(verdict: ReplayVerdict, action_names: tuple[str, ...], seed: in
             "median_break_frame": float(sorted(starts)[len(starts) // 2]) if len(starts) else None}
 
 
+def one_step_wrong_frames(loaded, data: Path, windows: int = 400) -> dict[str, dict]:
+    """Per action, the share of held-out next frames (the test split of ``data``, ``windows`` training
+    windows spread over it) whose arg-max prediction has at least one wrong cell."""
+    model = loaded.model.eval()
+    test = np.asarray(loaded.record.splits["test"])
+    store = TrajectoryWindows(data, test, num_frames=loaded.config.model.window)
+    batch = store.get_batch(np.linspace(0, len(store) - 1, min(windows, len(store))).astype(np.int64))
+    wrong, taken = [], []
+    with torch.no_grad():
+        for s in range(0, len(batch["views"]), 50):
+            views, actions = batch["views"][s:s + 50].float(), batch["actions"][s:s + 50]
+            predicted = model(views, actions.clamp_min(0)).view.argmax(2)[:, :-1]
+            wrong.append((predicted != views.argmax(2)[:, 1:]).flatten(2).any(-1))
+            taken.append(actions[:, :-1])
+    wrong_all, taken_all = torch.cat(wrong), torch.cat(taken)
+    names = loaded.record.data.action_names
+    return {names[a]: {"frames": int((taken_all == a).sum()),
+                       "wrong": float(wrong_all[taken_all == a].float().mean())}
+            for a in range(len(names)) if (taken_all == a).any()}
+
+
 def measure(checkpoint: str, policies: list[str], samplers: list[str], worlds: int, candidates: int,
-            seed: int) -> dict:
+            seed: int, data: Path | None = None) -> dict:
     loaded = load_checkpoint(checkpoint)
     game = RealGame.of(loaded.record.data)
     replays = SeedReplays(game, range(candidates))
@@ -71,8 +105,12 @@ def measure(checkpoint: str, policies: list[str], samplers: list[str], worlds: i
             rows.append(row)
             print(line(row), flush=True)
     choice = dataclasses.replace(choose_checkpoint(checkpoint), step=loaded.record.step)
+    one_step = None if data is None else one_step_wrong_frames(loaded, data)
+    if one_step:
+        print("one step ahead, held-out frames with a wrong cell: "
+              + ", ".join(f"after {k} {v['wrong']:.3f}" for k, v in one_step.items()), flush=True)
     return {"checkpoint": choice.describe(portable=True), "game": game.env_id,
-            "env_kwargs": game.env_kwargs, "rows": rows}
+            "env_kwargs": game.env_kwargs, "rows": rows, "one_step": one_step}
 
 
 def line(row: dict) -> str:
@@ -95,18 +133,27 @@ def build_parser() -> ArgumentParser:
                         help="seeds 0..K-1 whose real games may explain a dream, besides its own opening's")
     parser.add_argument("--seed", type=non_negative_int, default=1_000_000,
                         help="world i's real game is reset with seed + i")
+    parser.add_argument("--data", type=existing_file, nargs="+", default=None,
+                        help="each checkpoint's training file (in --checkpoint's order): one-step "
+                             "figures by action")
     parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--out", type=output_file, default=RESULTS / "dream_replay.json")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.data is not None and len(args.data) != len(args.checkpoint):
+        parser.error(f"--data gives each checkpoint's training file: {len(args.checkpoint)} checkpoints, "
+                     f"{len(args.data)} files")
+    data = args.data or [None] * len(args.checkpoint)
     with pinned_torch_threads(args.threads):
-        results = [measure(ck, args.policies, args.samplers, args.worlds, args.candidates, args.seed)
-                   for ck in args.checkpoint]
+        results = [measure(ck, args.policies, args.samplers, args.worlds, args.candidates, args.seed, path)
+                   for ck, path in zip(args.checkpoint, data, strict=True)]
     record = provenance(seed=args.seed, worlds=args.worlds, candidates=args.candidates,
                         policies=[Path(p).name for p in args.policies], samplers=args.samplers,
+                        data=[Path(p).name for p in args.data] if args.data else None,
                         threads=args.threads, results=results)
     write_results(args.out, record)
 
