@@ -1,12 +1,12 @@
 """Does some real game explain a whole dream? Whole-game consistency by replaying the real game.
 
 In a game whose randomness is all drawn at its reset (the layout, the objects, the agent's start;
-every move after is determined, as in MiniGrid's tasks), a real game is fixed by its seed. A dream
+every move after is determined, as in many gridworlds' tasks), a real game is fixed by its seed. A dream
 that starts from a real game's opening is one world for the whole game if some real game, the
 opening's own or one of ``seeds`` others, played from its reset with the opening's and the dream's
 actions, shows every frame the dream shows, ends where the dream ends, and pays where the dream
-pays. A dream that invents a layout no seed draws, forgets a wall it passed, opens a door nobody
-opened or ends a game away from its goal breaks at that frame.
+pays. A dream that invents a layout no seed draws, forgets a wall it passed, changes an object
+nobody touched or ends a game away from its goal breaks at that frame.
 
 The check plays the real game (`RealGame`: the env made again from the checkpoint's files): it
 reads what the game shows, holds no rule of any game, and never changes a frame. A real game
