@@ -231,7 +231,8 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     if not cfg.model.kind_limits:  # read off the training games' views, once: then part of the config
         fixed, cfg.model.kind_limits = view_statistics(files, splits["train"])
         cfg.model.fixed_cells = cfg.model.fixed_cells or fixed  # a fine-tuned model keeps its start's
-    train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window)
+    train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window,
+                                                        cfg.model.num_frames)
     if cfg.model.extent_prior:  # what each window's game showed before it (evaluate_split: the val set's)
         train_set.extents_before = store_extents(train_set.store, cfg.model)
     val_idx = np.unique(

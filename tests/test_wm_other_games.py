@@ -178,3 +178,8 @@ def test_games_shorter_than_a_training_window_are_named_with_the_window_that_fit
     assert f"set model.train_window={max(1, int(np.percentile(lengths, 10)))}" in str(caught[0].message)
     message = short_games_message(np.array([9, 9, 12, 250]), 16)
     assert message.startswith("3 of 4 training games") and "model.train_window=9" in message
+    assert "to train on 100% of them" in message
+    # never below the model's own num_frames, and then the games still shorter are counted
+    clamped = short_games_message(np.array([2, 3, 3, 4, 9, 250]), 16, least=5)
+    assert "model.train_window=5" in clamped and "at least model.num_frames = 5" in clamped
+    assert "to train on 33% of them; a smaller model.num_frames reaches more" in clamped

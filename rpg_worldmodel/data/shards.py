@@ -227,11 +227,12 @@ def data_record(files: DataFiles) -> dict[str, Any]:
     }
 
 
-def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: DataConfig, num_frames: int
-                     ) -> tuple[TrajectoryWindows, TrajectoryWindows, dict[str, Any]]:
+def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: DataConfig, num_frames: int,
+                     least: int = 1) -> tuple[TrajectoryWindows, TrajectoryWindows, dict[str, Any]]:
     """Train and val windows of ``splits``, and a summary of where they are held: in memory when
     the views of both splits fit ``data.max_memory_mb`` (`DataFiles.views_nbytes`; loading
-    briefly takes about twice that), else streamed from the files."""
+    briefly takes about twice that), else streamed from the files. ``least``: the shortest window
+    the model takes (its ``num_frames``), the least a warning about short games suggests."""
     nbytes = files.views_nbytes(np.concatenate([splits["train"], splits["val"]]))
     stream = nbytes > data_cfg.max_memory_mb * MIB
     train_set = TrajectoryWindows.of(files.store(splits["train"], stream), num_frames)
@@ -243,22 +244,26 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
         )
     short = train_set.store.lengths < num_frames
     if short.any():
-        warnings.warn(short_games_message(train_set.store.lengths, num_frames), stacklevel=2)
+        warnings.warn(short_games_message(train_set.store.lengths, num_frames, least), stacklevel=2)
     summary = {"files": len(files.sources), "views_mib": nbytes / MIB,
                "max_memory_mb": data_cfg.max_memory_mb, "streamed": stream,
                "games_without_window": int(short.sum())}
     return train_set, val_set, summary
 
 
-def short_games_message(lengths: np.ndarray, num_frames: int) -> str:
+def short_games_message(lengths: np.ndarray, num_frames: int, least: int = 1) -> str:
     """What to change when training games of ``lengths`` steps are shorter than a window of
-    ``num_frames`` steps: none of their steps is trained on (a short game may be the won one)."""
+    ``num_frames`` steps: none of their steps is trained on (a short game may be the won one). The
+    window suggested is the 10th percentile of the lengths, and never below ``least`` (the model's
+    ``num_frames``, the shortest window it takes: then the games shorter still are named)."""
     short = lengths < num_frames
-    fitting = max(1, int(np.percentile(lengths, 10)))
+    fitting = max(least, int(np.percentile(lengths, 10)))
+    covered = float((lengths >= fitting).mean())
     return (f"{int(short.sum())} of {len(lengths)} training games are shorter than model.train_window = "
             f"{num_frames} steps and give no training window: none of their steps, their ends "
             f"included, is trained on; set model.train_window={fitting} (the 10th percentile of the "
-            f"games' lengths; at least model.num_frames) to train on 90% of them")
+            f"games' lengths, at least model.num_frames = {least}) to train on {covered:.0%} of them"
+            + ("" if fitting > least or covered >= 0.9 else "; a smaller model.num_frames reaches more"))
 
 
 _OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")
