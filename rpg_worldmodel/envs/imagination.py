@@ -111,26 +111,37 @@ class RealGameContext:
         self.policy.check_view_shape(tuple(env.single_observation_space.shape))
         seed = int(rng.integers(2**62))
         try:
-            obs, _ = env.reset(seed=seed)
-            self.policy.seed(np.random.default_rng(rng.integers(2**62)))
-            views, actions, rewards, ended = [obs], [], [], np.zeros(k, dtype=bool)
-            start = np.ones(k, dtype=bool)
-            for _ in range(self.num_frames - 1):
-                action = self.policy.act(obs, start)
-                start[:] = False
-                obs, reward, terminated, truncated, _ = env.step(action)
-                ended |= np.asarray(terminated) | np.asarray(truncated)
-                views.append(obs)
-                actions.append(action)
-                rewards.append(np.asarray(reward, dtype=np.float64))
+            played = play_opening(env, self.policy, self.num_frames - 1, seed,
+                                  np.random.default_rng(rng.integers(2**62)))
         finally:
             env.close()
-        taken = np.stack(actions, 1) if actions else np.zeros((k, 0), dtype=np.int64)
-        paid = np.stack(rewards, 1) if rewards else np.zeros((k, 0), dtype=np.float64)
         per_world = isinstance(env.unwrapped, gym.vector.SyncVectorEnv)
         seeds = seed + np.arange(k, dtype=np.int64) if per_world else np.full(k, -1, dtype=np.int64)
-        return {"views": np.stack(views, 1).astype(np.uint8), "actions": taken.astype(np.int64),
-                "rewards": paid, "seeds": seeds, "ended": ended}
+        return {**played, "seeds": seeds}
+
+
+def play_opening(env: gym.vector.VectorEnv, policy: BatchPolicy, turns: int, seed: int,
+                 policy_rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``env`` (k worlds) reset with ``seed`` and played ``turns`` turns by ``policy`` (seeded with
+    ``policy_rng``); the env is left running. Returns ``views`` ``(k, turns + 1, C, V, V)`` uint8,
+    ``actions`` ``(k, turns)`` int64, ``rewards`` ``(k, turns)`` float64 and ``ended`` ``(k,)`` bool,
+    whether a world's game ended (terminated or truncated) within those turns."""
+    obs, _ = env.reset(seed=seed)
+    policy.seed(policy_rng)
+    k = len(obs)
+    views, actions, rewards, ended = [obs], [], [], np.zeros(k, dtype=bool)
+    start = np.ones(k, dtype=bool)
+    for _ in range(turns):
+        action = np.asarray(policy.act(obs, start), dtype=np.int64)
+        start[:] = False
+        obs, reward, terminated, truncated, _ = env.step(action)
+        ended |= np.asarray(terminated) | np.asarray(truncated)
+        views.append(obs)
+        actions.append(action)
+        rewards.append(np.asarray(reward, dtype=np.float64))
+    taken = np.stack(actions, 1) if actions else np.zeros((k, 0), dtype=np.int64)
+    paid = np.stack(rewards, 1) if rewards else np.zeros((k, 0), dtype=np.float64)
+    return {"views": np.stack(views, 1).astype(np.uint8), "actions": taken, "rewards": paid, "ended": ended}
 
 
 class FileContext:

@@ -12,7 +12,7 @@ The check plays the real game (`RealGame`: the env made again from the checkpoin
 reads what the game shows, holds no rule of any game, and never changes a frame. A real game
 scores exactly 1: its own seed explains it (tests/test_imagined_any_game.py). A game with
 randomness after its reset (a co-player, a moving obstacle) cannot be explained this way, and its
-real games score below 1: `DreamReplays` reports the real games' score beside the dream's, so a
+real games score below 1: `dream_replays` reports the real games' score beside the dream's, so a
 check that does not apply says so.
 """
 
@@ -27,7 +27,7 @@ import numpy as np
 from rpg_base.errors import InputError
 from rpg_env.policies.base import BatchPolicy
 from rpg_worldmodel.envs.fidelity import Share
-from rpg_worldmodel.envs.imagination import GivenContext, ImaginedWorlds, Start
+from rpg_worldmodel.envs.imagination import GivenContext, ImaginedWorlds, Start, play_opening
 from rpg_worldmodel.envs.real_game import RealGame
 
 
@@ -39,16 +39,22 @@ class SeedReplays:
     def __init__(self, game: RealGame, seeds: Sequence[int]) -> None:
         self.game, self.seeds = game, [int(s) for s in seeds]
         self._first: dict[int, np.ndarray] = {}
-        for seed in self.seeds:
-            self._first_view(seed)
+        self._first_views(self.seeds)
+
+    def _first_views(self, seeds: Sequence[int]) -> None:
+        """Read the first view of each of ``seeds`` not read yet, all from one env."""
+        missing = [seed for seed in seeds if seed not in self._first]
+        if not missing:
+            return
+        env = self.game.make()
+        try:
+            for seed in missing:
+                self._first[seed] = np.asarray(env.reset(seed=seed)[0])
+        finally:
+            env.close()
 
     def _first_view(self, seed: int) -> np.ndarray:
-        if seed not in self._first:
-            env = self.game.make()
-            try:
-                self._first[seed] = np.asarray(env.reset(seed=seed)[0])
-            finally:
-                env.close()
+        self._first_views([seed])
         return self._first[seed]
 
     def explained(self, views: np.ndarray, actions: np.ndarray, ends: np.ndarray, paid: np.ndarray,
@@ -104,26 +110,13 @@ def real_openings(game: RealGame, policy: BatchPolicy, num_frames: int, worlds: 
     """``worlds`` real games, world ``i`` reset with seed ``seed + i``, played by ``policy`` for the
     ``num_frames - 1`` opening turns: the openings (`Played`) and the vector env, still running."""
     env = game.make_vector(worlds)
-    obs, _ = env.reset(seed=seed)
-    policy.seed(np.random.default_rng(seed))
-    frames, actions, rewards, ends = [obs], [], [], []
-    start = np.ones(worlds, dtype=bool)
-    for _ in range(num_frames - 1):
-        action = np.asarray(policy.act(obs, start), dtype=np.int64)
-        start[:] = False
-        obs, reward, terminated, truncated, _ = env.step(action)
-        frames.append(obs)
-        actions.append(action)
-        rewards.append(np.asarray(reward) != 0)
-        ends.append(np.asarray(terminated) | np.asarray(truncated))
-    if ends and np.stack(ends).any():
-        raise InputError(f"{int(np.stack(ends).any(0).sum())} of {worlds} real games ended within the "
+    played = play_opening(env, policy, num_frames - 1, seed, np.random.default_rng(seed))
+    if played["ended"].any():
+        raise InputError(f"{int(played['ended'].sum())} of {worlds} real games ended within the "
                          f"{num_frames - 1} opening turns: a model of longer games is judged here")
-    stack = np.stack(frames, 1).astype(np.uint8)
-    acts = np.stack(actions, 1) if actions else np.zeros((worlds, 0), dtype=np.int64)
-    paid = np.stack(rewards, 1) if rewards else np.zeros((worlds, 0), dtype=bool)
-    ended = np.stack(ends, 1) if ends else np.zeros((worlds, 0), dtype=bool)
-    return Played(list(stack), list(acts), list(ended), list(paid), seed + np.arange(worlds)), env
+    none_ended = np.zeros(played["actions"].shape, dtype=bool)
+    return Played(list(played["views"]), list(played["actions"]), list(none_ended),
+                  list(played["rewards"] != 0), seed + np.arange(worlds)), env
 
 
 def play_on(step: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
