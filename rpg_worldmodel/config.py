@@ -175,6 +175,11 @@ class ModelConfig:
         (), "cells of the view (flat indices) that show one kind in every view of the training files (an "
         "egocentric view's own viewer, which moves with it): the memory map keeps them as a kind of their "
         "own and the shift read off two views ignores them; filled from the training split when empty")
+    turns: tuple[tuple[int, int, int], ...] = setting(
+        (), "the turns of the view the training files show, each (quarter turns, row, col) "
+        "(models/motion.py, Motion): the motion family beyond the one-cell shifts, which the motion "
+        "head, the memory map and the extent prior follow; read off the training split when "
+        "model.kind_limits is (a game whose views never turn has none)")
     kind_limits: tuple[int, ...] = setting(
         (), "the most cells of each kind (channel) any training view holds: a sampled view holds no more "
         "(models/refiner.py, joint_sample); filled from the training split when empty")
@@ -229,6 +234,11 @@ class ModelConfig:
             raise ConfigError(f"model.fixed_cells must be cells of the view, 0..{self.view_size**2 - 1}, "
                               f"got {list(self.fixed_cells)}; leave it empty to read it from the training "
                               f"file")
+        if any(len(t) != 3 or t[0] not in (1, 2, 3) or max(map(abs, t[1:])) >= self.view_size
+               for t in self.turns):
+            raise ConfigError(f"model.turns holds (quarter turns 1..3, row, col) with |row|, |col| < "
+                              f"{self.view_size}, got {[list(t) for t in self.turns]}; leave it empty to "
+                              f"read it from the training file")
         values = list(self.reward_values)
         if values != sorted(set(values)):
             raise ConfigError(f"model.reward_values must be distinct and ascending, got {values}")

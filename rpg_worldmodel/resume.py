@@ -134,12 +134,14 @@ def _splits(record: CheckpointRecord) -> dict[str, np.ndarray]:
 
 def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: DataRecord) -> Resume:
     """Read the checkpoint a run resumes from (its latest); refused as `_checked` says. What the
-    run read off its training views when it began (``model.fixed_cells``, ``model.kind_limits``)
+    run read off its training views when it began (``model.fixed_cells``, ``model.kind_limits``,
+    ``model.turns``)
     is taken from it where ``cfg`` leaves them empty."""
     folder = resolve_checkpoint(path, "latest")
     if not cfg.model.kind_limits:
         saved = read_record(folder / META_FILE).config.model
         cfg.model.fixed_cells, cfg.model.kind_limits = saved.fixed_cells, saved.kind_limits
+        cfg.model.turns = saved.turns
     record = _checked(folder, cfg, data, "resume")
     return Resume(folder, record, _splits(record), load_training_state(folder))
 
@@ -156,6 +158,7 @@ def starting_checkpoint(cfg: WorldModelConfig) -> Path:
         setattr(cfg.data, name.partition(".")[2], copy.deepcopy(_setting(saved, name)))
     if not cfg.model.fixed_cells:  # what the map keeps apart, as the start's weights learned it
         cfg.model.fixed_cells = saved.model.fixed_cells
+    cfg.model.turns = cfg.model.turns or saved.model.turns  # the motions its weights tell apart
     return folder
 
 

@@ -6,10 +6,10 @@ here only, with the schema migrations that keep every older checkpoint readable.
     CheckpointRecord  a RunRecord with the checkpoint's step, config and validation metrics
     DataRecord        the training data: its files (DataFile: path, fingerprint, episodes) and game
 
-`read_record` reads a meta.json of the current schema (`CHECKPOINT_VERSION`) or of schemas 12 and 13
-(their models had no end head, schema 12's no extent prior: `migrate_older_schema`) and refuses a
-missing, corrupt, foreign, older or newer one with a `CheckpointError` that names the file and says
-why (`check_schema`);
+`read_record` reads a meta.json of the current schema (`CHECKPOINT_VERSION`) or of schemas 12 to 14
+(their models had no turns, 12 and 13 no end head, schema 12 no extent prior:
+`migrate_older_schema`) and refuses a missing, corrupt, foreign, older or newer one with a
+`CheckpointError` that names the file and says why (`check_schema`);
 `write_record` writes the current schema.
 """
 
@@ -33,8 +33,10 @@ CHECKPOINT_FORMAT = "rpg_worldmodel.checkpoint"
 #: 1..11 were told the game's movement table, reward table or agent placement (or came before
 #: them) and are refused (`check_schema`): their models cannot be rebuilt by this code. 13: the
 #: extent prior (model.extent_prior); a schema-12 record reads as a model without it. 14: the end head
-#: (model.end_head) and windows that end on a game's final view; older records read without it.
-CHECKPOINT_VERSION = 14
+#: (model.end_head) and windows that end on a game's final view; older records read without it. 15:
+#: the turns of the view beside the shifts (model.turns, read off the files); older records read with
+#: none.
+CHECKPOINT_VERSION = 15
 #: The oldest schema this code reads.
 OLDEST_READABLE = 12
 
@@ -230,13 +232,14 @@ def check_schema(meta: dict[str, Any], source: Path | str = "checkpoint") -> Non
 
 
 #: The model settings each older schema ran without, at the value that builds its model.
-ABSENT_BEFORE = {13: {"end_head": False}, 12: {"extent_prior": False, "end_head": False}}
+ABSENT_BEFORE = {14: {"turns": []}, 13: {"end_head": False, "turns": []},
+                 12: {"extent_prior": False, "end_head": False, "turns": []}}
 
 
 def migrate_older_schema(meta: dict[str, Any]) -> dict[str, Any]:
     """An older ``meta`` as this schema reads it (a copy): the parts its model did not have are off
-    where the record does not set them (schema 12: no extent prior; 12 and 13: no end head); the
-    current schema unchanged."""
+    where the record does not set them (schema 12: no extent prior; 12 and 13: no end head; 12 to 14:
+    no turns); the current schema unchanged."""
     absent = ABSENT_BEFORE.get(meta.get("version"))
     if absent is None or not isinstance(meta.get("config"), dict):
         return meta

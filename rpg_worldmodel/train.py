@@ -82,7 +82,7 @@ from rpg_worldmodel.distributed import (
     to_device,
     wrap,
 )
-from rpg_worldmodel.models.steps import store_extents
+from rpg_worldmodel.models.steps import store_extents, store_turns
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.resume import (
     Resume,
@@ -231,6 +231,8 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     if not cfg.model.kind_limits:  # read off the training games' views, once: then part of the config
         fixed, cfg.model.kind_limits = view_statistics(files, splits["train"])
         cfg.model.fixed_cells = cfg.model.fixed_cells or fixed  # a fine-tuned model keeps its start's
+        if start is None:  # and its motions
+            cfg.model.turns = cfg.model.turns or store_turns(files.store(splits["train"], True), cfg.model)
     train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window,
                                                         cfg.model.num_frames)
     if cfg.model.extent_prior:  # what each window's game showed before it (evaluate_split: the val set's)

@@ -45,6 +45,8 @@ def _as_schema(version: int) -> dict:
     from 5 to 11 with the game's movement table its model was told."""
     meta = _current()
     model, train = meta["config"]["model"], meta["config"]["train"]
+    if version < 15:
+        model.pop("turns", None)
     if version < 14:
         model.pop("end_head", None)
     if version < 13:

@@ -28,8 +28,9 @@ from rpg_worldmodel.config import (
 #: (read off the training views). Schema 13 changed it on purpose: model.extent_prior (the room's
 #: size learned from each kind's extents), model.refiner_views 256 -> 1024 (all of a batch's views)
 #: and model.refiner_layers 1 -> 2. Schema 14 changed it on purpose: model.end_head (whether a step
-#: ended the game, learned from the files' terminated flags).
-DEFAULT_RUN_DIGEST = "63877dca3e8bc5c066e026e1e8acce59b489d984d6bdc319b213d8e7efc026f0"
+#: ended the game, learned from the files' terminated flags). Schema 15 changed it on purpose:
+#: model.turns (the turns of the view, read off the training views; none in the treasurehunt game).
+DEFAULT_RUN_DIGEST = "452c21492268d62aef7eef0ca27eb3b729c9695175bd1dc7293a62676fa91864"
 
 
 def removed_settings_restored(config: dict) -> dict:
@@ -74,7 +75,7 @@ def test_the_shipped_configs_are_the_dream_agents_only():
 def test_a_removed_setting_reads_as_nothing_at_its_value_and_is_refused_at_another(tmp_path):
     # every record of before names them: the shipped models' meta.json, a run folder's config.yaml
     total = sum(len(cls.REMOVED_SETTINGS) for cls in SECTIONS.values())
-    assert total == 28 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 45
+    assert total == 28 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 46
     old = removed_settings_restored(WorldModelConfig().to_dict())
     assert WorldModelConfig.from_dict(old).to_dict() == WorldModelConfig().to_dict()
     path = tmp_path / "config.yaml"

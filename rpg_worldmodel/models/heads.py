@@ -13,14 +13,14 @@ egocentric, so a cell seen a few steps ago sits at another place of every later 
 that left the view is in none of them. Attention over past steps can in principle learn to follow
 the agent's moves back to it; in practice (docs/worldmodel.md, "Longer context") a transformer
 trained for minutes does not. The map does that bookkeeping by dead reckoning: each step moves the
-agent by the shift the motion head gives it (`rpg_worldmodel.models.motion`, learned from the
-data), and every cell of the steps in reach is placed at its offset from the frame of the *next*
-view. For each cell of view t+1 the map holds the
-kind it had when last seen and how many steps before t that was (or that it was not seen in
-reach). The model learns what that is worth: `MemoryMap` turns each (age, kind) into a logit per
-kind of the next view, added to the view head's through a learned gate per cell of the view (where
-a view always shows the same thing whatever the map holds, as an egocentric view's own agent, the
-gate learns to close).
+agent by the motion the motion head gives it (a shift, or a turn where the files' views turn:
+`rpg_worldmodel.models.motion`, learned from the data), and every cell of the steps in reach is
+placed at its offset from the frame of the *next* view. For each cell of view t+1 the map holds the
+kind it had when last seen and how many steps before t that was (or that it was not seen in reach).
+The model learns what that is worth: `MemoryMap` turns each (age, kind) into a logit per kind of the
+next view, added to the view head's through a learned gate per cell of the view (where a view always
+shows the same thing whatever the map holds, as an egocentric view's own agent, the gate learns to
+close).
 
 How long a cell is kept is ``model.memory_steps`` (0: the attention window, ``num_frames`` steps).
 Over a window the map is re-drawn from the window's steps (`memory_canvas`); imagination keeps it
@@ -29,7 +29,7 @@ turn 100. The prior tells ages below ``num_frames`` apart one by one and older o
 up to the longest a training window shows (``model.train_window``): there attention no longer sees
 the cell, and the prior learns what the map alone is worth. An older sighting still reads as the
 last bin. Nothing of a particular game is written here: the kinds come from the training file, the
-shifts from the learned motion head.
+motions from the learned motion head.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpg_worldmodel.config import MAP_SIZE, ModelConfig
-from rpg_worldmodel.models.motion import SHIFTS, ViewMapPerAction
+from rpg_worldmodel.models.motion import SHIFTS, ViewMapPerAction, motion_family, moved_cells
 from rpg_worldmodel.models.steps import HIDDEN, Steps, map_reach, memory_canvas
 
 
@@ -211,20 +211,40 @@ def conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> t
 
 
 class MoveConv(nn.Conv2d):
-    """The motion prior: a 3x3 convolution of view t per shift (`rpg_worldmodel.models.motion.SHIFTS`).
+    """The motion prior: a 3x3 convolution of view t per motion
+    (`rpg_worldmodel.models.motion.motion_family`).
 
     Moving shifts the whole egocentric view by one cell, which a 3x3 kernel expresses exactly;
     the transformer then only has to learn what motion alone does not explain (pick-ups, the
-    co-player, cells entering the view). The kernel is chosen by the shift the motion head gives
-    the step (``steps.shifts``), so a blocked move uses the kernel of no shift.
+    co-player, cells entering the view). A turn (``model.turns``) is no 3x3 kernel: its kernel reads
+    view t turned as the turn moves it, cells from outside the view reading as none. The kernel is
+    chosen by the motion the motion head gives the step (``steps.shifts``), so a blocked move uses
+    the kernel of no shift.
     """
 
     def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg.num_channels, len(SHIFTS) * cfg.num_channels, 3, padding=1)
+        super().__init__(cfg.num_channels, len(motion_family(cfg.turns)) * cfg.num_channels, 3, padding=1)
+        self.turns = tuple(cfg.turns)
+        moves = [moved_cells(turn, cfg.view_size) for turn in self.turns]
+        self.register_buffer("turn_cells", torch.stack([i for i, _ in moves]) if moves else None,
+                             persistent=False)
+        self.register_buffer("turn_inside", torch.stack([k for _, k in moves]) if moves else None,
+                             persistent=False)
 
     def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
         flat = steps.views.reshape(-1, *steps.views.shape[2:])
-        return view_logits + conv_for_choice(self, flat, steps.shifts.reshape(-1)).view_as(view_logits)
+        choice = steps.shifts.reshape(-1)
+        if self.turns:
+            flat = self.turned(flat.to(view_logits.dtype), choice)
+        return view_logits + conv_for_choice(self, flat, choice).view_as(view_logits)
+
+    def turned(self, views: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
+        """``views`` (N, C, V, V), each turned as its turn moves it where ``choice`` (N,) is a turn."""
+        turn = (choice - len(SHIFTS)).clamp_min(0)
+        cells, inside = self.turn_cells[turn], self.turn_inside[turn]  # (N, V*V)
+        flat = views.flatten(2)
+        moved = flat.gather(2, cells[:, None].expand(-1, flat.shape[1], -1)) * inside[:, None]
+        return torch.where((choice >= len(SHIFTS))[:, None, None], moved, flat).view_as(views)
 
 
 # ------------------------------------------------------------------ the memory map
@@ -239,6 +259,7 @@ class MemoryMap(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.keep = map_reach(cfg)  # steps a cell is kept
+        self.turns = tuple(cfg.turns)
         self.exact = cfg.num_frames  # ages told apart one by one
         self.reach = age_bins(cfg)  # ages the prior tells apart: those, then doubling bins
         self.num_kinds = cfg.num_channels + 1  # the channels and the view's fixed cells
@@ -250,7 +271,7 @@ class MemoryMap(nn.Module):
         self.gate = nn.Parameter(torch.ones(1, 1, 1, v, v))
 
     def forward(self, kinds: torch.Tensor, shifts: torch.Tensor, queries: int) -> torch.Tensor:
-        return self.logits(*memory_canvas(kinds, shifts, self.keep, queries))
+        return self.logits(*memory_canvas(kinds, shifts, self.keep, queries, self.turns))
 
     def logits(self, kind: torch.Tensor, age: torch.Tensor) -> torch.Tensor:
         """The prior of the map's ``kind`` and ``age`` (B, Q, V, V) each -> logits (B, Q, C, V, V)."""

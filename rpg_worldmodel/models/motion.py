@@ -1,18 +1,29 @@
-"""How a step moves the egocentric view, learned: a generic family of shifts, the shift inferred
-from two consecutive views, and `MotionHead`, which learns which shift an action causes.
+"""How a step moves the egocentric view, learned: a generic family of rigid motions of the view, the
+motion inferred from two consecutive views, and `MotionHead`, which learns which motion an action
+causes.
 
-An egocentric view makes a move visible only as the whole view shifting by one cell; a move that
-does not happen (into something that blocks it) shifts nothing. Nothing here knows which action
-moves where, or what blocks a move: the family (`SHIFTS`) is every shift of at most one cell along
-each axis, whichever game it is, and names no action. `infer_shifts` reads the shift that took
-each view to the next off the two views (the one under which they agree best, where it stands out
-from the others), and `MotionHead` learns from those labels which shift an action causes in the
-view it is taken in: where a move goes through, and when it causes none. The model conditions its
-motion prior and its memory map on the head's arg-max shift (`rpg_worldmodel.models.steps`), a
-function of the view and the action only, the same in training and in imagination.
+An egocentric view makes a move visible only as the whole view moving: shifting by a cell, or
+turning about the viewer. A move that does not happen (into something that blocks it) moves
+nothing. Nothing here knows which action moves where, or what blocks a move:
+
+* the family is every shift of at most one cell along each axis (`SHIFTS`, whichever game it is),
+  plus the turns the training files show (`read_turns`: quarter turns of the view about any cell,
+  kept where some action causes one in most of its steps and the others do not; a game whose
+  views never turn has none). Neither names an action;
+* `infer_shifts` reads the motion that took each view to the next off the two views (the one under
+  which they agree best, where it stands out from the others);
+* `MotionHead` learns from those labels which motion an action causes in the view it is taken in:
+  where a move goes through, and when it causes none.
+
+The model conditions its motion prior and its memory map on the head's arg-max motion
+(`rpg_worldmodel.models.steps`), a function of the view and the action only, the same in training
+and in imagination. Dead reckoning (`dead_reckoning`) composes the motions into each view's pose:
+where its centre is and which way it faces, relative to the first view.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -22,46 +33,134 @@ from torch import nn
 #: old view's frame: every offset of at most one cell along each axis. `STAY` is no shift.
 SHIFTS = tuple((row, col) for row in (-1, 0, 1) for col in (-1, 0, 1))
 STAY = SHIFTS.index((0, 0))
-#: `infer_shifts` labels a step only where its best shift explains at least this many more cells
+#: A motion of the view, ``(quarter_turns, row, col)``: cell x' of the new view (row and column from
+#: its centre) shows what cell ``R^quarter_turns x' + (row, col)`` of the old view showed, R the
+#: quarter turn ``(row, col) -> (col, -row)``. A shift is a motion of no turn.
+Motion = tuple[int, int, int]
+#: `infer_shifts` labels a step only where its best motion explains at least this many more cells
 #: than the runner-up: a view of bare floor looks the same under every shift, and a label there
 #: would be a guess.
 MARGIN_CELLS = 3
-UNKNOWN = -1  # a step whose shift the two views do not tell (ignored by the loss)
+UNKNOWN = -1  # a step whose motion the two views do not tell (ignored by the loss)
+#: `read_turns` keeps a turn an action causes in at least this share of its steps, where it
+#: explains at least this share more of them than of the steps of the action it explains least.
+#: Sparse views agree under many motions by chance (a view half hidden agrees with itself turned
+#: half round); such a motion agrees as often whatever the action, so it is no action's.
+TURN_SHARE = 0.5
+#: `read_turns` reads at most this many steps (the first games, in order).
+TURN_STEPS = 5_000
+
+_QUARTER = torch.tensor([[[1, 0], [0, 1]], [[0, 1], [-1, 0]], [[-1, 0], [0, -1]], [[0, -1], [1, 0]]])
 
 
-def shift_offsets(device: torch.device | None = None) -> torch.Tensor:
-    """`SHIFTS` as a (S, 2) long tensor (row, col)."""
-    return torch.tensor(SHIFTS, dtype=torch.long, device=device)
+def motion_family(turns: Iterable[Motion] = ()) -> tuple[Motion, ...]:
+    """Every motion a step may cause: the `SHIFTS` (indices 0 .. 8, as they always were), then
+    ``turns`` (``model.turns``, read off the files by `read_turns`)."""
+    return tuple((0, row, col) for row, col in SHIFTS) + tuple(tuple(t) for t in turns)
 
 
-def infer_shifts(codes: torch.Tensor) -> torch.Tensor:
-    """The shift that took each view to the next: ``codes`` (B, T, V, V) long (a cell's kind; any
-    negative value for a cell not shown) -> (B, T-1) long, an index into `SHIFTS`, or `UNKNOWN`
-    where no shift stands out by `MARGIN_CELLS` cells.
+def shift_offsets(device: torch.device | None = None, turns: Iterable[Motion] = ()) -> torch.Tensor:
+    """`motion_family` as a (F, 3) long tensor (quarter turns, row, col)."""
+    return torch.tensor(motion_family(turns), dtype=torch.long, device=device)
 
-    Under shift (dr, dc) cell (i, j) of view t+1 shows what cell (i+dr, j+dc) of view t showed; the
-    shift's mismatch is the share of the cells both views show that disagree (things that moved or
-    appeared disagree under every shift, so only the static part of the world decides). Every
-    cell counts alike, the viewer's own too: a viewer that moves with its view agrees only under
-    no shift, which in a sparse view with something else moving alongside can outvote the real
-    move (22 of 101,376 steps of random and greedy play, 0.02%; tests/test_wm_motion.py)."""
-    v = codes.shape[-1]
+
+def rotate(x: torch.Tensor, quarter_turns: torch.Tensor | int) -> torch.Tensor:
+    """``R^quarter_turns x`` for cells ``x`` (..., 2) long, the turns broadcasting against x[..., 0]."""
+    turns = torch.as_tensor(quarter_turns, device=x.device) % 4
+    return (_QUARTER.to(x.device)[turns] * x[..., None, :]).sum(-1)
+
+
+def view_cells(v: int, device: torch.device | None = None) -> torch.Tensor:
+    """Each cell of a V x V view as (row, col) from its centre, (V, V, 2) long."""
+    cells = torch.arange(v, device=device) - v // 2
+    return torch.stack(torch.meshgrid(cells, cells, indexing="ij"), -1)
+
+
+def moved_cells(motion: Motion, v: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each cell of the new view was in the old one under ``motion``: flat old indices (V*V,)
+    long (clamped into the view) and whether that cell is in the old view (V*V,) bool."""
+    old = rotate(view_cells(v), motion[0]) + torch.tensor(motion[1:])
+    inside = ((old >= -(v // 2)) & (old <= v // 2)).all(-1)
+    index = (old[..., 0] + v // 2).clamp(0, v - 1) * v + (old[..., 1] + v // 2).clamp(0, v - 1)
+    return index.flatten(), inside.flatten()
+
+
+def _mismatches(before: torch.Tensor, after: torch.Tensor, motion: Motion
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cells (...,) that disagree and cells both views show, of views ``before`` and ``after``
+    (..., V, V) under ``motion``."""
+    v = before.shape[-1]
+    q, dr, dc = motion
+    if q == 0:  # a shift: slices (the same sums as the gather, faster)
+        old = before[..., max(dr, 0):v + min(dr, 0), max(dc, 0):v + min(dc, 0)].flatten(-2)
+        new = after[..., max(-dr, 0):v + min(-dr, 0), max(-dc, 0):v + min(-dc, 0)].flatten(-2)
+    else:
+        index, inside = moved_cells(motion, v)
+        index, inside = index.to(before.device), inside.to(before.device)
+        old = before.flatten(-2)[..., index[inside]]
+        new = after.flatten(-2)[..., inside]
+    shown = (old >= 0) & (new >= 0)
+    return ((old != new) & shown).sum(-1), shown.sum(-1)
+
+
+def infer_shifts(codes: torch.Tensor, turns: Iterable[Motion] = ()) -> torch.Tensor:
+    """The motion that took each view to the next: ``codes`` (B, T, V, V) long (a cell's kind; any
+    negative value for a cell not shown) -> (B, T-1) long, an index into ``motion_family(turns)``,
+    or `UNKNOWN` where no motion stands out by `MARGIN_CELLS` cells.
+
+    Under a shift (dr, dc) cell (i, j) of view t+1 shows what cell (i+dr, j+dc) of view t showed
+    (a turn: `Motion`); the motion's mismatch is the share of the cells both views show that
+    disagree (things that moved or appeared disagree under every motion, so only the static part
+    of the world decides). Every cell counts alike, the viewer's own too: a viewer that moves with
+    its view agrees only under no shift, which in a sparse view with something else moving
+    alongside can outvote the real move (22 of 101,376 steps of random and greedy play, 0.02%;
+    tests/test_wm_motion.py)."""
     before, after = codes[:, :-1], codes[:, 1:]
-    mismatches, overlaps = [], []
-    for dr, dc in SHIFTS:
-        old = before[..., max(dr, 0):v + min(dr, 0), max(dc, 0):v + min(dc, 0)]
-        new = after[..., max(-dr, 0):v + min(-dr, 0), max(-dc, 0):v + min(-dc, 0)]
-        shown = (old >= 0) & (new >= 0)
-        mismatches.append(((old != new) & shown).flatten(-2).sum(-1))
-        overlaps.append(shown.flatten(-2).sum(-1))
-    mismatch = torch.stack(mismatches, -1).float()  # (B, T-1, S)
-    overlap = torch.stack(overlaps, -1).float().clamp_min(1)
+    counted = [_mismatches(before, after, motion) for motion in motion_family(turns)]
+    mismatch = torch.stack([m for m, _ in counted], -1).float()  # (B, T-1, F)
+    overlap = torch.stack([o for _, o in counted], -1).float().clamp_min(1)
     rate = mismatch / overlap
     best_two = rate.topk(2, dim=-1, largest=False)
     best = best_two.indices[..., 0]
     cells = overlap.amin(-1)
     clear = (best_two.values[..., 1] - best_two.values[..., 0]) * cells >= MARGIN_CELLS
     return torch.where(clear, best, UNKNOWN)
+
+
+def read_turns(games: Iterable[tuple[torch.Tensor, torch.Tensor]], num_actions: int) -> tuple[Motion, ...]:
+    """The turns recorded games show: ``games`` yields each game's codes (L+1, V, V) long (negative:
+    a cell not shown, the view's fixed cells included) and actions (L,) long; at most `TURN_STEPS`
+    steps are read. A candidate is any quarter turn of the view composed with a shift, under which
+    at least V cells of the new view were in the old one. A step agrees with a candidate where every
+    cell both views show agrees and they show at least V. An action's turn is the candidate its
+    steps agree with most often beyond how often the steps of the action least agreeing with it do
+    (`TURN_SHARE`, both ways). Returns the distinct turns, sorted; none for views that never turn."""
+    pairs, acts, steps = [], [], 0
+    for codes, actions in games:
+        take = min(len(actions), TURN_STEPS - steps)
+        pairs.append(torch.stack([codes[:take], codes[1:take + 1]], 1))
+        acts.append(actions[:take].long())
+        steps += take
+        if steps >= TURN_STEPS:
+            break
+    if not steps:
+        return ()
+    pair, actions = torch.cat(pairs), torch.cat(acts)
+    v = pair.shape[-1]
+    reach = range(-(v - 1), v)
+    candidates = [m for q in (1, 2, 3) for dr in reach for dc in reach
+                  if int(moved_cells(m := (q, dr, dc), v)[1].sum()) >= v]
+    agree = torch.zeros(num_actions, len(candidates))
+    steps_of = torch.bincount(actions, minlength=num_actions).clamp_min(1).float()
+    for k, motion in enumerate(candidates):
+        mismatch, shown = _mismatches(pair[:, 0], pair[:, 1], motion)
+        agree[:, k] = torch.bincount(actions, ((mismatch == 0) & (shown >= v)).float(), num_actions)
+    share = agree / steps_of[:, None]
+    beyond = share - share.amin(0)
+    best = beyond.argmax(1)
+    kept = {candidates[k] for a, k in enumerate(best.tolist())
+            if share[a, k] >= TURN_SHARE and beyond[a, k] >= TURN_SHARE}
+    return tuple(sorted(kept))
 
 
 class ViewMapPerAction(nn.Module):
@@ -84,27 +183,39 @@ class ViewMapPerAction(nn.Module):
 
 
 class MotionHead(ViewMapPerAction):
-    """Which shift an action causes in the view it is taken in: per action, a linear map of the
-    one-hot view to logits over `SHIFTS` (`ViewMapPerAction`). ``forward(views (B, T, C, V, V),
-    actions (B, T))`` -> logits (B, T, S).
+    """Which motion an action causes in the view it is taken in: per action, a linear map of the
+    one-hot view to logits over ``motion_family(turns)`` (`ViewMapPerAction`).
+    ``forward(views (B, T, C, V, V), actions (B, T))`` -> logits (B, T, S).
 
     Linear in the view is enough to learn a game's movement: each action's own shift, and no shift
     where the cell it would enter holds something that blocks it. The head reads neither the
     tokens nor the past, so its arg-max (`shifts`) is a function of the step alone."""
 
-    def __init__(self, num_channels: int, view_size: int, num_actions: int):
-        super().__init__(num_channels, view_size, num_actions, len(SHIFTS))
+    def __init__(self, num_channels: int, view_size: int, num_actions: int, turns: Iterable[Motion] = ()):
+        super().__init__(num_channels, view_size, num_actions, len(motion_family(turns)))
 
     @torch.no_grad()
     def shifts(self, views: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """The likeliest shift of each step, (B, T) long (an index into `SHIFTS`)."""
+        """The likeliest motion of each step, (B, T) long (an index into `motion_family`)."""
         return self(views, actions).argmax(-1)
 
 
-def dead_reckoning(shifts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where the agent was at each step, relative to the first, from each step's shift ``shifts``
-    (B, S) long (an index into `rpg_worldmodel.models.motion.SHIFTS`). Returns ``before`` and
-    ``after`` (B, S, 2) long: the frame of view s and of view s+1."""
-    step = shift_offsets(shifts.device)[shifts]  # (B, S, 2)
+def dead_reckoning(shifts: torch.Tensor, turns: Iterable[Motion] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the agent was at each step, relative to the first, from each step's motion ``shifts``
+    (B, S) long (an index into ``motion_family(turns)``). Returns ``before`` and ``after`` (B, S, 3)
+    long: the pose of view s and of view s+1, (row, col, quarter turns) of its centre and facing in
+    view 0's frame (a cell x of a view at pose (p, h) is cell ``R^h x + p`` of view 0)."""
+    motion = shift_offsets(shifts.device, turns)[shifts]  # (B, S, 3)
+    heading_after = motion[..., 0].cumsum(1) % 4
+    heading_before = (heading_after - motion[..., 0]) % 4
+    step = rotate(motion[..., 1:], heading_before)
     after = step.cumsum(1)
-    return after - step, after
+    return (torch.cat([after - step, heading_before[..., None]], -1),
+            torch.cat([after, heading_after[..., None]], -1))
+
+
+def in_frame(cells: torch.Tensor, pose: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+    """Cells ``cells`` (..., 2) of a view at ``pose`` (..., 3) as cells of the view at ``frame``
+    (..., 3) (poses from `dead_reckoning`, broadcasting)."""
+    world = rotate(cells, pose[..., 2]) + pose[..., :2]
+    return rotate(world - frame[..., :2], -frame[..., 2])

@@ -4,11 +4,12 @@ the frames the action head stacks, and the memory map's bookkeeping; over a wind
 (`window_steps`, training and `WorldModel.forward`), or one step at a time from imagination's
 cached state (`imagined_steps`), with the same values. Nothing here has weights.
 
-**The shift.** Egocentric views make a move visible only as the whole view shifting. The model is
-not told which action moves where or what blocks a move: its motion head learns, from the shifts
-read off consecutive training views, which shift an action causes in the view it is taken in
-(none, where the move is blocked). The motion prior chooses by that shift and the memory map
-follows the agent by it (dead reckoning).
+**The motion.** Egocentric views make a move visible only as the whole view shifting, or turning
+about the viewer where a game's views turn (``model.turns``, read off the files). The model is not
+told which action moves where or what blocks a move: its motion head learns, from the motions read
+off consecutive training views, which one an action causes in the view it is taken in (none, where
+the move is blocked). The motion prior chooses by that motion and the memory map and the extents
+follow the agent by it (dead reckoning: where each view's centre is and which way it faces).
 
 **The memory map's canvas.** Over a window the map is re-drawn from the window's steps
 (`memory_canvas`); imagination keeps it instead on a canvas
@@ -19,6 +20,7 @@ view's frame back, so turn 100 costs what turn 1 does. The canvas is a torus of
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import NamedTuple, Protocol
 
@@ -26,8 +28,16 @@ import numpy as np
 import torch
 
 from rpg_worldmodel.config import MAP_SIZE, ModelConfig
-from rpg_worldmodel.models.extents import empty_extents, extents_step, games_extents, window_extents
-from rpg_worldmodel.models.motion import MotionHead, dead_reckoning, shift_offsets
+from rpg_worldmodel.models.extents import empty_extents, extents_step, games_extents, moved, window_extents
+from rpg_worldmodel.models.motion import (
+    Motion,
+    MotionHead,
+    dead_reckoning,
+    in_frame,
+    read_turns,
+    shift_offsets,
+    view_cells,
+)
 from rpg_worldmodel.models.state import Imagination
 
 HIDDEN = -1  # a cell the step did not show (masked input, or padding before a start)
@@ -67,37 +77,38 @@ def fixed_mask(cfg: ModelConfig) -> torch.Tensor:
 
 # ------------------------------------------------------------------ the memory map's canvas
 #: The memory map on imagination's canvas: what each cell last showed (N, M, M) long (``HIDDEN``:
-#: never), the step that showed it (N, M, M) long, and where the agent is (N, 2) long (row, col).
+#: never), the step that showed it (N, M, M) long, and the agent's pose (N, 3) long (row, col,
+#: quarter turns: `rpg_worldmodel.models.motion.dead_reckoning`).
 Canvas = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def empty_canvas(n: int, device: torch.device) -> Canvas:
-    """A canvas of ``n`` worlds that has seen nothing, the agent at (0, 0)."""
+    """A canvas of ``n`` worlds that has seen nothing, the agent at (0, 0) facing as it starts."""
     kinds = torch.full((n, MAP_SIZE, MAP_SIZE), HIDDEN, dtype=torch.long, device=device)
-    return kinds, torch.zeros_like(kinds), torch.zeros(n, 2, dtype=torch.long, device=device)
+    return kinds, torch.zeros_like(kinds), torch.zeros(n, 3, dtype=torch.long, device=device)
 
 
-def _around(position: torch.Tensor, v: int, size: int) -> torch.Tensor:
-    """The flat canvas indices (N, V*V) of the V x V cells centred on ``position`` (N, 2)."""
-    cells = torch.arange(v, device=position.device) - v // 2
-    rows, cols = (position[:, :1] + cells) % size, (position[:, 1:] + cells) % size
-    return (rows[:, :, None] * size + cols[:, None, :]).flatten(1)
+def _around(pose: torch.Tensor, v: int, size: int) -> torch.Tensor:
+    """The flat canvas indices (N, V*V) of the V x V cells of a view at ``pose`` (N, 3)."""
+    origin = torch.zeros(3, dtype=torch.long, device=pose.device)
+    cells = in_frame(view_cells(v, pose.device), pose[:, None, None], origin) % size
+    return (cells[..., 0] * size + cells[..., 1]).flatten(1)
 
 
-def memory_canvas(kinds: torch.Tensor, shifts: torch.Tensor, reach: int, queries: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def memory_canvas(kinds: torch.Tensor, shifts: torch.Tensor, reach: int, queries: int,
+                  turns: tuple[Motion, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """The map of the last ``queries`` steps of a history.
 
-    ``kinds`` (B, S, V, V) from `cell_kinds`, ``shifts`` (B, S) long (each step's shift, an index
-    into `rpg_worldmodel.models.motion.SHIFTS`). For each query step t (the
+    ``kinds`` (B, S, V, V) from `cell_kinds`, ``shifts`` (B, S) long (each step's motion, an index
+    into ``rpg_worldmodel.models.motion.motion_family(turns)``). For each query step t (the
     last ``queries`` of the S) and each cell of view t+1's frame: the kind it had in the latest step
     s in ``[t - reach + 1, t]`` that showed it, and ``t - s``. Returns ``kind`` (B, Q, V, V) long
     (``HIDDEN``: not seen in reach) and ``age`` of the same shape (``reach`` where not seen).
     """
     b, s_len, v, _ = kinds.shape
-    before, after = dead_reckoning(shifts)
+    before, after = dead_reckoning(shifts, turns)
     first = s_len - queries
-    cells = torch.arange(v, device=kinds.device)
+    cells = view_cells(v, kinds.device)
     kind = kinds.new_full((b, queries, v, v), HIDDEN)
     age = torch.full_like(kind, reach)
     flat_kinds = kinds.flatten(-2)
@@ -105,12 +116,11 @@ def memory_canvas(kinds: torch.Tensor, shifts: torch.Tensor, reach: int, queries
         query = torch.arange(max(first, lag), s_len, device=kinds.device)
         if not len(query):
             break
-        offset = after[:, query] - before[:, query - lag]  # (B, n, 2): view t+1's frame in view s's
-        rows = cells + offset[..., :1]  # (B, n, rows of the frame)
-        cols = cells + offset[..., 1:]
-        index = rows.clamp(0, v - 1)[..., :, None] * v + cols.clamp(0, v - 1)[..., None, :]
+        # view t+1's cells in view s's frame, (B, n, V, V, 2) from its corner
+        where = in_frame(cells, after[:, query, None, None], before[:, query - lag, None, None]) + v // 2
+        inside = ((where >= 0) & (where < v)).all(-1)
+        index = where[..., 0].clamp(0, v - 1) * v + where[..., 1].clamp(0, v - 1)
         seen = flat_kinds[:, query - lag].gather(-1, index.flatten(-2)).view_as(index)
-        inside = ((rows >= 0) & (rows < v))[..., :, None] & ((cols >= 0) & (cols < v))[..., None, :]
         slot = query - first
         fill = inside & (seen != HIDDEN) & (kind[:, slot] == HIDDEN)
         kind[:, slot] = torch.where(fill, seen, kind[:, slot])
@@ -118,34 +128,35 @@ def memory_canvas(kinds: torch.Tensor, shifts: torch.Tensor, reach: int, queries
     return kind, age
 
 
-def canvas_step(canvas: Canvas, kinds: torch.Tensor, shifts: torch.Tensor, step: int
-                ) -> tuple[tuple[torch.Tensor, torch.Tensor], Canvas]:
+def canvas_step(canvas: Canvas, kinds: torch.Tensor, shifts: torch.Tensor, step: int,
+                turns: tuple[Motion, ...] = ()) -> tuple[tuple[torch.Tensor, torch.Tensor], Canvas]:
     """One step of the map on its canvas: view ``step`` (``kinds`` (N, V, V) from `cell_kinds`) is
-    written where the agent is, the agent moves by the step's shift (``shifts`` (N,), an index into
-    `rpg_worldmodel.models.motion.SHIFTS`), and the map is read in view ``step + 1``'s frame.
+    written where the agent is, the agent moves by the step's motion (``shifts`` (N,), an index into
+    ``rpg_worldmodel.models.motion.motion_family(turns)``), and the map is read in view ``step + 1``'s
+    frame.
     Returns ``(kind, age)``, (N, V, V) long each, as `memory_canvas`
     gives them (``age``: steps before ``step``; a cell never seen has kind ``HIDDEN``), and the new
     canvas. A hidden cell of the view leaves the canvas as it was."""
-    grid, seen, position = canvas
+    grid, seen, pose = canvas
     v, size = kinds.shape[-1], grid.shape[-1]
-    here, shown = _around(position, v, size), kinds.flatten(1)
+    here, shown = _around(pose, v, size), kinds.flatten(1)
     grid_flat, seen_flat = grid.flatten(1), seen.flatten(1)
     keep = shown == HIDDEN
     grid = grid_flat.scatter(1, here, torch.where(keep, grid_flat.gather(1, here), shown)).view_as(grid)
     seen = seen_flat.scatter(1, here, torch.where(keep, seen_flat.gather(1, here), step)).view_as(seen)
-    position = position + shift_offsets(shifts.device)[shifts]
-    there = _around(position, v, size)
+    pose = moved(pose, shift_offsets(shifts.device, turns)[shifts])
+    there = _around(pose, v, size)
     kind = grid.flatten(1).gather(1, there).view(len(grid), v, v)
     age = step - seen.flatten(1).gather(1, there).view(len(grid), v, v)
-    return (kind, age), (grid, seen, position)
+    return (kind, age), (grid, seen, pose)
 
 
 # ------------------------------------------------------------------ what the heads read
 class Steps(NamedTuple):
     """What the heads read of the steps besides their final tokens, at each step t of (B, T):
     ``views`` (B, T, C, V, V) and ``actions`` (B, T); ``kinds`` (B, T, V, V) the views' cell kinds
-    (`cell_kinds`); ``shifts`` (B, T) the shift each step causes by the motion head (an index into
-    `rpg_worldmodel.models.motion.SHIFTS`); ``frames`` (B, T, k-1, C, V, V) the views the action
+    (`cell_kinds`); ``shifts`` (B, T) the motion each step causes by the motion head (an index into
+    `rpg_worldmodel.models.motion.motion_family`); ``frames`` (B, T, k-1, C, V, V) the views the action
     head stacks with its predicted one (None: no stack); ``map`` the memory map's kind and age
     (B, T, V, V) in view t+1's frame, re-drawn over a window (`memory_canvas`) or kept on
     imagination's canvas (`canvas_step`; None without a map);
@@ -171,8 +182,10 @@ def window_steps(views: torch.Tensor, actions: torch.Tensor, motion: MotionHead,
     frames = frames_before(views, cfg.action_frames)
     extents = None
     if cfg.extent_prior:
-        extents = window_extents(kinds, shifts, cfg.num_channels + 1, extents_before)
-    memory = memory_canvas(kinds, shifts, map_reach(cfg), kinds.shape[1]) if cfg.memory_map else None
+        extents = window_extents(kinds, shifts, cfg.num_channels + 1, extents_before, cfg.turns)
+    memory = None
+    if cfg.memory_map:
+        memory = memory_canvas(kinds, shifts, map_reach(cfg), kinds.shape[1], cfg.turns)
     return Steps(views, actions, kinds, shifts, frames, memory, extents)
 
 
@@ -189,12 +202,12 @@ def imagined_steps(view: torch.Tensor, action: torch.Tensor, state: Imagination,
     memory, canvas, extents, kept_extents = None, None, None, None
     if cfg.memory_map:
         canvas = state.canvas if state.canvas is not None else empty_canvas(len(view), view.device)
-        (kind, age), canvas = canvas_step(canvas, kinds[:, 0], shifts[:, 0], state.step)
+        (kind, age), canvas = canvas_step(canvas, kinds[:, 0], shifts[:, 0], state.step, cfg.turns)
         memory = kind[:, None], age[:, None]
     if cfg.extent_prior:
         count = cfg.num_channels + 1
         kept = state.extents if state.extents is not None else empty_extents(len(view), count, view.device)
-        extents, kept_extents = extents_step(kept, kinds[:, 0], shifts[:, 0], count)
+        extents, kept_extents = extents_step(kept, kinds[:, 0], shifts[:, 0], count, cfg.turns)
         extents = extents[:, None]
     steps = Steps(views, actions, kinds, shifts, frames, memory, extents)
     return steps, replace(state, recent_views=recent, canvas=canvas, extents=kept_extents)
@@ -233,6 +246,21 @@ class EpisodeRows(Protocol):
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
 
+def store_turns(store: EpisodeRows, cfg: ModelConfig) -> tuple[Motion, ...]:
+    """The turns of the view the games of ``store`` show (``model.turns``), read off their first
+    `rpg_worldmodel.models.motion.TURN_STEPS` steps by `rpg_worldmodel.models.motion.read_turns`
+    (the view's fixed cells, ``model.fixed_cells``, tell nothing: they move with the view)."""
+    fixed = fixed_mask(cfg)
+
+    def games() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for row, length in enumerate(store.lengths.tolist()):
+            views, actions, _ = store.gather(np.array([row]), np.zeros(1, dtype=np.int64), int(length))
+            kinds = cell_kinds(torch.from_numpy(views[0])).masked_fill(fixed, HIDDEN)
+            yield kinds, torch.from_numpy(actions[0, :-1])
+
+    return read_turns(games(), cfg.num_actions)
+
+
 def store_extents(store: EpisodeRows, cfg: ModelConfig) -> list[np.ndarray]:
     """For each row (game) of ``store``: the extents its views 0 .. s-1 left in view s's frame, for
     every view s but the last, (L, K, 4) int32 each (`rpg_worldmodel.models.extents.games_extents`):
@@ -243,4 +271,4 @@ def store_extents(store: EpisodeRows, cfg: ModelConfig) -> list[np.ndarray]:
         views, actions, _ = store.gather(np.array([row]), np.zeros(1, dtype=np.int64), int(length))
         kinds = cell_kinds(torch.from_numpy(views[0]), fixed)
         games.append((kinds, torch.from_numpy(actions[0, :-1])))
-    return list(games_extents(games, cfg.num_channels + 1, cfg.num_actions))
+    return list(games_extents(games, cfg.num_channels + 1, cfg.num_actions, cfg.turns))

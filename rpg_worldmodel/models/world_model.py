@@ -130,7 +130,7 @@ class WorldModel(nn.Module):
                              persistent=False)
         self.end_head = EndHead(cfg) if cfg.end_head else None  # whether step t ended the game
         # Which shift each step causes, learned (models/motion.py); the view priors read it (heads.py).
-        self.motion = MotionHead(cfg.num_channels, cfg.view_size, cfg.num_actions)
+        self.motion = MotionHead(cfg.num_channels, cfg.view_size, cfg.num_actions, cfg.turns)
         self.register_buffer("fixed_cells", fixed_mask(cfg), persistent=False)
         self.action_conv = MoveConv(cfg)
         self.memory_map = MemoryMap(cfg) if cfg.memory_map else None
@@ -255,7 +255,7 @@ class WorldModel(nn.Module):
         ``inputs`` and ``actions`` (B, T) are what the model reads; under torchrun (``part``) the mean
         is over the told steps of the global batch."""
         kinds = cell_kinds(views, self.fixed_cells)  # the fixed cells move with the view: they tell nothing
-        targets = infer_shifts(kinds.masked_fill(kinds == self.cfg.num_channels, HIDDEN))  # -1: untold
+        targets = infer_shifts(kinds.masked_fill(kinds == self.cfg.num_channels, HIDDEN), self.cfg.turns)
         logits = self.motion(inputs, actions).float()
         known = targets >= 0
         with torch.no_grad():
