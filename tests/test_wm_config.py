@@ -218,5 +218,6 @@ def test_train_without_config_runs_the_defaults_and_records_every_value(tmp_path
     expected.model.fixed_cells = (40,)  # the view's centre, the viewer: the one cell the views never change
     expected.model.kind_limits = load_world_model_config(tmp_path / "run" / "config.yaml").model.kind_limits
     assert expected.model.kind_limits[5] == 2  # two agents at most in a view: the learner and the other
+    assert expected.model.turns == ()  # read off the views too: the game's views never turn, so none
     assert load_world_model_config(tmp_path / "run" / "config.yaml").to_dict() == expected.to_dict()
     assert _keys(yaml.safe_load(saved)) == _keys(WorldModelConfig().to_dict())  # a record: every key

@@ -85,6 +85,9 @@ def test_training_on_a_minigrid_file_needs_no_setting_of_its_game(room_file, tmp
     assert np.abs(rewards[:, None] - classes[None]).min(1).max() < 1e-4
     # in a 5x5 room the view's three far rows are always behind a wall: read off the files as fixed
     assert set(range(21)) <= set(model_cfg.fixed_cells)
+    # MiniGrid's view turns about the viewer, at the bottom middle (3 rows below the view's centre):
+    # both quarter turns are read off the files, none is told
+    assert sorted(model_cfg.turns) == [(1, 3, 3), (3, 3, -3)]
     views = torch.zeros(2, 3, 12, 7, 7)
     views[:, :, 0] = 1.0
     out = loaded.model(views, torch.zeros(2, 3, dtype=torch.long))
