@@ -13,7 +13,9 @@ ends and pays where it pays?
 - ``broken_after``: how many first breaks came right after each action;
 - with ``--data FILE`` (the file the model learned from): ``one_step``, on its held-out games, the
   share of next frames whose arg-max has a wrong cell, by the action taken (teacher-forced: every
-  view before it real), which says whether a break is already there one step ahead.
+  view before it real), which says whether a break is already there one step ahead; and the share
+  whose wrong cells the window's earlier views all showed as they are (``wrong_seen``: a memory
+  failure, not a cell never seen).
 
 Real games score exactly 1 (their own seed explains them); a real score below 1 says the game has
 randomness after its reset and the check does not apply to it. Every share carries a 95% bootstrap
@@ -53,6 +55,9 @@ from rpg_worldmodel.data.windows import TrajectoryWindows
 from rpg_worldmodel.envs.real_game import RealGame
 from rpg_worldmodel.envs.replay_consistency import ReplayVerdict, SeedReplays, dream_replays
 from rpg_worldmodel.envs.whole_games import share_interval
+from rpg_worldmodel.models.extents import usual_shifts
+from rpg_worldmodel.models.motion import UNKNOWN, infer_shifts, motion_family, read_turns
+from rpg_worldmodel.models.steps import HIDDEN, cell_kinds, fixed_mask, memory_canvas
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLERS = ("sampled", "argmax")
@@ -68,23 +73,42 @@ def verdict_json(verdict: ReplayVerdict, action_names: tuple[str, ...], seed: in
 
 def one_step_wrong_frames(loaded, data: Path, windows: int = 400) -> dict[str, dict]:
     """Per action, the share of held-out next frames (the test split of ``data``, ``windows`` training
-    windows spread over it) whose arg-max prediction has at least one wrong cell."""
+    windows spread over it) whose arg-max prediction has at least one wrong cell (``wrong``), and the
+    share whose wrong cells the window's own earlier views all showed as they are (``wrong_seen``:
+    placed by the motions the views tell, each action's usual one where they tell none), which a
+    model that remembers what it saw could have drawn right; the rest were never in view."""
     model = loaded.model.eval()
     test = np.asarray(loaded.record.splits["test"])
     store = TrajectoryWindows(data, test, num_frames=loaded.config.model.window)
     batch = store.get_batch(np.linspace(0, len(store) - 1, min(windows, len(store))).astype(np.int64))
-    wrong, taken = [], []
+    views, actions = batch["views"].float(), batch["actions"]
     with torch.no_grad():
-        for s in range(0, len(batch["views"]), 50):
-            views, actions = batch["views"][s:s + 50].float(), batch["actions"][s:s + 50]
-            predicted = model(views, actions.clamp_min(0)).view.argmax(2)[:, :-1]
-            wrong.append((predicted != views.argmax(2)[:, 1:]).flatten(2).any(-1))
-            taken.append(actions[:, :-1])
-    wrong_all, taken_all = torch.cat(wrong), torch.cat(taken)
+        predicted = torch.cat([model(views[s:s + 50], actions[s:s + 50].clamp_min(0)).view.argmax(2)[:, :-1]
+                               for s in range(0, len(views), 50)])
+    truth = views.argmax(2)[:, 1:]
+    wrong_cells = predicted != truth
+    seen = seen_before(loaded.config.model, views, actions)  # (B, T-1, V, V) the map's kind, as it is
+    wrong, taken = wrong_cells.flatten(2).any(-1), actions[:, :-1]
+    wrong_seen = wrong & (wrong_cells <= (seen == truth)).flatten(2).all(-1)
     names = loaded.record.data.action_names
-    return {names[a]: {"frames": int((taken_all == a).sum()),
-                       "wrong": float(wrong_all[taken_all == a].float().mean())}
-            for a in range(len(names)) if (taken_all == a).any()}
+    return {names[a]: {"frames": int((taken == a).sum()), "wrong": float(wrong[taken == a].float().mean()),
+                       "wrong_seen": float(wrong_seen[taken == a].float().mean())}
+            for a in range(len(names)) if (taken == a).any()}
+
+
+def seen_before(cfg, views: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """For each step t < T-1 of windows ``views`` (B, T, C, V, V): each cell of view t+1's frame as
+    views 0..t last showed it (`memory_canvas` over the motions the views tell, turns included
+    whether or not the model has them; ``HIDDEN``: not shown), (B, T-1, V, V)."""
+    kinds = cell_kinds(views, fixed_mask(cfg))
+    masked = kinds.masked_fill(kinds == cfg.num_channels, HIDDEN)
+    taken = actions[:, :-1].clamp_min(0)
+    turns = read_turns(zip(masked, taken, strict=True), cfg.num_actions)
+    told = infer_shifts(masked, turns)
+    usual = usual_shifts([(told.flatten(), taken.flatten())], cfg.num_actions, len(motion_family(turns)))
+    motions = torch.where(told == UNKNOWN, usual[taken], told)
+    kind, _ = memory_canvas(masked[:, :-1], motions, views.shape[1], views.shape[1] - 1, turns)
+    return kind
 
 
 def measure(checkpoint: str, policies: list[str], samplers: list[str], worlds: int, candidates: int,
@@ -108,7 +132,8 @@ def measure(checkpoint: str, policies: list[str], samplers: list[str], worlds: i
     one_step = None if data is None else one_step_wrong_frames(loaded, data)
     if one_step:
         print("one step ahead, held-out frames with a wrong cell: "
-              + ", ".join(f"after {k} {v['wrong']:.3f}" for k, v in one_step.items()), flush=True)
+              + ", ".join(f"after {k} {v['wrong']:.3f} ({v['wrong_seen']:.3f} seen before)"
+                          for k, v in one_step.items()), flush=True)
     return {"checkpoint": choice.describe(portable=True), "game": game.env_id,
             "env_kwargs": game.env_kwargs, "rows": rows, "one_step": one_step}
 

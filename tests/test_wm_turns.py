@@ -213,3 +213,25 @@ def test_a_turn_that_is_not_a_quarter_turn_of_the_view_is_refused():
         ModelConfig(view_size=V, num_channels=KINDS, patch_size=1, turns=((4, 0, 0),)).validate()
     with pytest.raises(ConfigError, match="model.turns"):
         ModelConfig(view_size=V, num_channels=KINDS, patch_size=1, turns=((1, 9, 0),)).validate()
+
+
+def test_the_replay_benchmark_tells_cells_seen_before_from_cells_never_in_view():
+    """`benchmarks/dream_replay.py`'s ``seen_before``: for a walk in a static world, every cell of
+    each next frame that an earlier view of the window showed is given as it is, turns or not, and
+    no other cell is given, whether or not the model has turns (it reads them off the views)."""
+    from test_wm_fidelity_benchmarks import benchmark
+
+    views, actions, cells = _walk(200, 6)
+    windows, taken = views[0, :200].unfold(0, 16, 16).permute(0, 4, 1, 2, 3), actions[0, :192].view(12, 16)
+    cfg = ModelConfig(view_size=V, num_channels=KINDS, patch_size=1, num_actions=4,
+                      fixed_cells=(V * V - V // 2 - 1,))  # a model without turns
+    seen = benchmark("dream_replay", "dream_replay_for_turns").seen_before(cfg, windows, taken)
+    truth = windows.argmax(2)[:, 1:]
+    shown = seen != HIDDEN
+    shown[..., V - 1, V // 2] = False  # the viewer's own cell, fixed
+    assert torch.equal(seen[shown], truth[shown]) and shown.float().mean() > 0.5
+    for w in range(12):  # and a cell no earlier view of the window showed is not given
+        for t in range(15):
+            before = {tuple(c) for s in range(t + 1) for c in cells[16 * w + s].reshape(-1, 2)}
+            never = np.array([tuple(c) not in before for c in cells[16 * w + t + 1].reshape(-1, 2)])
+            assert not seen[w, t].flatten()[torch.from_numpy(never)].ne(HIDDEN).any()
