@@ -182,6 +182,11 @@ def test_games_shorter_than_a_training_window_are_named_with_the_window_that_fit
     message = short_games_message(np.array([9, 9, 12, 250]), 16)
     assert message.startswith("3 of 4 training games") and "model.train_window=9" in message
     assert "to train on 100% of them" in message
+    # a few short games among long ones (FourRooms, where random play seldom finds the goal fast):
+    # the window that trains on every game, not the 10th percentile (longer than the window itself)
+    few = short_games_message(np.array([8, 12, *[100] * 18]), 16, least=5)
+    assert few.startswith("2 of 20") and "model.train_window=8 (the shortest game's length" in few
+    assert "to train on 100% of them" in few
     # never below the model's own num_frames, and then the games still shorter are counted
     clamped = short_games_message(np.array([2, 3, 3, 4, 9, 250]), 16, least=5)
     assert "model.train_window=5" in clamped and "at least model.num_frames = 5" in clamped

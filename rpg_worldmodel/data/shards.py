@@ -254,15 +254,20 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
 def short_games_message(lengths: np.ndarray, num_frames: int, least: int = 1) -> str:
     """What to change when training games of ``lengths`` steps are shorter than a window of
     ``num_frames`` steps: none of their steps is trained on (a short game may be the won one). The
-    window suggested is the 10th percentile of the lengths, and never below ``least`` (the model's
-    ``num_frames``, the shortest window it takes: then the games shorter still are named)."""
+    window suggested is the 10th percentile of the lengths; where fewer than a tenth of the games
+    are short (that percentile is no shorter than the window), the shortest game's length; never
+    below ``least`` (the model's ``num_frames``, the shortest window it takes: then the games
+    shorter still are named)."""
     short = lengths < num_frames
-    fitting = max(least, int(np.percentile(lengths, 10)))
+    tenth = int(np.percentile(lengths, 10))
+    few = tenth >= num_frames
+    fitting = max(least, int(lengths.min()) if few else tenth)
     covered = float((lengths >= fitting).mean())
+    why = "the shortest game's length" if few else "the 10th percentile of the games' lengths"
     return (f"{int(short.sum())} of {len(lengths)} training games are shorter than model.train_window = "
             f"{num_frames} steps and give no training window: none of their steps, their ends "
-            f"included, is trained on; set model.train_window={fitting} (the 10th percentile of the "
-            f"games' lengths, at least model.num_frames = {least}) to train on {covered:.0%} of them"
+            f"included, is trained on; set model.train_window={fitting} ({why}, at least "
+            f"model.num_frames = {least}) to train on {covered:.0%} of them"
             + ("" if fitting > least or covered >= 0.9 else "; a smaller model.num_frames reaches more"))
 
 
