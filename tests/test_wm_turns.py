@@ -108,6 +108,15 @@ def test_turns_are_read_off_the_views_and_a_view_that_never_turns_has_none():
     assert (ahead == family.index((0, -1, 0))).float().mean() > 0.5
     assert ((ahead == family.index((0, -1, 0))) | (ahead == STAY)).all()
 
+    # an action that stays but changes what lies ahead (a door opened, cells beyond it shown) is no
+    # turn, though some turn of the view agrees with the few cells it leaves as they were
+    rng = np.random.default_rng(2)
+    kinds, acts = _kinds(views)[0], actions[0].clone()
+    opened = kinds.clone()
+    opened[:, :V - 2] = torch.as_tensor(rng.integers(0, 5, size=(len(kinds), V - 2, V)))
+    toggles = [(torch.stack([kinds[t], opened[t]]), torch.tensor([STAY_PUT])) for t in range(0, 600, 3)]
+    assert read_turns([(kinds, acts), *toggles], num_actions=4) == turns
+
     # a view centred on its viewer that only shifts (the treasurehunt game's kind): no turn
     rng = np.random.default_rng(1)
     world = rng.choice([FLOOR, WALL, 2], size=(60, 60), p=[0.7, 0.2, 0.1])

@@ -8,8 +8,8 @@ nothing. Nothing here knows which action moves where, or what blocks a move:
 
 * the family is every shift of at most one cell along each axis (`SHIFTS`, whichever game it is),
   plus the turns the training files show (`read_turns`: quarter turns of the view about any cell,
-  kept where some action causes one in most of its steps and the others do not; a game whose
-  views never turn has none). Neither names an action;
+  kept where one explains an action's steps best; a game whose views never turn has none).
+  Neither names an action;
 * `infer_shifts` reads the motion that took each view to the next off the two views (the one under
   which they agree best, where it stands out from the others);
 * `MotionHead` learns from those labels which motion an action causes in the view it is taken in:
@@ -42,11 +42,11 @@ Motion = tuple[int, int, int]
 #: would be a guess.
 MARGIN_CELLS = 3
 UNKNOWN = -1  # a step whose motion the two views do not tell (ignored by the loss)
-#: `read_turns` keeps a turn an action causes in at least this share of its steps, where it
-#: explains at least this share more of them than of the steps of the action it explains least.
-#: Sparse views agree under many motions by chance (a view half hidden agrees with itself turned
-#: half round); such a motion agrees as often whatever the action, so it is no action's.
-TURN_SHARE = 0.5
+#: `read_turns` scores a motion by the cells it explains, a cell it contradicts costing this many
+#: that agree: a sparse view agrees with itself under many motions by chance (a view half hidden
+#: agrees with itself turned half round on the few cells both show), and a step that changes the
+#: world (something opened, taken or moved) contradicts its true motion in a few cells.
+DISAGREEMENT_COST = 2
 #: `read_turns` reads at most this many steps (the first games, in order).
 TURN_STEPS = 5_000
 
@@ -130,11 +130,15 @@ def infer_shifts(codes: torch.Tensor, turns: Iterable[Motion] = ()) -> torch.Ten
 def read_turns(games: Iterable[tuple[torch.Tensor, torch.Tensor]], num_actions: int) -> tuple[Motion, ...]:
     """The turns recorded games show: ``games`` yields each game's codes (L+1, V, V) long (negative:
     a cell not shown, the view's fixed cells included) and actions (L,) long; at most `TURN_STEPS`
-    steps are read. A candidate is any quarter turn of the view composed with a shift, under which
-    at least V cells of the new view were in the old one. A step agrees with a candidate where every
-    cell both views show agrees and they show at least V. An action's turn is the candidate its
-    steps agree with most often beyond how often the steps of the action least agreeing with it do
-    (`TURN_SHARE`, both ways). Returns the distinct turns, sorted; none for views that never turn."""
+    steps are read.
+
+    The candidates are the `SHIFTS` and every quarter turn of the view composed with a shift under
+    which at least V cells of the new view were in the old one. A candidate's score for an action
+    is how many cells it explains in the action's steps, on average: the cells both views show that
+    agree under it, less `DISAGREEMENT_COST` for each that disagrees. Each action's motion is its
+    best-scoring candidate; where that is a turn explaining at least V cells a step, the turn is
+    kept. Returns the distinct turns, sorted; none for views that never turn (the treasurehunt
+    game's: each move's own shift scores best)."""
     pairs, acts, steps = [], [], 0
     for codes, actions in games:
         take = min(len(actions), TURN_STEPS - steps)
@@ -148,18 +152,16 @@ def read_turns(games: Iterable[tuple[torch.Tensor, torch.Tensor]], num_actions: 
     pair, actions = torch.cat(pairs), torch.cat(acts)
     v = pair.shape[-1]
     reach = range(-(v - 1), v)
-    candidates = [m for q in (1, 2, 3) for dr in reach for dc in reach
-                  if int(moved_cells(m := (q, dr, dc), v)[1].sum()) >= v]
-    agree = torch.zeros(num_actions, len(candidates))
-    steps_of = torch.bincount(actions, minlength=num_actions).clamp_min(1).float()
+    candidates = [*motion_family(), *(m for q in (1, 2, 3) for dr in reach for dc in reach
+                                      if int(moved_cells(m := (q, dr, dc), v)[1].sum()) >= v)]
+    score = torch.zeros(num_actions, len(candidates))
     for k, motion in enumerate(candidates):
         mismatch, shown = _mismatches(pair[:, 0], pair[:, 1], motion)
-        agree[:, k] = torch.bincount(actions, ((mismatch == 0) & (shown >= v)).float(), num_actions)
-    share = agree / steps_of[:, None]
-    beyond = share - share.amin(0)
-    best = beyond.argmax(1)
-    kept = {candidates[k] for a, k in enumerate(best.tolist())
-            if share[a, k] >= TURN_SHARE and beyond[a, k] >= TURN_SHARE}
+        explained = (shown - (1 + DISAGREEMENT_COST) * mismatch).float()
+        score[:, k] = torch.bincount(actions, explained, num_actions)
+    score /= torch.bincount(actions, minlength=num_actions).clamp_min(1)[:, None]
+    best = score.argmax(1)
+    kept = {candidates[k] for a, k in enumerate(best.tolist()) if candidates[k][0] and score[a, k] >= v}
     return tuple(sorted(kept))
 
 
