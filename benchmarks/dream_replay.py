@@ -55,8 +55,8 @@ from rpg_worldmodel.data.windows import TrajectoryWindows
 from rpg_worldmodel.envs.real_game import RealGame
 from rpg_worldmodel.envs.replay_consistency import ReplayVerdict, SeedReplays, dream_replays
 from rpg_worldmodel.envs.whole_games import share_interval
-from rpg_worldmodel.models.extents import usual_shifts
-from rpg_worldmodel.models.motion import UNKNOWN, infer_shifts, motion_family, read_turns
+from rpg_worldmodel.models.extents import told_motions
+from rpg_worldmodel.models.motion import read_turns
 from rpg_worldmodel.models.steps import HIDDEN, cell_kinds, fixed_mask, memory_canvas
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -104,9 +104,7 @@ def seen_before(cfg, views: torch.Tensor, actions: torch.Tensor) -> torch.Tensor
     masked = kinds.masked_fill(kinds == cfg.num_channels, HIDDEN)
     taken = actions[:, :-1].clamp_min(0)
     turns = read_turns(zip(masked, taken, strict=True), cfg.num_actions)
-    told = infer_shifts(masked, turns)
-    usual = usual_shifts([(told.flatten(), taken.flatten())], cfg.num_actions, len(motion_family(turns)))
-    motions = torch.where(told == UNKNOWN, usual[taken], told)
+    motions = torch.stack(told_motions(list(zip(masked, taken, strict=True)), cfg.num_actions, turns))
     kind, _ = memory_canvas(masked[:, :-1], motions, views.shape[1], views.shape[1] - 1, turns)
     return kind
 

@@ -29,8 +29,7 @@ from rpg_worldmodel.models.motion import (
     dead_reckoning,
     infer_shifts,
     motion_family,
-    rotate,
-    shift_offsets,
+    moved,
 )
 
 #: The extents of a kind never seen: its lowest row/column above every cell, its highest below.
@@ -121,15 +120,8 @@ def extents_step(extents: Extents, kinds: torch.Tensor, shifts: torch.Tensor, nu
     ends = placed(view_extents(kinds, num_kinds), pose)
     seen = _joined(torch.minimum(seen[..., 0::2], ends[..., 0::2]),
                    torch.maximum(seen[..., 1::2], ends[..., 1::2]))
-    pose = moved(pose, shift_offsets(shifts.device, turns)[shifts])
+    pose = moved(pose, shifts, turns)
     return seen_from(seen, pose), (seen, pose)
-
-
-def moved(pose: torch.Tensor, motion: torch.Tensor) -> torch.Tensor:
-    """Poses (N, 3) after one motion each (N, 3) (quarter turns, row, col), as `dead_reckoning`
-    composes them."""
-    position = pose[:, :2] + rotate(motion[:, 1:], pose[:, 2])
-    return torch.cat([position, ((pose[:, 2] + motion[:, 0]) % 4)[:, None]], 1)
 
 
 # ------------------------------------------------------------------ whole recorded games
@@ -160,9 +152,18 @@ def games_extents(games: Iterable[tuple[torch.Tensor, torch.Tensor]], num_kinds:
     fixed cells) and actions (L,) and must be iterable twice (a list); yields each game's (L+1, K, 4)
     int32 in order."""
     fixed = num_kinds - 1  # the view's fixed cells move with it: they tell nothing of a shift
-    told = [(infer_shifts(kinds.masked_fill(kinds == fixed, -1)[None], turns)[0], actions)
-            for kinds, actions in games]
-    usual = usual_shifts(told, num_actions, len(motion_family(turns)))
-    for (kinds, actions), (shifts, _) in zip(games, told, strict=True):
-        filled = torch.where(shifts == UNKNOWN, usual[actions], shifts)
+    motions = told_motions([(kinds.masked_fill(kinds == fixed, -1), actions) for kinds, actions in games],
+                           num_actions, turns)
+    for (kinds, _), filled in zip(games, motions, strict=True):
         yield game_extents(kinds, filled, num_kinds, turns).clamp(-UNSEEN, UNSEEN).numpy().astype(np.int32)
+
+
+def told_motions(games: list[tuple[torch.Tensor, torch.Tensor]], num_actions: int,
+                 turns: tuple[Motion, ...] = ()) -> list[torch.Tensor]:
+    """Each step's motion as recorded games' views tell it: ``games`` holds each game's codes
+    (L+1, V, V) (negative: not shown) and actions (L,); returns each game's motions (L,) long, an
+    index into ``motion_family(turns)``: the one `infer_shifts` reads off the two views, or, where
+    they tell none, the one the same action most often causes in these games (`usual_shifts`)."""
+    told = [(infer_shifts(codes[None], turns)[0], actions) for codes, actions in games]
+    usual = usual_shifts(told, num_actions, len(motion_family(turns)))
+    return [torch.where(shifts == UNKNOWN, usual[actions], shifts) for shifts, actions in told]

@@ -59,7 +59,7 @@ def motion_family(turns: Iterable[Motion] = ()) -> tuple[Motion, ...]:
     return tuple((0, row, col) for row, col in SHIFTS) + tuple(tuple(t) for t in turns)
 
 
-def shift_offsets(device: torch.device | None = None, turns: Iterable[Motion] = ()) -> torch.Tensor:
+def motion_offsets(device: torch.device | None = None, turns: Iterable[Motion] = ()) -> torch.Tensor:
     """`motion_family` as a (F, 3) long tensor (quarter turns, row, col)."""
     return torch.tensor(motion_family(turns), dtype=torch.long, device=device)
 
@@ -207,13 +207,21 @@ def dead_reckoning(shifts: torch.Tensor, turns: Iterable[Motion] = ()) -> tuple[
     (B, S) long (an index into ``motion_family(turns)``). Returns ``before`` and ``after`` (B, S, 3)
     long: the pose of view s and of view s+1, (row, col, quarter turns) of its centre and facing in
     view 0's frame (a cell x of a view at pose (p, h) is cell ``R^h x + p`` of view 0)."""
-    motion = shift_offsets(shifts.device, turns)[shifts]  # (B, S, 3)
+    motion = motion_offsets(shifts.device, turns)[shifts]  # (B, S, 3)
     heading_after = motion[..., 0].cumsum(1) % 4
     heading_before = (heading_after - motion[..., 0]) % 4
     step = rotate(motion[..., 1:], heading_before)
     after = step.cumsum(1)
     return (torch.cat([after - step, heading_before[..., None]], -1),
             torch.cat([after, heading_after[..., None]], -1))
+
+
+def moved(pose: torch.Tensor, shifts: torch.Tensor, turns: Iterable[Motion] = ()) -> torch.Tensor:
+    """Poses (N, 3) after one motion each, ``shifts`` (N,) long (an index into
+    ``motion_family(turns)``), as `dead_reckoning` composes them."""
+    motion = motion_offsets(shifts.device, turns)[shifts]
+    position = pose[:, :2] + rotate(motion[:, 1:], pose[:, 2])
+    return torch.cat([position, ((pose[:, 2] + motion[:, 0]) % 4)[:, None]], 1)
 
 
 def in_frame(cells: torch.Tensor, pose: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:

@@ -28,14 +28,14 @@ import numpy as np
 import torch
 
 from rpg_worldmodel.config import MAP_SIZE, ModelConfig
-from rpg_worldmodel.models.extents import empty_extents, extents_step, games_extents, moved, window_extents
+from rpg_worldmodel.models.extents import empty_extents, extents_step, games_extents, window_extents
 from rpg_worldmodel.models.motion import (
     Motion,
     MotionHead,
     dead_reckoning,
     in_frame,
+    moved,
     read_turns,
-    shift_offsets,
     view_cells,
 )
 from rpg_worldmodel.models.state import Imagination
@@ -144,7 +144,7 @@ def canvas_step(canvas: Canvas, kinds: torch.Tensor, shifts: torch.Tensor, step:
     keep = shown == HIDDEN
     grid = grid_flat.scatter(1, here, torch.where(keep, grid_flat.gather(1, here), shown)).view_as(grid)
     seen = seen_flat.scatter(1, here, torch.where(keep, seen_flat.gather(1, here), step)).view_as(seen)
-    pose = moved(pose, shift_offsets(shifts.device, turns)[shifts])
+    pose = moved(pose, shifts, turns)
     there = _around(pose, v, size)
     kind = grid.flatten(1).gather(1, there).view(len(grid), v, v)
     age = step - seen.flatten(1).gather(1, there).view(len(grid), v, v)
@@ -250,25 +250,22 @@ def store_turns(store: EpisodeRows, cfg: ModelConfig) -> tuple[Motion, ...]:
     """The turns of the view the games of ``store`` show (``model.turns``), read off their first
     `rpg_worldmodel.models.motion.TURN_STEPS` steps by `rpg_worldmodel.models.motion.read_turns`
     (the view's fixed cells, ``model.fixed_cells``, tell nothing: they move with the view)."""
-    fixed = fixed_mask(cfg)
-
-    def games() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for row, length in enumerate(store.lengths.tolist()):
-            views, actions, _ = store.gather(np.array([row]), np.zeros(1, dtype=np.int64), int(length))
-            kinds = cell_kinds(torch.from_numpy(views[0])).masked_fill(fixed, HIDDEN)
-            yield kinds, torch.from_numpy(actions[0, :-1])
-
-    return read_turns(games(), cfg.num_actions)
+    fixed = cfg.num_channels  # the fixed cells' kind (`cell_kinds`)
+    games = ((kinds.masked_fill(kinds == fixed, HIDDEN), actions) for kinds, actions in _games(store, cfg))
+    return read_turns(games, cfg.num_actions)
 
 
 def store_extents(store: EpisodeRows, cfg: ModelConfig) -> list[np.ndarray]:
     """For each row (game) of ``store``: the extents its views 0 .. s-1 left in view s's frame, for
     every view s but the last, (L, K, 4) int32 each (`rpg_worldmodel.models.extents.games_extents`):
     the ``extents_before`` of a window starting at s."""
+    return list(games_extents(list(_games(store, cfg)), cfg.num_channels + 1, cfg.num_actions, cfg.turns))
+
+
+def _games(store: EpisodeRows, cfg: ModelConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Each game (row) of ``store`` in order, read when asked for: its views' kinds (L+1, V, V)
+    (`cell_kinds`, the fixed cells as a kind of their own) and its actions (L,)."""
     fixed = fixed_mask(cfg)
-    games = []
     for row, length in enumerate(store.lengths.tolist()):
         views, actions, _ = store.gather(np.array([row]), np.zeros(1, dtype=np.int64), int(length))
-        kinds = cell_kinds(torch.from_numpy(views[0]), fixed)
-        games.append((kinds, torch.from_numpy(actions[0, :-1])))
-    return list(games_extents(games, cfg.num_channels + 1, cfg.num_actions, cfg.turns))
+        yield cell_kinds(torch.from_numpy(views[0]), fixed), torch.from_numpy(actions[0, :-1])
