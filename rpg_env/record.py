@@ -40,7 +40,7 @@ from rpg_base.cli import (
 )
 from rpg_base.errors import InputError
 from rpg_base.provenance import pinned_torch_threads, portable_command
-from rpg_env.envs.minigrid_views import one_hot_twin
+from rpg_env.envs.any_env import recorded_env
 from rpg_env.envs.protocol import describe
 from rpg_env.game.levels import DISTRIBUTION_MODES
 from rpg_env.game.world import WorldParams
@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"give {env_id}'s keyword arguments with --env-kwargs")
     if args.env_kwargs is not None:
         env_kwargs.update(yaml_mapping(args.env_kwargs, "--env-kwargs"))
-    env_id, env_kwargs = one_hot_twin(env_id, env_kwargs)
+    env_id, env_kwargs = recorded_env(env_id, env_kwargs)
     policy = args.policy
     if policy not in ("random", "greedy") and not policy.endswith(".zip"):
         raise InputError(f"--policy must be random, greedy, or a path to an SB3 .zip, got {policy!r}")

@@ -304,6 +304,10 @@ class TrainConfig:
     warmup_steps: int = setting(100, "linear warm-up steps (capped at max_steps), then cosine decay")
     max_steps: int = setting(1200, "optimisation steps; the schedule spans them")
     seed: int = setting(0, "seed of initialisation and batch order")
+    end_repeats: int = setting(
+        0, "extra draws, each epoch, of every training window that holds a game's end (its terminated "
+        "flag): where a game pays only as it ends (a goal reached) and few games do, those windows are "
+        "all the reward and end heads learn from; 0: every window once")
     device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps")
     num_threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
     log_every: int = setting(50, "steps between training-metric rows")
@@ -329,7 +333,7 @@ class TrainConfig:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ConfigError(f"train.lr must be > 0, got {self.lr}")
-        for name in ("warmup_steps", "num_threads", "keep_last_checkpoints", "seed"):
+        for name in ("warmup_steps", "num_threads", "keep_last_checkpoints", "seed", "end_repeats"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         if not self.train_mask:

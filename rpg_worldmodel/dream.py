@@ -43,7 +43,8 @@ DREAM_EXPERT = "dqn"
 
 @dataclass
 class World:
-    """The imagined game the agent trains in (`TreasurehuntImagined-v0`'s arguments)."""
+    """The imagined game the agent trains in (`TreasurehuntImagined-v0`'s arguments; ``env_id``
+    ``rpg_worldmodel/Imagined-v0`` for a checkpoint of another game)."""
 
     checkpoint: str = PRETRAINED_NAME
     sample: bool = True  # sample next views and rewards (True) or take the arg-max
@@ -57,11 +58,12 @@ class World:
     # where two fall to a tenth; on idle cores two are 1.1x faster at one world and 1.7x at 64 or more
     # (docs/imagination.md, "Threads"). The learner's own threads are the config's torch_threads.
     torch_threads: int = 1
+    env_id: str = IMAGINED_ENV_ID
 
     def make_vec(self, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
         """``num_envs`` worlds of this imagined game in one batched env (``kwargs``: its other
         arguments, e.g. ``co_policy`` or ``autoreset_mode``)."""
-        return gym.make_vec(IMAGINED_ENV_ID, num_envs=num_envs, checkpoint=self.checkpoint,
+        return gym.make_vec(self.env_id, num_envs=num_envs, checkpoint=self.checkpoint,
                             burn_in_policy=self.burn_in_policy, reset_from=self.reset_from,
                             reset_split=self.reset_split, horizon=self.horizon, sample=self.sample,
                             temperature=self.temperature, device=self.device,
@@ -75,15 +77,16 @@ def dream_config_path(algo: str) -> Path:
 
 def imagined_envs(world: World):
     """An `rpg_env.experts.train.EnvFactory` of imagined worlds: ``n_envs`` worlds in one batched
-    `TreasurehuntImagined-v0` (SAME_STEP autoreset), monitored and frame-stacked as the experts'
-    real envs are."""
+    imagined env (SAME_STEP autoreset; the treasurehunt game's with the config's co-player),
+    monitored and frame-stacked as the experts' real envs are."""
     from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor
 
     from rpg_env.experts.sb3_vec import SB3VectorEnv
 
     def make(cfg, n_envs: int, seed: int):
-        env = SB3VectorEnv(world.make_vec(n_envs, co_policy=cfg.env.get("co_policy", "random"),
-                                          autoreset_mode="same_step"))
+        treasurehunt = world.env_id == IMAGINED_ENV_ID
+        co_player = {"co_policy": cfg.env.get("co_policy", "random")} if treasurehunt else {}
+        env = SB3VectorEnv(world.make_vec(n_envs, autoreset_mode="same_step", **co_player))
         env.seed(seed)
         return VecFrameStack(VecMonitor(env), n_stack=cfg.frame_stack, channels_order="first")
 

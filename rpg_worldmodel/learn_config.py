@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rpg_base.cli import check_device
+from rpg_base.errors import InputError
 from rpg_base.typed_config import config as tc
-from rpg_base.typed_config.config import setting
+from rpg_base.typed_config.config import dict_section, setting
 from rpg_base.typed_config.values import ConfigError, Removed
 
 CONFIG_FILE = "config.yaml"
@@ -29,10 +30,14 @@ class LearnConfig:
         for name in ("move_rules", "rules")}
 
     seed: int = setting(0, "seed of everything: collection waves, world model, agent")
+    env_id: str = setting("Treasurehunt-v0", "the real game: Treasurehunt-v0, or any env id rpg_env.record "
+                                             "records (as one-hot views: rpg_env.envs.any_env.recorded_env)")
+    env: dict[str, Any] = dict_section("keyword argument of the env", lambda cfg: _env_defaults(cfg.env_id),
+                                       label=lambda cfg: f"{cfg.env_id} arguments")
     real_steps: int = setting(10_000, "budget of real learner steps (the learner's env steps in the real "
                                       "game, summed over games)")
-    collect_steps: int = setting(2_000, "real learner steps collected per iteration (whole games of "
-                                        "max_turns steps)")
+    collect_steps: int = setting(2_000, "real learner steps collected per iteration: whole games, until "
+                                        "at least this many (the last iteration: what is left of real_steps)")
     collect_envs: int = setting(10, "real games played together while collecting")
     world_model_steps: int = setting(400, "world-model optimisation steps of the first iteration")
     world_model_steps_later: int = setting(200, "world-model optimisation steps of each later iteration "
@@ -74,6 +79,7 @@ class LearnConfig:
         if self.eval_episodes < 2:
             raise ConfigError(f"eval_episodes must be >= 2 (for the 95% interval), got {self.eval_episodes}")
         check_device(self.device, what="device", here=False)
+        _env_defaults(self.env_id)  # an unknown id is named before the stages' configs are built
         for key, overrides in (("world_model", self.world_model), ("agent", self.agent)):
             bad = [o for o in overrides if "=" not in o]
             if bad:
@@ -85,27 +91,60 @@ class LearnConfig:
 
     def _first_games_fill_split(self, fractions: Sequence[float]) -> None:
         """Refuse a budget whose first iteration has too few games for the world model's train and
-        validation splits: the run would fail only after collecting them."""
-        from rpg_env.game.world import WorldParams
+        validation splits: the run would fail only after collecting them. Games that all last the
+        whole episode are the fewest an iteration can collect."""
         from rpg_env.trajectories.splits import fewest_games
 
-        turns, need = WorldParams().max_turns, fewest_games(fractions)
-        if (games := self.iteration_games(turns)[0]) < need:
+        turns, need = self.game_turns(), fewest_games(fractions)
+        if (games := games_for(self.planned_steps(turns)[0], turns)) < need:
             low = [n for n in ("real_steps", "collect_steps") if getattr(self, n) < need * turns]
             raise ConfigError(f"real_steps={self.real_steps} and collect_steps={self.collect_steps} give the "
-                              f"first iteration {games} game(s) of {turns} steps; the world model's split "
-                              f"(data.split_fractions {list(fractions)}) needs {need} to fill its train and "
-                              f"validation games: set {' and '.join(low)} to at least {need * turns}")
+                              f"first iteration {games} game(s) of at most {turns} steps; the world model's "
+                              f"split (data.split_fractions {list(fractions)}) needs {need} to fill its "
+                              f"train and validation games: set {' and '.join(low)} to at least "
+                              f"{need * turns}")
+
+    # -------------------------------------------------------------------- the real game
+    @property
+    def treasurehunt(self) -> bool:
+        """Whether the loop learns the treasurehunt game (its co-player, greedy and dream config)."""
+        return self.env_id.rpartition(":")[2] == TREASUREHUNT_ID
+
+    def real_env(self) -> tuple[str, dict[str, Any]]:
+        """The env id and keyword arguments the learner plays and is recorded in: what `rpg_env.record`
+        records for ``env_id`` (`rpg_env.envs.any_env.recorded_env`: a task of another package as
+        its one-hot twin)."""
+        from rpg_env.envs.any_env import recorded_env
+
+        return recorded_env(self.env_id, dict(self.env))
+
+    def game_turns(self) -> int:
+        """The real game's episode length in turns (the env protocol's ``max_turns``)."""
+        from rpg_env.envs.any_env import make_wrapped_env
+        from rpg_env.envs.protocol import describe
+
+        env_id, kwargs = self.real_env()
+        try:
+            with make_wrapped_env(env_id, kwargs) as env:
+                turns = describe(env).max_turns
+        except InputError as err:
+            raise ConfigError(f"env_id={self.env_id}: {err}") from None
+        if turns is None:
+            raise ConfigError(f"env_id={self.env_id} declares no episode length (max_turns or a time "
+                              "limit): the loop counts its budget in whole games")
+        return turns
 
     # -------------------------------------------------------------------- what each stage runs
-    def games_per_iteration(self, max_turns: int) -> int:
-        return max(1, round(self.collect_steps / max_turns))
-
-    def iteration_games(self, max_turns: int) -> list[int]:
-        """Games each iteration collects: full iterations while the budget lasts, then one that
-        collects what is left of it (``real_steps`` rounded up to whole games of ``max_turns``)."""
-        total, full = -(-self.real_steps // max_turns), self.games_per_iteration(max_turns)
-        return [full] * (total // full) + ([total % full] if total % full else [])
+    def planned_steps(self, max_turns: int) -> list[int]:
+        """The real steps each iteration collects toward where every game lasts ``max_turns`` (the
+        treasurehunt game's always do): ``collect_steps`` while the budget lasts, then what is left of
+        it. Games that end early make each iteration's count at least its target, and the loop
+        continues (`rpg_worldmodel.learn`) until ``real_steps`` are spent."""
+        targets, spent = [], 0
+        while spent < self.real_steps:
+            targets.append(min(self.collect_steps, self.real_steps - spent))
+            spent += games_for(targets[-1], max_turns) * max_turns
+        return targets
 
     def world_model_config(self, k: int, files: list[Path], out: Path, start: Path | None = None):
         """Iteration ``k``'s world-model config: ``files`` so far, into ``out``, from ``start``. The
@@ -131,7 +170,12 @@ class LearnConfig:
         from rpg_worldmodel.dream import dream_config_path
 
         path = dream_config_path("ppo")
-        base = tc.build(ExpertConfig, {**tc.read_yaml(path), "algo": "ppo"}, str(path))
+        data = {**tc.read_yaml(path), "algo": "ppo"}
+        if self.treasurehunt:
+            data["env"] = {**data.get("env", {}), **self.env}
+        else:  # the dream config's env section is the treasurehunt game's
+            data["env_id"], data["env"] = self.real_env()
+        base = tc.build(ExpertConfig, data, str(path))
         cfg = replace(base, seed=self.seed * 1000 + k, total_timesteps=self.agent_steps,
                       n_envs=self.imagined_worlds,
                       hyperparams={**base.hyperparams, "n_steps": self.rollout_steps},
@@ -141,9 +185,25 @@ class LearnConfig:
         return tc.with_overrides(cfg, self.agent).validate()
 
 
+def games_for(steps: int, max_turns: int) -> int:
+    """Whole games of ``max_turns`` that hold at least ``steps`` steps (at least one)."""
+    return max(1, -(-steps // max_turns))
+
+
+def _env_defaults(env_id: str) -> dict[str, Any]:
+    """The keyword arguments ``env_id`` takes (its package imported first, where the id names it)."""
+    from rpg_env.envs.any_env import registered_id
+    from rpg_env.experts.config import env_defaults
+
+    return env_defaults(registered_id(env_id))
+
+
+TREASUREHUNT_ID = "Treasurehunt-v0"
+
 #: Settings added after runs were made, with the value that a run made before them used: a
 #: resumed run whose config.yaml lacks one keeps running as it began.
-ADDED_SETTINGS = {"imagined_worlds": 16, "rollout_steps": 128, "sample_floor": 0.0}
+ADDED_SETTINGS = {"imagined_worlds": 16, "rollout_steps": 128, "sample_floor": 0.0, "env_id": TREASUREHUNT_ID,
+                  "env": {}}
 
 
 def load_learn_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> LearnConfig:

@@ -10,18 +10,17 @@ validation loss the val split only; the test split is left for ``rpg_worldmodel.
 split is written into every checkpoint. Episodes whose views fit ``data.max_memory_mb`` are held
 in memory, larger data is streamed from the files (the same windows either way).
 
-Under torchrun (`rpg_worldmodel.distributed`) every process trains on its slice of each global
-batch (``train.batch_size``) inside DistributedDataParallel, and rank 0 alone writes.
+Under torchrun (`rpg_worldmodel.distributed`) every process trains on its slice of each global batch
+(``train.batch_size``) inside DistributedDataParallel, and rank 0 alone writes.
 
-Determinism: the batch order is a pure function of ``(seed, step)`` and the random input
-masks of ``(seed, step)``, and checkpoints carry the optimizer and RNG states, so
-``--resume`` continues with exactly the losses an uninterrupted run would have had. Every process
-of a torchrun launch draws the refiner's views and masks for the global batch, so its losses are
-one process's (but for dropout, off by default, whose masks are each rank's own).
+Determinism: the batch order and the random input masks are pure functions of ``(seed, step)``,
+and checkpoints carry the optimizer and RNG states, so ``--resume`` continues with exactly the
+losses an uninterrupted run would have had. Every process of a torchrun launch draws the refiner's
+views and masks for the global batch, so its losses are one process's (but for dropout, off by
+default, whose masks are each rank's own).
 
 Reading order: `setup` (config, seeds, data, model, optimizer, resume), then `train`'s loop
-(`train_step`: learning rate, batch, loss, backward / clip / step; `after_step`: log, evaluate,
-save).
+(`train_step`: learning rate, batch, loss, backward / clip / step; `after_step`: log, eval, save).
 """
 
 from __future__ import annotations
@@ -285,10 +284,11 @@ def start_run_folder(run: Run, resumed: bool) -> None:
 
 def batches(run: Run, end_step: int) -> DataLoader:
     """This rank's slices of the training batches of steps ``start_step .. end_step - 1`` (see
-    `EpochBatchSampler`)."""
+    `EpochBatchSampler`; windows holding an end drawn ``train.end_repeats`` more times)."""
     t = run.cfg.train
     sampler = EpochBatchSampler(len(run.train_set), t.batch_size, t.seed, run.start_step,
-                                max(0, end_step - run.start_step), run.procs.rank, run.procs.world_size)
+                                max(0, end_step - run.start_step), run.procs.rank, run.procs.world_size,
+                                run.train_set.end_repeats(t.end_repeats) if t.end_repeats else None)
     return DataLoader(
         run.train_set,
         batch_sampler=sampler,

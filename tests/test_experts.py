@@ -270,7 +270,7 @@ def test_evaluate_cli_table_and_json(tmp_path, capsys, dqn_path):
     result = json.loads(out.read_text())
     assert set(result) == {"model", "greedy", "random"}
     for row in result.values():
-        assert set(row) == {"mean", "ci95", "episodes"} and row["episodes"] == 8
+        assert set(row) == {"mean", "ci95", "episodes", "positive"} and row["episodes"] == 8
         assert row["ci95"][0] <= row["mean"] <= row["ci95"][1]
     # Fixed seeds: the same figures again.
     assert compare(dqn_path, episodes=8, seed=5) == result

@@ -151,10 +151,11 @@ def test_a_run_killed_and_resumed_ends_as_an_uninterrupted_one(tiny_run, tmp_pat
 
 
 def test_the_last_iteration_collects_only_what_is_left_of_the_budget():
-    assert _tiny().iteration_games(100) == [10, 10]
-    assert _tiny("real_steps=2500").iteration_games(100) == [10, 10, 5]
-    assert _tiny("real_steps=2050").iteration_games(100) == [10, 10, 1]  # whole games: rounded up
-    assert _tiny("real_steps=300").iteration_games(100) == [3]
+    assert _tiny().planned_steps(100) == [1000, 1000]
+    assert _tiny("real_steps=2500").planned_steps(100) == [1000, 1000, 500]
+    assert _tiny("real_steps=2050").planned_steps(100) == [1000, 1000, 50]  # one whole game: 100 steps
+    assert _tiny("real_steps=300").planned_steps(100) == [300]
+    assert _tiny("collect_steps=950").planned_steps(100) == [950, 950]  # 10 whole games: 1,000 steps
 
 
 @pytest.mark.slow

@@ -82,6 +82,23 @@ def _wrapper_factory(spec: str) -> Callable[[gym.Env], gym.Wrapper]:
     return functools.partial(factory, **kwargs) if kwargs else factory
 
 
+def registered_id(env_id: str) -> str:
+    """``env_id`` with the ``package:`` prefix that registers it, where a bare id names its package
+    (``MiniGrid-...`` and ``BabyAI-...``: ``minigrid``); any other id unchanged."""
+    if ":" not in env_id and env_id.startswith(("MiniGrid-", "BabyAI-")):
+        return f"minigrid:{env_id}"
+    return env_id
+
+
+def recorded_env(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The env id and arguments whose games `rpg_env.record` writes for ``(env_id, env_kwargs)``: a
+    MiniGrid or BabyAI task as its one-hot twin (`rpg_env.envs.minigrid_views.one_hot_twin`), any
+    other env as it is."""
+    from rpg_env.envs.minigrid_views import one_hot_twin
+
+    return one_hot_twin(env_id, env_kwargs)
+
+
 def env_kwarg_defaults(env_id: str) -> dict[str, Any]:
     """The keyword arguments ``env_id``'s env takes, with the defaults its registration gives them
     (its constructor's named parameters and the id's registered keyword arguments)."""

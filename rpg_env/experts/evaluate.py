@@ -57,12 +57,15 @@ def t_quantile_975(dof: int) -> float:
 
 
 def summarize(returns: np.ndarray) -> dict[str, Any]:
-    """``{"mean", "ci95": [low, high], "episodes"}`` for per-episode ``returns``."""
+    """``{"mean", "ci95": [low, high], "episodes", "positive"}`` for per-episode ``returns``;
+    ``positive``: the share of episodes with a positive return (a sparse-reward task's success rate,
+    e.g. MiniGrid's goal reached)."""
     returns = np.asarray(returns, dtype=np.float64)
     n = len(returns)
     mean = float(returns.mean())
     half = t_quantile_975(n - 1) * float(returns.std(ddof=1)) / math.sqrt(n)
-    return {"mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)], "episodes": n}
+    return {"mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)], "episodes": n,
+            "positive": round(float((returns > 0).mean()), 4)}
 
 
 def mean_t_interval(values: Sequence[float | None]) -> dict[str, Any]:

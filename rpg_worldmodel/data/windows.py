@@ -132,6 +132,14 @@ class TrajectoryWindows(Dataset):
     def __len__(self) -> int:
         return len(self.plan)
 
+    def end_repeats(self, extra: int) -> np.ndarray:
+        """``(W,)`` how often each window appears in an epoch: ``1 + extra`` for a window that holds
+        its game's end (the terminated flag), once for every other window. Where a game pays only
+        as it ends (a goal reached), those few windows are all a reward or end head learns from."""
+        steps = self.num_frames + 1
+        holds_end = window_ends(self.store, self.plan.rows, self.plan.starts, steps).any(axis=1)
+        return 1 + int(extra) * holds_end.astype(np.int64)
+
     def __getitem__(self, i: int) -> dict[str, np.ndarray | np.int64]:
         n = len(self)
         if not -n <= int(i) < n:
@@ -185,11 +193,12 @@ class EpochBatchSampler(Sampler[list[int]]):
     draws exactly the batches an uninterrupted run would have drawn. ``batch_size`` is the
     global batch; with ``world_size`` processes, rank ``rank`` gets its contiguous
     ``batch_size // world_size`` slice of it, so the ranks' slices in rank order are the
-    single-process batch.
+    single-process batch. ``repeats`` ``(num_windows,)``, optional: how often each window appears in
+    an epoch (`TrajectoryWindows.end_repeats`); an epoch is then a permutation of that many draws.
     """
 
     def __init__(self, num_windows: int, batch_size: int, seed: int, start_step: int, num_steps: int,
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, repeats: np.ndarray | None = None):
         if num_windows < 1:
             raise TrajectoryFormatError(
                 "no training windows: the training episodes are all shorter than "
@@ -203,9 +212,13 @@ class EpochBatchSampler(Sampler[list[int]]):
         self.num_windows, self.batch_size = int(num_windows), int(batch_size)
         self.seed, self.start_step, self.num_steps = int(seed), int(start_step), int(num_steps)
         self.rank, self.world_size = int(rank), int(world_size)
+        self.draws = None if repeats is None else np.repeat(np.arange(self.num_windows), repeats)
+        if self.draws is not None:
+            self.num_windows = len(self.draws)  # an epoch's length in draws
 
     def _permutation(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.num_windows)
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.num_windows)
+        return order if self.draws is None else self.draws[order]
 
     def __iter__(self) -> Iterator[list[int]]:
         per_rank = self.batch_size // self.world_size
