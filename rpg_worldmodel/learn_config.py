@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import rpg_env
 from rpg_base.cli import check_device
 from rpg_base.errors import InputError
 from rpg_base.typed_config import config as tc
@@ -108,7 +109,7 @@ class LearnConfig:
     @property
     def treasurehunt(self) -> bool:
         """Whether the loop learns the treasurehunt game (its co-player, greedy and dream config)."""
-        return self.env_id.rpartition(":")[2] == TREASUREHUNT_ID
+        return self.env_id.rpartition(":")[2] == rpg_env.ENV_ID
 
     def real_env(self) -> tuple[str, dict[str, Any]]:
         """The env id and keyword arguments the learner plays and is recorded in: what `rpg_env.record`
@@ -198,11 +199,9 @@ def _env_defaults(env_id: str) -> dict[str, Any]:
     return env_defaults(registered_id(env_id))
 
 
-TREASUREHUNT_ID = "Treasurehunt-v0"
-
 #: Settings added after runs were made, with the value that a run made before them used: a
 #: resumed run whose config.yaml lacks one keeps running as it began.
-ADDED_SETTINGS = {"imagined_worlds": 16, "rollout_steps": 128, "sample_floor": 0.0, "env_id": TREASUREHUNT_ID,
+ADDED_SETTINGS = {"imagined_worlds": 16, "rollout_steps": 128, "sample_floor": 0.0, "env_id": rpg_env.ENV_ID,
                   "env": {}}
 
 

@@ -85,7 +85,9 @@ def _wrapper_factory(spec: str) -> Callable[[gym.Env], gym.Wrapper]:
 def registered_id(env_id: str) -> str:
     """``env_id`` with the ``package:`` prefix that registers it, where a bare id names its package
     (``MiniGrid-...`` and ``BabyAI-...``: ``minigrid``); any other id unchanged."""
-    if ":" not in env_id and env_id.startswith(("MiniGrid-", "BabyAI-")):
+    from rpg_env.envs.minigrid_views import TASK_PREFIXES
+
+    if ":" not in env_id and env_id.startswith(TASK_PREFIXES):
         return f"minigrid:{env_id}"
     return env_id
 

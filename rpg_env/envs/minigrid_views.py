@@ -140,11 +140,15 @@ def make_one_hot_minigrid(task: str, colors: bool = False, render_mode: str | No
     return env
 
 
+#: How the ids of MiniGrid's package begin (its MiniGrid and BabyAI tasks).
+TASK_PREFIXES = ("MiniGrid-", "BabyAI-")
+
+
 def one_hot_twin(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(OneHotMiniGrid-v0, {"task": env_id, **env_kwargs})`` for a MiniGrid or BabyAI id
     (``minigrid:`` prefix or not), so a recording of MiniGrid's own id holds one-hot views; any
     other ``(env_id, env_kwargs)`` unchanged."""
     name = env_id.rpartition(":")[2]
-    if name.startswith(("MiniGrid-", "BabyAI-")):
+    if name.startswith(TASK_PREFIXES):
         return "OneHotMiniGrid-v0", {"task": name, **env_kwargs}
     return env_id, env_kwargs
