@@ -245,6 +245,10 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
         ("learn", "resume with settings", ["--resume", "{tmp}/l", "--seed", "5"],
          "takes no other argument but --steps"),
         ("learn", "resume nothing", ["--resume", "{tmp}/nowhere"], "no learn run there"),
+        ("learn", "unknown env id", ["--out", "{tmp}/l", "--env-id", "MiniGrid-DoorKey-55-v0"],
+         "is not a registered Gymnasium env; did you mean MiniGrid-DoorKey-5x5-v0"),
+        ("learn", "unknown env argument", ["--out", "{tmp}/l", "--env-id", "MiniGrid-DoorKey-5x5-v0",
+                                           "env.sizee=6"], "env.size"),
     ]
 
 
