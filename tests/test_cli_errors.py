@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
+from cli_benchmark_cases import benchmark_cases, training_benchmark_cases
 
 from rpg_base.cli import command_status
 from rpg_env.record import record
@@ -112,8 +113,8 @@ def _cases() -> list[tuple[str, str, list[str], str]]:
                                   "--no-progress"], message),
                 ("play", kind, ["--record", f"{{{kind}}}", "--max-frames", "1"], message),
             ]
-    return (cases + _input_cases() + _range_cases() + _device_cases() + _output_cases() + _benchmark_cases()
-            + _training_benchmark_cases() + _path_cases())
+    return (cases + _input_cases() + _range_cases() + _learn_cases() + _device_cases() + _output_cases()
+            + benchmark_cases() + training_benchmark_cases() + _path_cases())
 
 
 def _device_cases() -> list[tuple[str, str, list[str], str]]:
@@ -231,6 +232,12 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
         ("dream", "zero-height map", ["--out", "{tmp}/d", "env.height=0"], "env: height"),
         ("imitate", "one episode", ["--episodes", "1"], "--episodes must be >= 2"),
         ("ship", "missing dream run", ["dream", "{tmp}/nowhere"], "not a finished dream run"),
+    ]
+
+
+def _learn_cases() -> list[tuple[str, str, list[str], str]]:
+    """The IRIS loop's settings, resume and real-game choice, refused before any game is played."""
+    return [
         ("learn", "zero steps", ["--out", "{tmp}/l", "--steps", "0"], "--steps must be >= 1"),
         ("learn", "unknown key", ["--out", "{tmp}/l", "colect_steps=10"], "collect_steps"),
         ("learn", "no imagination threads", ["--out", "{tmp}/l", "imagination_threads=0"],
@@ -323,117 +330,6 @@ def _path_cases() -> list[tuple[str, str, list[str], str]]:
          "is a file, so"),
         ("bench:worldmodel_time_to_quality", "data under a file", ["--quick", "--data", f"{under}.h5", *out],
          "is a file, so"),
-    ]
-
-
-def _training_benchmark_cases() -> list[tuple[str, str, list[str], str]]:
-    """The benchmarks that train agents or world models per seed: their arguments are checked first."""
-    out = ["--out", "{tmp}/o.json"]
-    return [
-        ("bench:generalisation", "unseen levels among the training ones",
-         ["--quick", "--test-start", "10", *out], "--test-start 10 lies inside the training levels"),
-        ("bench:generalisation", "one game", ["--episodes", "1", *out], "--episodes must be in 2.."),
-        ("bench:generalisation", "unknown algorithm", ["--algos", "a2c", *out], "invalid choice"),
-        ("bench:generalisation", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
-        ("bench:generalisation", "a seed twice", ["--seeds", "0", "0", *out], "--seeds repeats a value"),
-        ("bench:generalisation", "a seed past the evaluation's range", ["--seeds", "900", *out],
-         "--seeds must be in 0..799"),
-        ("bench:memory_agents", "one game", ["--episodes", "1", *out], "--episodes must be >= 2"),
-        ("bench:memory_agents", "a seed twice", ["--seeds", "1", "1", *out], "--seeds repeats a value"),
-        ("bench:memory_agents", "unknown algorithm", ["--algos", "a2c", *out], "invalid choice"),
-        ("bench:memory_agents", "unknown task", ["--tasks", "maze", *out], "invalid choice"),
-        ("bench:memory_agents", "runs folder already used", ["--runs", "{folder}", *out],
-         "already holds run folders"),
-        ("bench:memory_agents", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
-        ("bench:worldmodel_generalisation", "unknown policy", ["--quick", "--policy", "foo", *out],
-         "--policy"),
-        ("bench:worldmodel_generalisation", "unseen levels among the training ones",
-         ["--quick", "--test-start", "10", *out], "lies inside the training levels"),
-        ("bench:worldmodel_generalisation", "unknown key", ["--quick", "--set", "model.widht=8", *out],
-         "did you mean"),
-        ("bench:worldmodel_layers", "unknown policy", ["--quick", "--policy", "foo", *out], "--policy"),
-        ("bench:worldmodel_layers", "unseen levels among the training ones",
-         ["--quick", "--test-start", "10", *out], "lies inside the training levels"),
-        ("bench:worldmodel_layers", "a layer that does not fit",
-         ["--quick", "--set", "model.srwm_heads=5", *out], "srwm_heads must be >= 1 and divide"),
-        ("bench:worldmodel_layers", "no worlds to time", ["--quick", "--worlds", "0", *out],
-         "--worlds must be >= 1"),
-        ("bench:worldmodel_layers", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
-        ("bench:remembering_agents", "games not recorded",
-         ["--data-memory", "{tmp}/none.h5", "--data-memoryless", "{good}", *out],
-         "record the agent's games"),
-        ("bench:remembering_agents", "a context twice",
-         ["--data-memory", "{good}", "--data-memoryless", "{good}", "--frames", "5", "5", *out],
-         "--frames repeats a value"),
-        ("bench:sample_efficiency", "DreamerV3 without its virtualenv", ["--methods", "dreamer", *out],
-         "needs --dreamer-python"),
-        ("bench:sample_efficiency", "one game", ["--episodes", "1", *out], "--episodes must be >= 2"),
-        ("bench:sample_efficiency", "a budget twice", ["--budgets", "5000", "5000", *out], "repeats a value"),
-        ("bench:sample_efficiency", "missing sheeprl python", ["--dreamer-python", "{tmp}/python", *out],
-         "does not exist"),
-        ("bench:sample_efficiency", "not DreamerV3 logs", ["--dreamer-from", "{folder}", *out],
-         "is not a DreamerV3 log folder"),
-    ]
-
-
-def _benchmark_cases() -> list[tuple[str, str, list[str], str]]:
-    """Every benchmark script parses through `run_command` too: bad numbers, devices, files."""
-    out = ["--out", "{tmp}/o.json"]
-    return [
-        ("bench:env_throughput", "zero repeats", ["--quick", "--repeats", "0", *out],
-         "--repeats must be >= 1"),
-        ("bench:env_throughput", "CPU not ours", ["--quick", "--pin", "100000", *out], "--pin 100000"),
-        ("bench:env_throughput", "output is a folder", ["--quick", "--out", "{folder}"], "is a folder"),
-        ("bench:expert_training", "zero steps", ["--steps", "0", *out], "--steps must be >= 1"),
-        ("bench:imagination", "unknown device", ["--quick", "--device", "foo"], "not a torch device"),
-        ("bench:imagination", "unknown baseline key", ["--quick", "--baseline", "model.widht=8"],
-         "did you mean"),
-        ("bench:imagination", "more rounds than cells", ["--quick", "--rounds", "82"],
-         "--rounds must be in 1..81"),
-        ("bench:imagination", "missing checkpoint", ["--quick", "--checkpoint", "{tmp}/none"],
-         "does not exist"),
-        ("bench:imagination", "negative doubt", ["--quick", "--doubt", "-0.1"], "--doubt must be >= 0"),
-        ("bench:imagination", "floor above one", ["--quick", "--floor", "1.5"], "--floor must be in [0, 1]"),
-        ("bench:imagination_fidelity", "no worlds", ["--worlds", "0", *out], "--worlds must be >= 1"),
-        ("bench:imagination_fidelity", "unknown policy", ["--policies", "left", *out], "invalid choice"),
-        ("bench:imagination_fidelity", "negative doubt", ["--doubt", "-1", *out], "--doubt must be >= 0"),
-        ("bench:imagination_fidelity", "a floor of one", ["--floor", "1", "--worlds", "1", *out],
-         "sample_floor must be a probability in [0, 1)"),
-        ("bench:imagination_fidelity", "missing checkpoint", ["--checkpoint", "{tmp}/none", *out], "none"),
-        ("bench:imagination_fidelity", "missing rollout data", ["--rollout-data", "{tmp}/none.h5", *out],
-         "does not exist"),
-        ("bench:imagination_fidelity", "rollout data of another game",
-         ["--rollout-data", "{other_game}", "--worlds", "1", *out], "trajectory file and model do not match"),
-        ("bench:imagination_fidelity", "no rollout steps", ["--rollout-horizon", "0", *out],
-         "--rollout-horizon must be >= 1"),
-        ("bench:imagination_fidelity", "a rollout horizon without its file", ["--rollout-horizon", "5", *out],
-         "give that file too"),
-        ("bench:imagination_fidelity", "a rollout longer than a game",
-         ["--rollout-data", "{good}", "--checkpoint", "{run}", "--rollout-horizon", "500", *out],
-         "at most"),
-        ("bench:recording", "unknown policy", ["--quick", "--policy", "bogus", *out], "not a policy"),
-        ("bench:recording", "zero games", ["--quick", "--games", "0", *out], "--games must be >= 1"),
-        ("bench:worldmodel_context", "data not trajectories", ["--quick", "--data", "{text}", *out],
-         "not an HDF5 file"),
-        ("bench:worldmodel_context", "data is a folder", ["--data", "{folder}", *out], "is a folder"),
-        ("bench:worldmodel_context", "missing transfer data",
-         ["--quick", "--transfer-data", "{tmp}/none.h5", *out], "record the other agent's games"),
-        ("bench:worldmodel_context", "unknown key",
-         ["--quick", "--data", "{good}", "--set", "model.widht=8", *out], "did you mean"),
-        ("bench:worldmodel_streaming", "data not trajectories", ["--quick", "--data", "{text}", *out],
-         "not an HDF5 file"),
-        ("bench:worldmodel_streaming", "unknown device", ["--quick", "--device", "foo", *out],
-         "not a torch device"),
-        ("bench:worldmodel_throughput", "zero steps", ["--quick", "--steps", "0", *out],
-         "--steps must be >= 1"),
-        ("bench:worldmodel_throughput", "missing Sorrel python",
-         ["--quick", "--sorrel-python", "{tmp}/python", *out], "does not exist"),
-        ("bench:worldmodel_time_to_quality", "unknown candidate",
-         ["--quick", "--data", "{good}", "--candidates", "bogus", *out], "no config of that name"),
-        ("bench:worldmodel_time_to_quality", "data not trajectories", ["--quick", "--data", "{text}", *out],
-         "not an HDF5 file"),
-        ("bench:worldmodel_time_to_quality", "earlier result not JSON",
-         ["--quick", "--data", "{good}", "--sorrel-from", "{bad_json}", *out], "not valid JSON"),
     ]
 
 
