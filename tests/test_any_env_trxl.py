@@ -330,3 +330,25 @@ def test_sb3_style_api_learns_as_the_command_line_does_and_predicts_with_its_mem
     with pytest.raises(RuntimeError, match="only predicts"):
         loaded.learn(64)
     model.close()
+
+
+@pytest.mark.parametrize("algo", ["trxl-ppo", "ppo", "recurrent-ppo"])
+def test_minigrid_memory_as_cells_sees_what_the_image_shows_and_trains_alike(algo):
+    """The cells configs change the view's encoding only: the same task, 3x3 view, three actions,
+    budget and hyperparameters as the 84x84 image configs, and a first view that holds exactly the
+    cells the image draws (one kind a cell)."""
+    pytest.importorskip("minigrid")
+    image = load_expert_config(path=EXPERT_CONFIG_DIR / f"minigrid-memory-{algo}.yaml")
+    cells = load_expert_config(path=EXPERT_CONFIG_DIR / f"minigrid-memory-onehot-{algo}.yaml")
+    assert (cells.env_id, cells.env, cells.total_timesteps, cells.n_envs) == \
+        (image.env_id, image.env, image.total_timesteps, image.n_envs)
+    assert cells.hyperparams == image.hyperparams and cells.memory == image.memory
+    assert cells.wrappers[-1] == image.wrappers[-1] == "rpg_env.envs.wrappers:FirstActions n=3"
+    env = make_wrapped_env(cells.env_id, cells.env, cells.wrappers)
+    symbolic = gym.make("MiniGrid-MemoryS9-v0", agent_view_size=3)
+    views, _ = env.reset(seed=4)
+    image_cells = symbolic.reset(seed=4)[0]["image"][..., 0].T  # (y, x) object ids
+    assert views.shape[1:] == (3, 3) and (views.sum(0) == 1).all() and env.action_space.n == 3
+    names = env.metadata["channel_names"]
+    assert [[names[k] for k in row] for row in views.argmax(0)] == \
+        [[{1: "empty", 2: "wall", 5: "key", 6: "ball"}[int(o)] for o in row] for row in image_cells]
