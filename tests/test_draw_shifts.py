@@ -88,3 +88,25 @@ def test_training_with_end_repeats_records_the_shifts_and_without_records_none(e
     train(plain)
     model = read_checkpoint_record(tmp_path / "plain", "best").config.model
     assert model.reward_shift == () and model.end_shift == 0.0
+
+
+def test_a_model_fine_tuned_from_one_with_shifts_reads_its_own(empty_room, tmp_path):
+    """The IRIS loop fine-tunes each iteration's model from the last one's (train.init_from): the
+    shifts hold no weight, so the start's never stand in the way, and each run records its own."""
+    from rpg_worldmodel.train import train
+
+    overrides = [*TINY_WORLD_MODEL, "model.train_window=4", "model.reward_values=[0.0,0.5,1.0]"]
+    start = load_world_model_config(None, [*overrides, "train.end_repeats=5"])
+    start.data.path, start.out_dir = str(empty_room), str(tmp_path / "start")
+    train(start)
+    before = read_checkpoint_record(tmp_path / "start", "best").config.model
+    for repeats, folder in ((9, "more"), (0, "none")):
+        tuned = load_world_model_config(None, [*overrides, f"train.end_repeats={repeats}",
+                                               f"train.init_from={tmp_path / 'start'}"])
+        tuned.data.path, tuned.out_dir = str(empty_room), str(tmp_path / folder)
+        train(tuned)
+        after = read_checkpoint_record(tmp_path / folder, "best").config.model
+        if repeats:
+            assert after.end_shift < before.end_shift < 0  # drawn 10 times rather than 6
+        else:
+            assert after.reward_shift == () and after.end_shift == 0.0
