@@ -246,9 +246,8 @@ def _safe_load(file: Path, map_location: str | torch.device) -> Any:
 
 
 #: Model settings that hold no weight: the most cells of each kind a drawn view holds, read off the
-#: training views, and the heads' draw shifts, read off the training windows and how often an epoch
-#: draws them (a model fine-tuned on more games reads its own).
-WEIGHTLESS_SETTINGS = ("kind_limits", "reward_shift", "end_shift")
+#: training views (a model fine-tuned on more games reads its own).
+WEIGHTLESS_SETTINGS = ("kind_limits",)
 
 
 def config_differences(a: ModelConfig, b: ModelConfig, weights_only: bool = False) -> list[str]:

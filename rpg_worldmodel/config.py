@@ -142,12 +142,6 @@ class ModelConfig:
     reward_values: tuple[float, ...] = setting(
         (), "the rewards the game can give, one class each, ascending; filled from the training "
         "file's env_kwargs when empty")
-    reward_shift: tuple[float, ...] = setting(
-        (), "added to the reward head's logits (one per class of reward_values) when the model imagines: "
-        "log(the class's share of the training steps) - log(its share of the steps an epoch draws), which "
-        "undoes train.end_repeats' extra draws (models/heads.py, draw_shifts); set by training, empty: 0")
-    end_shift: float = setting(
-        0.0, "added to the end head's logit when the model imagines, as reward_shift; set by training")
     memory_map: bool = setting(
         True, "add a prior from an egocentric map of the cells seen in the last num_frames steps, "
         "placed by dead reckoning (models/heads.py)")
@@ -248,10 +242,6 @@ class ModelConfig:
         values = list(self.reward_values)
         if values != sorted(set(values)):
             raise ConfigError(f"model.reward_values must be distinct and ascending, got {values}")
-        if self.reward_shift and len(self.reward_shift) != len(values):
-            raise ConfigError(f"model.reward_shift holds a logit per class of model.reward_values "
-                              f"({len(values)}), got {list(self.reward_shift)}; leave it empty: training "
-                              f"sets it")
 
     @property
     def window(self) -> int:

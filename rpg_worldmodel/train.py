@@ -81,7 +81,6 @@ from rpg_worldmodel.distributed import (
     to_device,
     wrap,
 )
-from rpg_worldmodel.models.heads import draw_shifts
 from rpg_worldmodel.models.steps import store_extents, store_turns
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.resume import (
@@ -121,8 +120,14 @@ def seed_everything(seed: int) -> None:
 
 
 @torch.no_grad()
-def evaluate_split(model: WorldModel, dataset: TrajectoryWindows, indices: np.ndarray, cfg: WorldModelConfig,
-                   device: torch.device, batch_size: int = 256) -> dict[str, float]:
+def evaluate_split(
+    model: WorldModel,
+    dataset: TrajectoryWindows,
+    indices: np.ndarray,
+    cfg: WorldModelConfig,
+    device: torch.device,
+    batch_size: int = 256,
+) -> dict[str, float]:
     """Mean loss statistics over ``indices`` windows of ``dataset`` (eval mode, no weight update);
     with an extent prior the windows start from what their games showed before, as in training."""
     if model.cfg.extent_prior and dataset.extents_before is None:
@@ -231,10 +236,6 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
                                                         cfg.model.num_frames)
     if cfg.model.extent_prior:  # what each window's game showed before it (evaluate_split: the val set's)
         train_set.extents_before = store_extents(train_set.store, cfg.model)
-    if cfg.train.end_repeats or cfg.model.reward_shift:  # the heads' odds as the files', not the draws'
-        cfg.model.reward_shift, cfg.model.end_shift = draw_shifts(
-            cfg.model.reward_values if cfg.model.reward_head else (), *train_set.scored_steps(),
-            train_set.end_repeats(cfg.train.end_repeats))
     val_idx = np.unique(
         np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
     )

@@ -246,24 +246,3 @@ def test_a_dream_ends_where_the_end_head_says_and_the_vector_env_restarts_it(tin
     assert terminated.all() and not truncated.any()
     _, rewards, terminated, _, infos = venv.step(np.zeros(3, dtype=np.int64))  # the next step restarts them
     assert (rewards == 0).all() and not terminated.any()
-
-
-def test_a_dream_draws_its_rewards_and_ends_at_the_odds_of_the_files(tiny_world_model):
-    """The model's reward_shift and end_shift (set by training with train.end_repeats) are added to
-    the heads' logits before a dream draws from them."""
-    run, _ = tiny_world_model
-    venv = TreasurehuntImaginedVectorEnv(8, checkpoint=run)
-    cfg = venv.worlds.model.cfg
-    values = np.asarray(cfg.reward_values)
-    nothing = int(np.flatnonzero(values == 0)[0])
-    venv.reset(seed=0)
-    cfg.reward_shift = tuple(0.0 if k == nothing else -100.0 for k in range(len(values)))
-    for _ in range(4):
-        _, rewards, *_ = venv.step(np.zeros(8, dtype=np.int64))
-        assert (rewards == 0).all()  # every paying class shifted out of reach
-    cfg.reward_shift = tuple(-100.0 if k == nothing else 0.0 for k in range(len(values)))
-    _, rewards, terminated, *_ = venv.step(np.zeros(8, dtype=np.int64))
-    assert (rewards != 0).all() and not terminated.any()
-    cfg.end_shift = 100.0  # the end head's odds now say every step ends the game
-    _, _, terminated, truncated, _ = venv.step(np.zeros(8, dtype=np.int64))
-    assert terminated.all() and not truncated.any()

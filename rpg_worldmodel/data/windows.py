@@ -140,18 +140,6 @@ class TrajectoryWindows(Dataset):
         holds_end = window_ends(self.store, self.plan.rows, self.plan.starts, steps).any(axis=1)
         return 1 + int(extra) * holds_end.astype(np.int64)
 
-    def scored_steps(self, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-        """``(rewards, ends)``, each ``(W, T)``: the rewards (float32 points) and ends (bool) of the
-        positions of every window that the loss scores (its first ``num_frames`` steps)."""
-        rewards, ends = [], []
-        for first in range(0, len(self), chunk):
-            rows, starts = self.plan.rows[first:first + chunk], self.plan.starts[first:first + chunk]
-            rewards.append(self.store.gather(rows, starts, self.num_frames)[2])
-            ends.append(window_ends(self.store, rows, starts, self.num_frames))
-        t = self.num_frames
-        return (np.concatenate([np.zeros((0, t), np.float32), *rewards]),
-                np.concatenate([np.zeros((0, t), bool), *ends]))
-
     def __getitem__(self, i: int) -> dict[str, np.ndarray | np.int64]:
         n = len(self)
         if not -n <= int(i) < n:

@@ -33,7 +33,6 @@ from rpg_worldmodel.data.sources import DataSource, check_data_matches
 from rpg_worldmodel.data.stores import EpisodeStore
 from rpg_worldmodel.envs.real_game import RealGame
 from rpg_worldmodel.evaluation.episodes import select_episodes
-from rpg_worldmodel.models.heads import odds_of_the_files
 from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
 from rpg_worldmodel.models.sampling import ViewSampler, sample_cells
 from rpg_worldmodel.models.state import Imagination
@@ -324,8 +323,7 @@ class ImaginedWorlds:
         logits = out.view[:, 0].float().movedim(1, -1)  # (N, V, V, C)
         log_probs = torch.log_softmax(logits, -1)
         self.entropy = -(log_probs.exp() * log_probs).sum(-1).mean((1, 2)).double().cpu().numpy()
-        reward, end = odds_of_the_files(self.model.cfg, out.reward, out.end)
-        reward_logits = reward[:, 0]
+        reward_logits = out.reward[:, 0].float()
         if self.sample:
             cells = self.sample_view(logits, self.generator, self.temperature)
             reward_class = sample_cells(torch.softmax(reward_logits / self.temperature, -1), self.generator)
@@ -333,7 +331,7 @@ class ImaginedWorlds:
             cells, reward_class = self.sample_view.likeliest(logits), reward_logits.argmax(-1)
         self.views = torch.nn.functional.one_hot(cells, logits.shape[-1]).movedim(-1, 1).float()
         rewards = self.reward_values[reward_class].cpu().numpy()
-        self.ended = self._ends(end)
+        self.ended = self._ends(out.end)
         self.turns += 1
         self.imagined += 1
         self.returns += rewards
@@ -346,7 +344,7 @@ class ImaginedWorlds:
         """``(N,)`` bool: whether this step ended each world's game, as the end head says."""
         if end_logits is None:
             return np.zeros(self.num_worlds, dtype=bool)
-        return (end_logits[:, 0] > 0).cpu().numpy()
+        return (end_logits[:, 0].float() > 0).cpu().numpy()
 
     def observations(self) -> np.ndarray:
         """``(N, C, V, V)`` int8 one-hot views (exactly one class per cell)."""

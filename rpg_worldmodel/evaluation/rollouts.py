@@ -35,7 +35,6 @@ from rpg_worldmodel.evaluation.baselines import FittedBaselines
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.oracles import copy_view, views_to_codes
 from rpg_worldmodel.evaluation.scoring import reward_targets
-from rpg_worldmodel.models.heads import odds_of_the_files
 from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
 from rpg_worldmodel.models.sampling import ViewSampler
 from rpg_worldmodel.models.world_model import WorldModel
@@ -102,8 +101,7 @@ def _model_rollouts(model: WorldModel, starts: Starts, num_frames: int, horizon:
             log_probs = torch.log_softmax(step.view[:, 0].float(), dim=1)
             out[name][0].append(log_probs.cpu().numpy())
             if step.reward is not None:
-                reward = odds_of_the_files(model.cfg, step.reward, None)[0]
-                out[name][1].append(torch.log_softmax(reward[:, 0], -1).cpu().numpy())
+                out[name][1].append(torch.log_softmax(step.reward[:, 0].float(), -1).cpu().numpy())
             if name == "teacher_forced":
                 inputs[name] = views[:, num_frames + k]
             elif name == "model":

@@ -28,7 +28,7 @@ from rpg_worldmodel.evaluation.cells import CellAnnotations, annotate_cells
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.metrics import RETURN_BLOCK
 from rpg_worldmodel.evaluation.oracles import copy_view, views_to_codes
-from rpg_worldmodel.models.heads import odds_of_the_files, reward_weights
+from rpg_worldmodel.models.heads import reward_weights
 from rpg_worldmodel.models.steps import store_extents
 from rpg_worldmodel.models.world_model import WorldModel
 
@@ -126,9 +126,8 @@ def _model_log_probs(model: WorldModel, batch: Batch, num_frames: int, mask: _Ma
     out = model(views, actions, before)
     view_lp = torch.log_softmax(out.view.float(), dim=2).cpu().numpy()
     action_lp = torch.log_softmax(out.action.float(), dim=-1).cpu().numpy()
-    reward, end = odds_of_the_files(model.cfg, out.reward, out.end)
-    reward_lp = None if reward is None else torch.log_softmax(reward, dim=-1).cpu().numpy()
-    end_logits = None if end is None else end.cpu().numpy()
+    reward_lp = None if out.reward is None else torch.log_softmax(out.reward.float(), dim=-1).cpu().numpy()
+    end_logits = None if out.end is None else out.end.float().cpu().numpy()
     return view_lp, action_lp, reward_lp, end_logits
 
 

@@ -35,9 +35,7 @@ motions from the learned motion head.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -183,41 +181,6 @@ def reward_weights(values: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
     weights = torch.zeros(*r.shape, k, device=r.device)
     weights.scatter_(-1, below[..., None], (1 - share)[..., None])
     return weights.scatter_add_(-1, above[..., None], share[..., None])
-
-
-def draw_shifts(values: Sequence[float], rewards: np.ndarray, ends: np.ndarray, draws: np.ndarray
-                ) -> tuple[tuple[float, ...], float]:
-    """The logit shifts that undo drawing some training windows more often than others (the prior
-    correction of a resampled classifier): ``(reward (K,), end)``, each log(share of the class among
-    the training steps) - log(its share among the steps an epoch draws). ``rewards`` (W, T) points and
-    ``ends`` (W, T) bool are the scored steps of every window (classes ``values`` (K,) as
-    `reward_weights`; none: no reward shift), ``draws`` (W,) how often an epoch draws each window. A
-    class no step shows, and an end every step or no step shows, shifts by 0; with every window drawn
-    alike every shift is 0."""
-    drawn = torch.as_tensor(draws, dtype=torch.float64)
-    reward: tuple[float, ...] = ()
-    if len(values):
-        weights = reward_weights(torch.tensor(values), torch.as_tensor(rewards)).double().sum(1)  # (W, K)
-        once, often = weights.sum(0), (weights * drawn[:, None]).sum(0)
-        shift = torch.where(once > 0, (once / once.sum()).log() - (often / often.sum()).log(), 0.0)
-        reward = tuple(float(v) for v in shift)
-    ended = torch.as_tensor(ends, dtype=torch.float64).sum(1)
-    p = ended.sum() / (ends.shape[1] * len(ended))
-    q = (ended * drawn).sum() / (ends.shape[1] * drawn.sum())
-    return reward, 0.0 if not 0 < float(p) < 1 else float(torch.logit(p) - torch.logit(q))
-
-
-def odds_of_the_files(cfg: ModelConfig, reward: torch.Tensor | None, end: torch.Tensor | None
-                      ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Reward logits ``(..., K)`` and end logits ``(...)`` (either None) as float32 with
-    ``model.reward_shift`` and ``model.end_shift`` added (`draw_shifts`): the odds the training
-    files' steps give, not the odds of the windows an epoch drew. What imagination draws from and
-    evaluation scores."""
-    if reward is not None:
-        reward = reward.float()
-        if cfg.reward_shift:
-            reward = reward + torch.tensor(cfg.reward_shift, device=reward.device)
-    return reward, None if end is None else end.float() + cfg.end_shift
 
 
 def unfold_same(x: torch.Tensor, k: int) -> torch.Tensor:
