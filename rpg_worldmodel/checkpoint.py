@@ -245,9 +245,10 @@ def _safe_load(file: Path, map_location: str | torch.device) -> Any:
         ) from None
 
 
-#: Model settings that hold no weight: the most cells of each kind a drawn view holds, read off the
-#: training views (a model fine-tuned on more games reads its own).
-WEIGHTLESS_SETTINGS = ("kind_limits",)
+#: Model settings that hold no weight, read off the training files: the most cells of each kind a
+#: drawn view holds, and whether the files pay only as games end (a model fine-tuned on more games
+#: reads its own).
+WEIGHTLESS_SETTINGS = ("kind_limits", "pays_only_at_ends")
 
 
 def config_differences(a: ModelConfig, b: ModelConfig, weights_only: bool = False) -> list[str]:

@@ -62,6 +62,7 @@ from rpg_worldmodel.data.masks import apply_input_mask, check_mask
 from rpg_worldmodel.data.shards import (
     DataFiles,
     data_record,
+    pays_only_at_ends,
     split_data_args,
     step_rewards,
     training_splits,
@@ -120,14 +121,8 @@ def seed_everything(seed: int) -> None:
 
 
 @torch.no_grad()
-def evaluate_split(
-    model: WorldModel,
-    dataset: TrajectoryWindows,
-    indices: np.ndarray,
-    cfg: WorldModelConfig,
-    device: torch.device,
-    batch_size: int = 256,
-) -> dict[str, float]:
+def evaluate_split(model: WorldModel, dataset: TrajectoryWindows, indices: np.ndarray, cfg: WorldModelConfig,
+                   device: torch.device, batch_size: int = 256) -> dict[str, float]:
     """Mean loss statistics over ``indices`` windows of ``dataset`` (eval mode, no weight update);
     with an extent prior the windows start from what their games showed before, as in training."""
     if model.cfg.extent_prior and dataset.extents_before is None:
@@ -227,6 +222,7 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         splits, run_dir = resumed.splits, resumed.run_dir
     elif start is not None:
         splits = start_from(start, cfg, record, splits)
+    cfg.model.pays_only_at_ends = pays_only_at_ends(files, splits["train"])  # the files', not a setting
     if not cfg.model.kind_limits:  # read off the training games' views, once: then part of the config
         fixed, cfg.model.kind_limits = view_statistics(files, splits["train"])
         cfg.model.fixed_cells = cfg.model.fixed_cells or fixed  # a fine-tuned model keeps its start's

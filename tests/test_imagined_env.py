@@ -246,3 +246,23 @@ def test_a_dream_ends_where_the_end_head_says_and_the_vector_env_restarts_it(tin
     assert terminated.all() and not truncated.any()
     _, rewards, terminated, _, infos = venv.step(np.zeros(3, dtype=np.int64))  # the next step restarts them
     assert (rewards == 0).all() and not terminated.any()
+
+
+def test_where_the_files_paid_only_as_games_ended_a_paying_dream_step_ends_the_dream(tiny_world_model):
+    """``model.pays_only_at_ends`` (read off the training files): a step the dream pays ends its game,
+    so a dream pays at most once; a step that pays nothing goes on."""
+    run, _ = tiny_world_model
+    venv = TreasurehuntImaginedVectorEnv(6, checkpoint=run)
+    model = venv.worlds.model
+    values = np.asarray(model.cfg.reward_values)
+    paying = int(np.flatnonzero(values != 0)[0])
+    venv.reset(seed=0)
+    model.cfg.pays_only_at_ends = True
+    with torch.no_grad():
+        model.reward_head.mlp[-1].bias[paying] = 1e4  # every step now pays that class
+    _, rewards, terminated, truncated, _ = venv.step(np.zeros(6, dtype=np.int64))
+    assert (rewards == values[paying]).all() and terminated.all() and not truncated.any()
+    model.cfg.pays_only_at_ends = False  # the treasurehunt game pays all along: its dreams go on
+    venv.reset(seed=0)
+    _, rewards, terminated, _, _ = venv.step(np.zeros(6, dtype=np.int64))
+    assert (rewards == values[paying]).all() and not terminated.any()

@@ -185,6 +185,17 @@ def step_rewards(files: DataFiles, ids: np.ndarray) -> np.ndarray:
     return np.concatenate([np.zeros(0, dtype=np.float32), *(part.rewards for part in store.parts)])
 
 
+def pays_only_at_ends(files: DataFiles, ids: np.ndarray) -> bool:
+    """Whether episodes ``ids`` pay at all, and every step that pays (a reward other than 0) is its
+    game's last, the game ending there by its rules (terminated): a game that pays only as it ends,
+    as a goal reached. Read off the steps (the streamed stores hold them in memory)."""
+    store = files.store(np.sort(np.asarray(ids, dtype=np.int64)), stream=True)
+    rewards = np.concatenate([np.zeros(0, dtype=np.float32), *(part.rewards for part in store.parts)])
+    ends = (np.cumsum(store.lengths) - 1)[store.ended]  # the index of each ended game's last step
+    paying = np.flatnonzero(rewards != 0)
+    return bool(paying.size) and bool(np.isin(paying, ends).all())
+
+
 def training_splits(files: DataFiles, data_cfg: DataConfig) -> dict[str, np.ndarray]:
     """Split by game across all files (``data.split_fractions``, the split's seed 0; a game is
     keyed by file and game id), then keep the streams of ``data.agent_id`` (-1: every agent);

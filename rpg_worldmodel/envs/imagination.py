@@ -313,7 +313,8 @@ class ImaginedWorlds:
         truncated ``(N,)`` bool (the game's last turn or the horizon, where the game did not end).
         Views, turns, returns, entropies and ``ended`` (the model's end head puts the chance that the
         step ended the game above one half, sampling or not: a rare event drawn at every step would
-        end long games by chance; never for a model without one) are updated in place."""
+        end long games by chance; never for a model without one; and where the training files paid
+        only as games ended, ``model.pays_only_at_ends``, every step that pays) are updated in place."""
         with pinned_torch_threads(self.torch_threads):
             return self._step(actions)
 
@@ -332,6 +333,8 @@ class ImaginedWorlds:
         self.views = torch.nn.functional.one_hot(cells, logits.shape[-1]).movedim(-1, 1).float()
         rewards = self.reward_values[reward_class].cpu().numpy()
         self.ended = self._ends(out.end)
+        if self.model.cfg.pays_only_at_ends:  # the files never paid but as a game ended
+            self.ended |= rewards != 0
         self.turns += 1
         self.imagined += 1
         self.returns += rewards
