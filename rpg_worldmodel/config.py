@@ -146,7 +146,7 @@ class ModelConfig:
         False, "whether every paying step of the training files was its game's last, the game ending "
         "there (a game that pays only as it ends, as a goal reached): an imagined step that pays then "
         "ends the imagined game too, so a dream pays at most once; read off the training split by "
-        "training (data/shards.py, pays_only_at_ends)")
+        "training (data/stores.py, pays_only_at_ends)")
     memory_map: bool = setting(
         True, "add a prior from an egocentric map of the cells seen in the last num_frames steps, "
         "placed by dead reckoning (models/heads.py)")

@@ -62,7 +62,6 @@ from rpg_worldmodel.data.masks import apply_input_mask, check_mask
 from rpg_worldmodel.data.shards import (
     DataFiles,
     data_record,
-    pays_only_at_ends,
     split_data_args,
     step_rewards,
     training_splits,
@@ -70,6 +69,7 @@ from rpg_worldmodel.data.shards import (
     view_statistics,
 )
 from rpg_worldmodel.data.sources import check_data_matches, fill_game_settings, fill_view_shape
+from rpg_worldmodel.data.stores import pays_only_at_ends
 from rpg_worldmodel.data.windows import EpochBatchSampler, TrajectoryWindows, collate_batch
 from rpg_worldmodel.distributed import (
     Processes,
@@ -222,7 +222,6 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         splits, run_dir = resumed.splits, resumed.run_dir
     elif start is not None:
         splits = start_from(start, cfg, record, splits)
-    cfg.model.pays_only_at_ends = pays_only_at_ends(files, splits["train"])  # the files', not a setting
     if not cfg.model.kind_limits:  # read off the training games' views, once: then part of the config
         fixed, cfg.model.kind_limits = view_statistics(files, splits["train"])
         cfg.model.fixed_cells = cfg.model.fixed_cells or fixed  # a fine-tuned model keeps its start's
@@ -230,6 +229,7 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
             cfg.model.turns = cfg.model.turns or store_turns(files.store(splits["train"], True), cfg.model)
     train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window,
                                                         cfg.model.num_frames)
+    cfg.model.pays_only_at_ends = pays_only_at_ends(train_set.store)  # the files', not a setting
     if cfg.model.extent_prior:  # what each window's game showed before it (evaluate_split: the val set's)
         train_set.extents_before = store_extents(train_set.store, cfg.model)
     val_idx = np.unique(

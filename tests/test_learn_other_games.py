@@ -208,18 +208,19 @@ def test_whether_the_files_pay_only_as_games_end_is_read_off_them(tmp_path, tiny
     from rpg_env.trajectories.format import FLAG_TERMINATED
     from rpg_worldmodel.checkpoint import config_differences
     from rpg_worldmodel.config import ModelConfig
-    from rpg_worldmodel.data.shards import DataFiles, pays_only_at_ends
+    from rpg_worldmodel.data.shards import DataFiles
+    from rpg_worldmodel.data.stores import pays_only_at_ends
 
     goal = tmp_path / "empty.h5"  # a random walk reaches the goal in some games, which pays and ends them
     record("random", goal, 16, seed=0, num_envs=4, env_id="OneHotMiniGrid-v0",
            env_kwargs={"task": "MiniGrid-Empty-5x5-v0", "max_steps": 40}, progress=False)
     files = DataFiles.open(str(goal))
-    assert pays_only_at_ends(files, np.arange(len(files)))
+    assert pays_only_at_ends(files.store(np.arange(len(files)), stream=True))
     with h5py.File(goal, "r") as f:
         lost = np.flatnonzero(f["episodes"]["flags"] & FLAG_TERMINATED == 0)  # cut by the time limit
-    assert lost.size and not pays_only_at_ends(files, lost)
+    assert lost.size and not pays_only_at_ends(files.store(lost, stream=False))
     treasurehunt = DataFiles.open(str(tiny_world_model[1]))  # pays all along, never ends
-    assert not pays_only_at_ends(treasurehunt, np.arange(len(treasurehunt)))
+    assert not pays_only_at_ends(treasurehunt.store(np.arange(len(treasurehunt)), stream=True))
     # read off the files like kind_limits: a model fine-tuned on more games reads its own
     model = ModelConfig()
     assert config_differences(model, replace(model, pays_only_at_ends=True), weights_only=True) == []

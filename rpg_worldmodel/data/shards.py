@@ -181,19 +181,7 @@ def view_statistics(files: DataFiles, ids: np.ndarray, chunk: int = 256
 def step_rewards(files: DataFiles, ids: np.ndarray) -> np.ndarray:
     """The rewards of every step of episodes ``ids``, concatenated ``(S,)`` float32 (points): read
     by the streamed stores, which hold the steps in memory and leave the views in the files."""
-    store = files.store(np.sort(np.asarray(ids, dtype=np.int64)), stream=True)
-    return np.concatenate([np.zeros(0, dtype=np.float32), *(part.rewards for part in store.parts)])
-
-
-def pays_only_at_ends(files: DataFiles, ids: np.ndarray) -> bool:
-    """Whether episodes ``ids`` pay at all, and every step that pays (a reward other than 0) is its
-    game's last, the game ending there by its rules (terminated): a game that pays only as it ends,
-    as a goal reached. Read off the steps (the streamed stores hold them in memory)."""
-    store = files.store(np.sort(np.asarray(ids, dtype=np.int64)), stream=True)
-    rewards = np.concatenate([np.zeros(0, dtype=np.float32), *(part.rewards for part in store.parts)])
-    ends = (np.cumsum(store.lengths) - 1)[store.ended]  # the index of each ended game's last step
-    paying = np.flatnonzero(rewards != 0)
-    return bool(paying.size) and bool(np.isin(paying, ends).all())
+    return files.store(np.sort(np.asarray(ids, dtype=np.int64)), stream=True).rewards
 
 
 def training_splits(files: DataFiles, data_cfg: DataConfig) -> dict[str, np.ndarray]:

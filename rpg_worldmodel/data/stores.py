@@ -74,6 +74,15 @@ def window_ends(store: Store, rows: np.ndarray, starts: np.ndarray, steps: int) 
     return (at == store.lengths[rows][:, None] - 1) & store.ended[rows][:, None]
 
 
+def pays_only_at_ends(store: EpisodeShards) -> bool:
+    """Whether ``store``'s games pay at all, and every step that pays (a reward other than 0) is its
+    game's last, the game ending there by its rules (terminated): a game that pays only as it ends,
+    as a goal reached."""
+    ends = (np.cumsum(store.lengths) - 1)[store.ended]  # the index of each ended game's last step
+    paying = np.flatnonzero(store.rewards != 0)
+    return bool(paying.size) and bool(np.isin(paying, ends).all())
+
+
 def _ended(table: np.ndarray) -> np.ndarray:
     return (table["flags"] & FLAG_TERMINATED).astype(bool)
 
@@ -250,6 +259,12 @@ class EpisodeShards:
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """Every step's rewards ``(S,)`` float32 (points), rows in order: each part holds its steps in
+        memory, streamed or not."""
+        return np.concatenate([np.zeros(0, dtype=np.float32), *(part.rewards for part in self.parts)])
 
     @property
     def channel_names(self) -> list[str]:
