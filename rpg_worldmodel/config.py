@@ -308,6 +308,16 @@ class TrainConfig:
     lr: float = setting(5e-3, "peak learning rate (AdamW; the rest of the optimiser: train.py)")
     warmup_steps: int = setting(100, "linear warm-up steps (capped at max_steps), then cosine decay")
     max_steps: int = setting(1200, "optimisation steps; the schedule spans them")
+    refiner_stage: float = setting(
+        1.0, "steps of the cell refiner alone after max_steps, as a multiple of max_steps (rounded): "
+        "on the final view head, from the run's best checkpoint, every other weight unchanged "
+        "(rpg_worldmodel/refiner_stage.py); the result is the run's next checkpoint; 0: none (a model "
+        "without a refiner has none)")
+
+    @property
+    def refiner_steps(self) -> int:
+        """The refiner stage's steps: ``refiner_stage * max_steps``, rounded."""
+        return round(self.refiner_stage * self.max_steps)
     seed: int = setting(0, "seed of initialisation and batch order")
     end_repeats: int = setting(
         0, "extra draws, each epoch, of every training window that holds a game's end (its terminated "
@@ -338,7 +348,8 @@ class TrainConfig:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ConfigError(f"train.lr must be > 0, got {self.lr}")
-        for name in ("warmup_steps", "num_threads", "keep_last_checkpoints", "seed", "end_repeats"):
+        for name in ("warmup_steps", "num_threads", "keep_last_checkpoints", "seed", "end_repeats",
+                     "refiner_stage"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         if not self.train_mask:

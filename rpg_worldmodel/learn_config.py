@@ -159,7 +159,7 @@ class LearnConfig:
                       train=replace(base.train, seed=self.seed, max_steps=steps,
                                     warmup_steps=max(1, min(100, steps // 4)), eval_every=steps,
                                     checkpoint_every=steps, num_threads=self.torch_threads,
-                                    device=self.device))
+                                    device=self.device, refiner_stage=0.0))
         cfg = tc.with_overrides(cfg, self.world_model)
         return replace(cfg, data=replace(cfg.data, path=[str(f) for f in files] or "unset"), out_dir=str(out),
                        train=replace(cfg.train, init_from=str(start) if start is not None else "")).validate()

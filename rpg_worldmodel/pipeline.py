@@ -237,6 +237,7 @@ def masked_config(cfg: WorldModelConfig, mask: str, fraction: float, start: Path
     short.train.eval_every = max(1, min(cfg.train.eval_every, steps))
     short.train.checkpoint_every = max(1, min(cfg.train.checkpoint_every, steps))
     short.train.train_mask = mask
+    short.train.refiner_stage = 0.0  # the probe reads views, never draws them
     short.train.init_from = str(start)
     return short.validate()
 

@@ -84,6 +84,7 @@ from rpg_worldmodel.distributed import (
 )
 from rpg_worldmodel.models.steps import store_extents, store_turns
 from rpg_worldmodel.models.world_model import WorldModel
+from rpg_worldmodel.refiner_stage import refiner_stage_due, run_refiner_stage
 from rpg_worldmodel.resume import (
     Resume,
     check_new_run_dir,
@@ -398,6 +399,9 @@ def train(
                 p.step += 1
                 p.meter.add(stats, t.batch_size, time.perf_counter() - t0)
                 after_step(run, p)
+            if procs.master and refiner_stage_due(run, end_step):
+                run_refiner_stage(run, p, lambda m: evaluate_split(m, run.val_set, run.val_idx, cfg,
+                                                                    run.device))
         finally:
             p.bar.close()
             if p.log is not None:

@@ -71,7 +71,8 @@ def runs(tmp_path_factory):
 @pytest.mark.slow
 def test_two_processes_train_as_one(runs):
     one, two = _losses(runs / "one"), _losses(runs / "two")
-    assert [r[:2] for r in one] == [r[:2] for r in two] and len(one) == 6 + 2
+    # 6 steps, 2 evaluations, and the refiner stage's evaluation (the first process runs the stage)
+    assert [r[:2] for r in one] == [r[:2] for r in two] and len(one) == 6 + 2 + 1
     for a, b in zip(one, two, strict=True):  # per-step losses of the global batch, refiner's included
         assert a[2:] == pytest.approx(b[2:], rel=1e-5), (a, b)
     assert all(r[-1] > 0 for r in one)  # the refiner was trained and scored
@@ -96,7 +97,7 @@ def test_two_processes_train_the_default_model_as_one(runs, tmp_path):
     T.train(load_world_model_config(None, [*settings, f"data.path={data}", f"out_dir={tmp_path / 'one'}"]))
     _torchrun("--data", str(data), "--out", str(tmp_path / "two"), *settings)
     one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
-    assert [r[:2] for r in one] == [r[:2] for r in two] and len(one) == 4 + 1
+    assert [r[:2] for r in one] == [r[:2] for r in two] and len(one) == 4 + 1 + 1  # the refiner stage's
     for a, b in zip(one, two, strict=True):
         assert a[2:] == pytest.approx(b[2:], rel=1e-5), (a, b)
     assert all(r[-1] > 0 for r in one)  # the refiner was trained and scored

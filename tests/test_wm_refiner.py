@@ -122,8 +122,30 @@ def test_the_doubt_budget_takes_sure_cells_together_and_doubtful_ones_one_at_a_t
     joint_sample(identity, logits, torch.Generator().manual_seed(0), 3, doubt=0.2)
     assert identity.passes == [2, 1, 1]  # capped: the third round took every cell still open
     identity.passes.clear()
-    joint_sample(identity, logits, torch.Generator().manual_seed(0), V * V, doubt=2.0)
-    assert len(identity.passes) == 21  # four coins a round (doubt 0.5 each): 81 / 4, rounded up
+    coins = joint_sample(identity, logits[1:], torch.Generator().manual_seed(0), V * V, doubt=2.0)
+    # four coins a round (doubt 0.5 each), fewer where one falls to its less likely side (a surprise
+    # ends the round: `_kept_in_order`): between 81 / 4, rounded up, and one a round
+    assert 21 <= len(identity.passes) < V * V
+    assert 0.35 < (coins == WALL).float().mean() < 0.65
+
+
+@pytest.mark.parametrize("doubt", [0.2, 2.0])
+def test_a_surprise_ends_its_round_so_the_cells_after_it_are_drawn_knowing_it(doubt):
+    """Views all wall (0.99) or all empty: each cell's doubt is 0.01, so a round takes 20 or more
+    cells at once. Drawn independently, one round in six would hold a lone empty cell among walls.
+    A surprise (a cell drawn as its less likely kind) ends its round: first in the round, it is
+    kept and the rest are drawn again knowing it; later, it waits, and judged given the walls
+    before it, it stands with probability p / q = 0. Every view is one kind, empty as often as the
+    first cell's draw makes it (0.01)."""
+    logits = torch.full((4000, V, V, C), -30.0)
+    logits[..., WALL], logits[..., EMPTY] = 0.0, -torch.log(torch.tensor(99.0))
+    kinds = joint_sample(_AllOrNothing(), logits, torch.Generator().manual_seed(0), 32, doubt=doubt)
+    walls = (kinds == WALL).flatten(1).float().mean(1)
+    assert ((walls == 0) | (walls == 1)).all()
+    assert 0.004 < (walls == 0).float().mean() < 0.016
+    independent = joint_sample(_AllOrNothing(), logits, torch.Generator().manual_seed(0), 1)
+    mixed = (independent == EMPTY).flatten(1).any(1) & (independent == WALL).flatten(1).any(1)
+    assert mixed.float().mean() > 0.45
 
 
 def test_the_floor_leaves_out_the_tails_and_draws_the_rest_in_proportion():

@@ -28,7 +28,7 @@ from rpg_worldmodel.run_record import CHECKPOINT_VERSION, CheckpointError, Check
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=3",
         "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=64", "train.num_threads=1",
-        "train.max_steps=4"]
+        "train.max_steps=4", "train.refiner_stage=0"]
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,8 @@ from rpg_worldmodel.run_record import CheckpointError, DataFile
 
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=3",
-        "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=64", "train.num_threads=1"]
+        "train.checkpoint_every=3", "train.progress=false", "data.max_val_windows=64", "train.num_threads=1",
+        "train.refiner_stage=0"]  # the refiner stage: tests/test_wm_refiner_stage.py
 
 
 @pytest.fixture(scope="module")
