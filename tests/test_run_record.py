@@ -35,7 +35,7 @@ def _current() -> dict:
     meta = json.loads(SHIPPED_META.read_text())
     for key in TOLD:
         meta["config"]["model"].pop(key, None)
-    meta["config"]["model"].setdefault("end_head", False)  # shipped at schema 13, before the end head
+    meta["config"]["model"].setdefault("end_head", False)  # a model shipped before the end head (schema 13)
     meta["version"] = CHECKPOINT_VERSION
     return meta
 
@@ -91,7 +91,8 @@ def test_the_current_schema_reads_and_round_trips(tmp_path):
     file.write_text(json.dumps(_current()))
     rec = read_record(file)
     assert not hasattr(rec, "migrated_from")
-    assert rec.step == 1200 and rec.config.train.init_from == "" and rec.init_from is None
+    # the shipped model is its run's step 2,400, after the refiner stage
+    assert rec.step == 2400 and rec.config.train.init_from == "" and rec.init_from is None
     model = rec.config.model
     assert model.memory_map and model.action_frames == 5
     assert (model.layer, model.srwm_heads) == ("attention", 1)
@@ -109,21 +110,24 @@ def test_schema_12_reads_as_a_model_without_the_extent_prior(tmp_path):
     """Schema 12 came just before the extent prior: its record reads, its model without it."""
     rec = _read_record_of(_as_schema(12), tmp_path)
     assert rec.config.model.extent_prior is False
-    assert rec.config.model.memory_map and rec.step == 1200
+    assert rec.config.model.memory_map and rec.step == 2400
     current = _read_record_of(_current(), tmp_path).config.model
-    assert dataclasses.replace(rec.config.model, extent_prior=current.extent_prior) == current
+    assert rec.config.model.end_head is False  # nor an end head (schema 14)
+    same = dataclasses.replace(rec.config.model, extent_prior=current.extent_prior, end_head=current.end_head)
+    assert same == current
 
 
 def test_schema_13_reads_as_a_model_without_the_end_head(tmp_path):
-    """Schema 13 came just before the end head: its record (the shipped model's) reads, its model
-    without one; a current record that leaves the setting out gets the default, an end head."""
+    """Schema 13 came just before the end head: its record reads, its model without one; a current
+    record that leaves the setting out gets the default, an end head (the shipped model has one: a
+    treasurehunt game never ends, and it learned so)."""
     old = _as_schema(13)
     assert "end_head" not in old["config"]["model"]
     assert _read_record_of(old, tmp_path).config.model.end_head is False
     current = {**old, "version": CHECKPOINT_VERSION}
     assert _read_record_of(current, tmp_path).config.model.end_head is True
-    assert read_checkpoint_record("pretrained").config.model.end_head is False
-    assert load_checkpoint("pretrained").model.end_head is None
+    assert read_checkpoint_record("pretrained").config.model.end_head is True
+    assert load_checkpoint("pretrained").model.end_head is not None
 
 
 @pytest.mark.parametrize("version", range(1, OLDEST_READABLE))
@@ -194,7 +198,7 @@ def test_a_broken_record_is_refused_naming_the_file(tmp_path, case):
 
 def test_the_shipped_record_is_current_and_names_its_files_only(tmp_path, monkeypatch):
     loaded = load_checkpoint("pretrained")
-    assert loaded.step == loaded.record.step == 1200
+    assert loaded.step == loaded.record.step == 2400
     assert loaded.record == read_checkpoint_record("pretrained")
     assert _current()["version"] == CHECKPOINT_VERSION
     for name in ("meta.json", BASELINES_FILE):
