@@ -313,11 +313,6 @@ class TrainConfig:
         "on the final view head, from the run's best checkpoint, every other weight unchanged "
         "(rpg_worldmodel/refiner_stage.py); the result is the run's next checkpoint; 0: none (a model "
         "without a refiner has none)")
-
-    @property
-    def refiner_steps(self) -> int:
-        """The refiner stage's steps: ``refiner_stage * max_steps``, rounded."""
-        return round(self.refiner_stage * self.max_steps)
     seed: int = setting(0, "seed of initialisation and batch order")
     end_repeats: int = setting(
         0, "extra draws, each epoch, of every training window that holds a game's end (its terminated "
@@ -339,6 +334,11 @@ class TrainConfig:
         "", "checkpoint (or run folder: its best) whose weights start this run, to fine-tune it: same "
         "model config, its data files (and maybe more); its split is kept (new files' games are split "
         "as the settings draw); fresh optimizer and schedule; empty = random init")
+
+    @property
+    def refiner_steps(self) -> int:
+        """The refiner stage's steps: ``refiner_stage * max_steps``, rounded."""
+        return round(self.refiner_stage * self.max_steps)
 
     def validate(self) -> None:
         """Ranges of the optimiser, logging and checkpointing, mask and device."""

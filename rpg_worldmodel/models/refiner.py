@@ -228,6 +228,8 @@ def _drawn(probs: torch.Tensor, uniform: torch.Tensor, waiting: torch.Tensor, dr
     draw of ``probs``."""
     c = probs.shape[-1]
     has = waiting != c
+    if not has.any():  # most rounds: no surprise waits
+        return _inverse_cdf(probs, uniform[..., 0])
     kind = waiting.clamp_max(c - 1)[..., None]
     p, q = probs.gather(-1, kind)[..., 0], drafted.gather(-1, kind)[..., 0]
     stands = uniform[..., 1] * q < p
@@ -249,10 +251,10 @@ def _kept_in_order(within: torch.Tensor, surprise: torch.Tensor, last: bool
     it): the cells after the first surprise are drawn again next round, for the values before them
     (never for their own), and a surprise that is not the first cell waits to be judged given the
     cells kept before it (`_drawn`). The ``last`` round keeps every cell."""
-    first = torch.zeros_like(within)
-    first[:, 0] = True
     if last:
         return torch.ones_like(within), torch.zeros_like(within)
+    first = torch.zeros_like(within)
+    first[:, 0] = True
     within = within | first
     clear = (surprise & within).long().cumsum(1) - (surprise & within).long() == 0  # no surprise before
     keep = within & clear & (~surprise | first)
