@@ -50,11 +50,21 @@ def test_a_trained_refiner_draws_the_cells_together_where_independent_cells_cann
     assert _agreement(joint[V * V]) > 0.85
 
 
-class _AllOrNothing(torch.nn.Module):
+class _Conditionals(torch.nn.Module):
+    """A stand-in refiner given by its ``conditionals(logits, drawn)`` (M, L, C), asked as
+    `CellRefiner` is asked: for every cell, or for ``cells`` (M, K) alone."""
+
+    def forward(self, logits: torch.Tensor, drawn: torch.Tensor, cells: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        every = self.conditionals(logits, drawn)
+        return every if cells is None else every.gather(1, cells[..., None].expand(-1, -1, every.shape[-1]))
+
+
+class _AllOrNothing(_Conditionals):
     """The conditionals of the one-kind world, exactly: the view head's marginal while no cell is
     drawn, the kind of the drawn cells once one is (what a perfectly trained refiner gives)."""
 
-    def forward(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    def conditionals(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         wall, empty = (drawn == WALL).any(1), (drawn == EMPTY).any(1)
         known = torch.full_like(logits, -30.0)
         known[..., WALL] = torch.where(wall, 30.0, -30.0)[:, None]
@@ -94,7 +104,7 @@ def test_the_draw_order_does_not_bias_what_is_drawn(rounds, doubt):
     assert 0.46 < walls.mean() < 0.56
 
 
-class _CountedMarginals(torch.nn.Module):
+class _CountedMarginals(_Conditionals):
     """A refiner that refines nothing (each cell keeps its marginal) and records how many worlds
     each pass was given."""
 
@@ -102,7 +112,7 @@ class _CountedMarginals(torch.nn.Module):
         super().__init__()
         self.passes: list[int] = []
 
-    def forward(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    def conditionals(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         self.passes.append(len(logits))
         return logits
 
@@ -187,6 +197,25 @@ def test_a_joint_draw_keeps_its_given_cells_and_is_reproducible():
         refined = module(logits.reshape(5, V * V, C), fixed.reshape(5, V * V)).argmax(-1).view(5, V, V)
         open_ = fixed == C
         assert torch.equal(cold[open_], refined[open_])
+
+
+def test_the_refiner_computes_its_encoder_layers_and_narrows_only_the_last_ones_queries():
+    """`CellRefiner` runs its nn.TransformerEncoder's weights itself: the same function as the
+    encoder (so a checkpoint's weights mean what they meant), and asked for some cells (a draw asks
+    for its open ones) each gets the logits it gets when every cell is asked for."""
+    torch.manual_seed(0)
+    module = CellRefiner(ModelConfig(refiner_layers=2)).eval()
+    logits = torch.randn(7, V * V, C)
+    drawn = torch.where(torch.rand(7, V * V) < 0.5, torch.randint(0, C, (7, V * V)), C)
+    with torch.no_grad():
+        x = module.marginal(torch.log_softmax(logits, -1)) + module.drawn(drawn) + module.position
+        by_encoder = logits + module.out(module.norm(module.layers(x)))
+        every = module(logits, drawn)
+        cells = torch.argsort(torch.rand(7, V * V), 1)[:, :5]
+        some = module(logits, drawn, cells)
+    assert torch.allclose(every, by_encoder, atol=1e-5)
+    assert some.shape == (7, 5, C)
+    assert torch.allclose(some, every.gather(1, cells[..., None].expand(-1, -1, C)), atol=1e-5)
 
 
 def test_the_refiner_trains_beside_the_view_head_without_changing_its_gradients():

@@ -65,8 +65,11 @@ SAMPLE_DOUBT = 0.2
 
 
 class CellRefiner(nn.Module):
-    """``forward(logits (M, L, C), drawn (M, L) long)`` -> refined logits (M, L, C): L = V * V cells;
-    ``drawn`` holds each drawn cell's kind and ``C`` where the cell is still open."""
+    """``forward(logits (M, L, C), drawn (M, L) long, cells (M, K) long | None)`` -> refined logits
+    (M, L, C), or (M, K, C) of the ``cells`` asked for: L = V * V cells; ``drawn`` holds each drawn
+    cell's kind and ``C`` where the cell is still open. Every cell reads every other in each layer;
+    only the last layer's queries are narrowed to ``cells`` (a draw asks for its open cells alone),
+    so a cell's refined logits do not depend on which others are asked for."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -76,15 +79,44 @@ class CellRefiner(nn.Module):
         self.drawn = nn.Embedding(c + 1, w)
         # which cell a token is: random at the start, or the cells could not be told apart
         self.position = nn.Parameter(torch.randn(1, cfg.view_size * cfg.view_size, w))
+        # nn.TransformerEncoder for its weights and their names in checkpoints; `forward` runs them
+        # itself (`_attend`), which on a 2-core CPU took 0.63x the time of torch's fused layer
         layer = nn.TransformerEncoderLayer(w, nhead=REFINER_HEADS, dim_feedforward=2 * w, dropout=0.0,
                                            activation="gelu", batch_first=True, norm_first=True)
         self.layers = nn.TransformerEncoder(layer, cfg.refiner_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(w)
         self.out = nn.Linear(w, c)
 
-    def forward(self, logits: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    def forward(self, logits: torch.Tensor, drawn: torch.Tensor, cells: torch.Tensor | None = None
+                ) -> torch.Tensor:
         x = self.marginal(torch.log_softmax(logits, -1)) + self.drawn(drawn) + self.position
-        return logits + self.out(self.norm(self.layers(x)))
+        layers = self.layers.layers
+        for i, layer in enumerate(layers):
+            x = _attend(layer, x, cells if i == len(layers) - 1 else None)
+        return (logits if cells is None else _rows(logits, cells)) + self.out(self.norm(x))
+
+
+def _rows(x: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
+    """``x`` (M, L, D) at ``cells`` (M, K) long -> (M, K, D)."""
+    return x.gather(1, cells[..., None].expand(-1, -1, x.shape[-1]))
+
+
+def _attend(layer: nn.TransformerEncoderLayer, x: torch.Tensor, cells: torch.Tensor | None) -> torch.Tensor:
+    """One pre-norm encoder ``layer`` on tokens ``x`` (M, L, W), as ``layer(x)`` computes it (dropout
+    0), its queries only the tokens at ``cells`` (M, K) when given: (M, L, W) or (M, K, W)."""
+    attention, heads = layer.self_attn, layer.self_attn.num_heads
+    m, w = x.shape[0], x.shape[-1]
+    h = layer.norm1(x)
+    wq, wkv = attention.in_proj_weight.split([w, 2 * w])
+    bq, bkv = attention.in_proj_bias.split([w, 2 * w])
+    if cells is not None:
+        x = _rows(x, cells)
+    q = F.linear(h if cells is None else _rows(h, cells), wq, bq)
+    k, v = F.linear(h, wkv, bkv).chunk(2, -1)
+    q, k, v = (t.reshape(m, t.shape[1], heads, w // heads).transpose(1, 2) for t in (q, k, v))
+    mixed = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(m, q.shape[2], w)
+    x = x + attention.out_proj(mixed)
+    return x + layer.linear2(F.gelu(layer.linear1(layer.norm2(x))))
 
 
 @dataclass(frozen=True)
@@ -152,8 +184,7 @@ def truncated(probs: torch.Tensor, floor: float) -> torch.Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
-# A draw is never differentiated; without autograd's bookkeeping torch also takes the fused
-# inference path of nn.TransformerEncoderLayer.
+# A draw is never differentiated.
 @torch.no_grad()
 def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Generator | None, rounds: int,
                  temperature: float = 1.0, fixed: torch.Tensor | None = None, doubt: float = 0.0,
@@ -185,12 +216,13 @@ def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Gen
             break
         part = drawn[active]
         is_open = part == c
-        refined = module(flat[active], part) / temperature
+        cells = _open_cells(is_open)
+        refined = module(flat[active], part, cells) / temperature
         room = None
         if limits is not None:
             room = limits - F.one_hot(part, c + 1)[..., :c].sum(1)  # (A, C) cells each kind has left
             refined = refined.masked_fill((room <= 0)[:, None, :], -torch.inf)
-        probs = truncated(torch.softmax(refined, -1), floor)
+        probs = _placed(truncated(torch.softmax(refined, -1), floor), cells, v * v)
         judged = waiting[active]
         if greedy:
             pick = probs.argmax(-1)
@@ -211,6 +243,26 @@ def joint_sample(module: CellRefiner, logits: torch.Tensor, generator: torch.Gen
         waiting[active] = torch.where(late, pick, c)
         drafted[active] = torch.where(late[..., None], probs, drafted[active])
     return drawn.view(n, v, v)
+
+
+def _open_cells(is_open: torch.Tensor) -> torch.Tensor | None:
+    """The open cells of each view of ``is_open`` (A, L) bool, first (A, K) long, K the most any
+    view has (a view with fewer is padded with drawn cells); None where K is every cell. A round
+    refines only these: the drawn cells' distributions are never read again."""
+    most = int(is_open.sum(1).max())
+    if most == is_open.shape[1]:
+        return None
+    return torch.argsort((~is_open).to(torch.uint8), dim=1, stable=True)[:, :most]
+
+
+def _placed(probs: torch.Tensor, cells: torch.Tensor | None, length: int) -> torch.Tensor:
+    """``probs`` (A, K, C) of ``cells`` (A, K) placed in (A, ``length``, C), every other cell sure
+    of kind 0 (drawn cells: never kept again, and never a surprise)."""
+    if cells is None:
+        return probs
+    placed = torch.zeros(probs.shape[0], length, probs.shape[2], dtype=probs.dtype, device=probs.device)
+    placed[..., 0] = 1.0
+    return placed.scatter(1, cells[..., None].expand(-1, -1, probs.shape[2]), probs)
 
 
 def _inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
