@@ -147,6 +147,11 @@ class ModelConfig:
         "there (a game that pays only as it ends, as a goal reached): an imagined step that pays then "
         "ends the imagined game too, so a dream pays at most once; read off the training split by "
         "training (data/stores.py, pays_only_at_ends)")
+    motion_reach: int = setting(
+        1, "cells the motion prior's kernel reaches from each cell of view t (a (2 r + 1)-square "
+        "convolution per motion, models/heads.py MoveConv): 1, a 3 x 3 kernel, holds the view's shift; 2 "
+        "also holds another inhabitant's own move the other way, two cells in all (measured: one-step "
+        "figures better, whole dreams worse; docs/imagination.md, \"Co-players\")")
     memory_map: bool = setting(
         True, "add a prior from an egocentric map of the cells seen in the last num_frames steps, "
         "placed by dead reckoning (models/heads.py)")
@@ -205,6 +210,7 @@ class ModelConfig:
             "width",
             "num_layers",
             "num_heads",
+            "motion_reach",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")

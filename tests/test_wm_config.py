@@ -30,8 +30,9 @@ from rpg_worldmodel.config import (
 #: and model.refiner_layers 1 -> 2. Schema 14 changed it on purpose: model.end_head (whether a step
 #: ended the game, learned from the files' terminated flags). Schema 15 changed it on purpose:
 #: model.turns (the turns of the view, read off the training views; none in the treasurehunt game).
-#: train.end_repeats changed it by its key only: at its default, 0, every window is drawn once, as before.
-DEFAULT_RUN_DIGEST = "890336314c53ecf53c7f06e05b676a95512a081bb146d15b385ebf097ab19b50"
+#: train.end_repeats changed it by its key only: at its default, 0, every window is drawn once, as before;
+#: so did model.motion_reach: at its default, 1, the motion prior is the 3 x 3 kernel it was.
+DEFAULT_RUN_DIGEST = "5defb3e59bccf977ef101bc162d75825e1b60a44527d2dfc748feda33f921e73"
 
 
 def removed_settings_restored(config: dict) -> dict:
@@ -77,7 +78,7 @@ def test_the_shipped_configs_are_the_dream_agents_only():
 def test_a_removed_setting_reads_as_nothing_at_its_value_and_is_refused_at_another(tmp_path):
     # every record of before names them: the shipped models' meta.json, a run folder's config.yaml
     total = sum(len(cls.REMOVED_SETTINGS) for cls in SECTIONS.values())
-    assert total == 28 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 49
+    assert total == 28 and sum(1 for _ in _keys(WorldModelConfig().to_dict())) == 50
     old = removed_settings_restored(WorldModelConfig().to_dict())
     assert WorldModelConfig.from_dict(old).to_dict() == WorldModelConfig().to_dict()
     path = tmp_path / "config.yaml"

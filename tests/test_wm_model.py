@@ -114,6 +114,41 @@ def test_the_motion_prior_is_a_per_action_local_prior():
     assert not torch.allclose(model(views, actions)[0], model(views, other)[0])
 
 
+@pytest.mark.parametrize("reach", [1, 2])
+def test_the_motion_prior_holds_a_shift_and_an_inhabitants_own_move_within_its_reach(reach):
+    """One motion shifts the view a cell to the left while an inhabitant steps a cell left too, or
+    stays: it lands one or two cells left of where it stood, about half and half. Fitted to that, a
+    kernel of reach 2 gives each cell its share; one of reach 1 (schema <= 15) cannot see two cells
+    and leaves the far one near nothing."""
+    from rpg_worldmodel.models.heads import MoveConv, conv_for_choice
+
+    torch.manual_seed(0)
+    conv = MoveConv(ModelConfig(num_channels=2, motion_reach=reach))
+    assert conv.kernel_size == (2 * reach + 1,) * 2
+    g = torch.Generator().manual_seed(1)
+    n, cols = 256, torch.randint(2, 7, (256,), generator=g)
+    rows, step = torch.randint(0, 9, (n,), generator=g), 1 + torch.randint(0, 2, (n,), generator=g)
+    views, target = torch.zeros(n, 2, 9, 9), torch.zeros(n, 9, 9, dtype=torch.long)
+    views[:, 0] = 1.0
+    views[torch.arange(n), 0, rows, cols], views[torch.arange(n), 1, rows, cols] = 0.0, 1.0
+    target[torch.arange(n), rows, cols - step] = 1
+    optimizer = torch.optim.Adam(conv.parameters(), lr=0.05)
+    for _ in range(300):
+        logits = conv_for_choice(conv, views, torch.zeros(n, dtype=torch.long))
+        loss = F.cross_entropy(logits, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    probs = conv_for_choice(conv, views, torch.zeros(n, dtype=torch.long)).softmax(1)[:, 1]
+    at = probs[torch.arange(n), rows]
+    near, far = at[torch.arange(n), cols - 1].mean(), at[torch.arange(n), cols - 2].mean()
+    one = (step == 1).float().mean()  # the share that landed one cell away
+    if reach == 2:
+        assert abs(near - one) < 0.03 and abs(far - (1 - one)) < 0.03
+    else:
+        assert far < 0.05 and near > 0.3
+
+
 def test_bad_input_shapes_are_refused():
     model = _model()
     with pytest.raises(ValueError, match=r"views must be \(B,T,6,9,9\)"):

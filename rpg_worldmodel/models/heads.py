@@ -211,19 +211,25 @@ def conv_for_choice(conv: nn.Conv2d, x: torch.Tensor, choice: torch.Tensor) -> t
 
 
 class MoveConv(nn.Conv2d):
-    """The motion prior: a 3x3 convolution of view t per motion
-    (`rpg_worldmodel.models.motion.motion_family`).
+    """The motion prior: a convolution of view t per motion
+    (`rpg_worldmodel.models.motion.motion_family`), its kernel ``2 * model.motion_reach + 1`` cells
+    a side.
 
-    Moving shifts the whole egocentric view by one cell, which a 3x3 kernel expresses exactly;
+    Moving shifts the whole egocentric view by one cell, which a 3 x 3 kernel expresses exactly;
     the transformer then only has to learn what motion alone does not explain (pick-ups, the
-    co-player, cells entering the view). A turn (``model.turns``) is no 3x3 kernel: its kernel reads
-    view t turned as the turn moves it, cells from outside the view reading as none. The kernel is
-    chosen by the motion the motion head gives the step (``steps.shifts``), so a blocked move uses
-    the kernel of no shift.
+    co-player, cells entering the view). Another inhabitant that steps one cell while the view
+    shifts one cell the other way lands two cells from where it stood, out of a 3 x 3 kernel's
+    reach; ``motion_reach=2`` holds both moves (what each motion does to each kind is still
+    learned), measured in docs/imagination.md, "Co-players". A turn (``model.turns``) is no small
+    kernel: its kernel reads view t turned as the turn moves it, cells from outside the view reading
+    as none. The kernel is chosen by the motion the motion head gives the step (``steps.shifts``), so
+    a blocked move uses the kernel of no shift.
     """
 
     def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg.num_channels, len(motion_family(cfg.turns)) * cfg.num_channels, 3, padding=1)
+        reach = cfg.motion_reach
+        super().__init__(cfg.num_channels, len(motion_family(cfg.turns)) * cfg.num_channels, 2 * reach + 1,
+                         padding=reach)
         self.turns = tuple(cfg.turns)
         moves = [moved_cells(turn, cfg.view_size) for turn in self.turns]
         self.register_buffer("turn_cells", torch.stack([i for i, _ in moves]) if moves else None,
