@@ -112,11 +112,10 @@ def _stays(env: gym.vector.VectorEnv, worlds: int, turns: int, seed: int) -> dic
 
 
 def dreamed(checkpoint: str, worlds: int, turns: int, seed: int) -> dict:
-    """`_stays` in the imagined env at temperature 1 beside the real game, random actions."""
+    """`_stays` in the imagined env at temperature 1, random actions."""
     imagined = gym.make_vec(rpg_worldmodel.IMAGINED_ENV_ID, num_envs=worlds, checkpoint=checkpoint,
                             torch_threads=1)
-    return {"imagined": _stays(imagined, worlds, turns, seed),
-            "real": _stays(gym.make_vec(rpg_env.ENV_ID, num_envs=worlds), worlds, turns, seed)}
+    return _stays(imagined, worlds, turns, seed)
 
 
 def print_row(name: str, row: dict) -> None:
@@ -149,11 +148,13 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     torch.set_num_threads(1)
     rows = {}
+    # the same real games beside every checkpoint's dream: played once
+    real = _stays(gym.make_vec(rpg_env.ENV_ID, num_envs=args.worlds), args.worlds, args.turns, args.seed)
     for path in args.checkpoint:
         name = choose_checkpoint(path).describe(portable=True)
         model = load_checkpoint(path).model
         rows[name] = {"teacher_forced": teacher_forced(model, args.games, args.turns, args.seed),
-                      "dream": dreamed(path, args.worlds, args.turns, args.seed)}
+                      "dream": {"imagined": dreamed(path, args.worlds, args.turns, args.seed), "real": real}}
         print_row(name, rows[name])
     write_results(args.out, provenance(seed=args.seed, games=args.games, turns=args.turns, worlds=args.worlds,
                                        policy="random learner, random co-player", rows=rows))

@@ -118,7 +118,7 @@ def test_the_motion_prior_is_a_per_action_local_prior():
 def test_the_motion_prior_holds_a_shift_and_an_inhabitants_own_move_within_its_reach(reach):
     """One motion shifts the view a cell to the left while an inhabitant steps a cell left too, or
     stays: it lands one or two cells left of where it stood, about half and half. Fitted to that, a
-    kernel of reach 2 gives each cell its share; one of reach 1 (schema <= 15) cannot see two cells
+    kernel of reach 2 gives each cell its share; one of reach 1 (the default) cannot see two cells
     and leaves the far one near nothing."""
     from rpg_worldmodel.models.heads import MoveConv, conv_for_choice
 
