@@ -231,6 +231,8 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
          "--temperature must be > 0"),
         ("dream", "zero-height map", ["--out", "{tmp}/d", "env.height=0"], "env: height"),
         ("imitate", "one episode", ["--episodes", "1"], "--episodes must be >= 2"),
+        ("train", "zero motion reach", ["--data", "{good}", "--out", "{tmp}/m", "model.motion_reach=0"],
+         "model.motion_reach must be >= 1"),
         ("train", "negative refiner stage",
          ["--data", "{good}", "--out", "{tmp}/r", "train.refiner_stage=-1"],
          "train.refiner_stage must be >= 0"),
