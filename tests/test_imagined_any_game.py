@@ -225,3 +225,39 @@ def test_the_play_window_says_from_which_turn_no_real_game_explains_the_dream(ro
     changed[:, 6, 3] = np.roll(changed[:, 6, 3], 1)  # the agent's own cell holds another kind
     status.add(changed, 1, False, 0.0)
     assert status.line(9) == "no real game from turn 9"
+
+
+def test_an_agent_trains_in_another_games_dream_and_is_judged_in_its_real_env(room_model, tmp_path, capsys):
+    """``python -m rpg_worldmodel.dream --checkpoint`` of a MiniGrid model: the agent trains in
+    ``rpg_worldmodel/Imagined-v0`` and is judged in the env its files recorded, beside random only
+    (no treasurehunt baseline, co-player or expert); its gap is per episode, unscaled."""
+    import json
+
+    import yaml
+
+    from rpg_env.experts.evaluate import compare
+    from rpg_worldmodel.dream import main
+
+    out = tmp_path / "dream"
+    assert main(["--checkpoint", str(room_model), "--out", str(out), "timesteps=128", "n_envs=4",
+                 "hyperparams.n_steps=32", "hyperparams.batch_size=64", "eval.freq=128", "eval.episodes=2",
+                 "eval.final_episodes=4", "progress_bar=false", "checkpoint_freq=1000"]) == 0
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert set(evaluation) == {"model", "random", "imagined"}
+    record = json.loads((out / "dream.json").read_text())
+    assert record["real_vs_greedy"] is None and record["real_vs_greedy_with_greedy_co_player"] is None
+    assert record["world"]["env_id"] == rpg_worldmodel.ANY_IMAGINED_ENV_ID
+    assert record["world"]["burn_in_policy"] == "random"
+    assert record["real_turns"] == ROOM["max_steps"] and record["imagined_turns"] == ROOM["max_steps"] - 2
+    imagined, real = evaluation["imagined"]["mean"], evaluation["model"]["mean"]
+    assert record["gap_per_episode"] == round(imagined - real, 4)
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["trained_in"] == rpg_worldmodel.ANY_IMAGINED_ENV_ID
+    # the env its files recorded, named as an expert config names it: the task, one-hot
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["env_id"] == "minigrid:" + ROOM["task"] and config["env"]["max_steps"] == ROOM["max_steps"]
+    assert config["wrappers"] == ["rpg_env.envs.minigrid_views:OneHotViews"]
+    # judged in the real env of its files, on the evaluator's seeds: the same figure played again
+    again = compare(out / "model.zip", episodes=4, seed=config["eval"]["seed"])
+    assert again["model"]["mean"] == real
+    assert "real return" in capsys.readouterr().out

@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 import rpg_env
 from rpg_base.cli import command_status
 from rpg_base.errors import InputError
+from rpg_base.typed_config.values import ConfigError
 from rpg_env.envs.minigrid_views import (
     COLORS,
     DOOR_STATES,
@@ -72,6 +73,31 @@ def test_made_env_passes_gymnasium_checker_and_declares_the_protocol():
     a, _ = env.reset(seed=3)
     b, _ = again.reset(seed=3)
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("colors", [False, True])
+def test_an_expert_config_names_a_recorded_twin_as_its_task_under_the_one_hot_wrapper(colors):
+    """`expert_env` turns a file's record of the twin (whose task arguments a config cannot check by
+    name) into the task and the wrapper: a config accepts it, and its env shows the same views."""
+    from rpg_env.envs.any_env import expert_env, make_wrapped_env
+
+    twin = gym.make(rpg_env.MINIGRID_ID, task=TASK, max_steps=30, colors=colors)
+    rules = dict(twin.metadata["rules"])
+    env_id, env_kwargs, wrappers = expert_env(rpg_env.MINIGRID_ID, rules)
+    assert env_id == f"minigrid:{TASK}" and env_kwargs == {"size": 5, "max_steps": 30}
+    cfg = load_expert_config("ppo", env_id=env_id, env_kwargs=env_kwargs, wrappers=wrappers)
+    with make_wrapped_env(cfg.env_id, cfg.env, cfg.wrappers) as named:
+        assert named.observation_space == twin.observation_space
+        a, _ = twin.reset(seed=4)
+        b, _ = named.reset(seed=4)
+        np.testing.assert_array_equal(a, b)
+        for action in np.random.default_rng(0).integers(0, 7, 20):
+            a, *_ = twin.step(int(action))
+            b, *_ = named.step(int(action))
+            np.testing.assert_array_equal(a, b)
+    assert expert_env("Treasurehunt-v0", {"max_turns": 50}) == ("Treasurehunt-v0", {"max_turns": 50}, [])
+    with pytest.raises(ConfigError, match="unknown key .env.size"):  # the twin cannot name the task's
+        load_expert_config("ppo", env_id=rpg_env.MINIGRID_ID, env_kwargs=rules)
 
 
 def test_each_step_view_is_minigrids_own_grid_seen_from_the_agent():

@@ -101,6 +101,16 @@ def recorded_env(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, dict[str
     return one_hot_twin(env_id, env_kwargs)
 
 
+def expert_env(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
+    """The ``(env id, keyword arguments, wrappers)`` an expert config (`rpg_env.experts.config`)
+    names to play the env a file recorded as ``(env_id, env_kwargs)``: a one-hot MiniGrid twin as its
+    task under the one-hot wrapper (`rpg_env.envs.minigrid_views.twin_as_task`), any other env as it
+    is, unwrapped."""
+    from rpg_env.envs.minigrid_views import twin_as_task
+
+    return twin_as_task(env_id, env_kwargs) or (env_id, dict(env_kwargs), [])
+
+
 def env_kwarg_defaults(env_id: str) -> dict[str, Any]:
     """The keyword arguments ``env_id``'s env takes, with the defaults its registration gives them
     (its constructor's named parameters and the id's registered keyword arguments)."""

@@ -152,3 +152,16 @@ def one_hot_twin(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, dict[str
     if name.startswith(TASK_PREFIXES):
         return "OneHotMiniGrid-v0", {"task": name, **env_kwargs}
     return env_id, env_kwargs
+
+
+def twin_as_task(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]] | None:
+    """``OneHotMiniGrid-v0``'s ``(env_id, env_kwargs)`` (a file's record) as an expert config names
+    the same env: ``("minigrid:TASK", the task's own arguments, [the OneHotViews wrapper])``, since a
+    config checks its env's arguments against the task's constructor, which the twin passes them on
+    to unnamed. None for any other env."""
+    if env_id.rpartition(":")[2] != "OneHotMiniGrid-v0":
+        return None
+    task_kwargs = dict(env_kwargs)
+    task, colors = task_kwargs.pop("task"), bool(task_kwargs.pop("colors", False))
+    wrapper = f"{__name__}:OneHotViews" + (" colors=true" if colors else "")
+    return f"minigrid:{task}", task_kwargs, [wrapper]
