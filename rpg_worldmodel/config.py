@@ -315,7 +315,7 @@ class TrainConfig:
     warmup_steps: int = setting(100, "linear warm-up steps (capped at max_steps), then cosine decay")
     max_steps: int = setting(1200, "optimisation steps; the schedule spans them")
     refiner_stage: float = setting(
-        1.0, "steps of the cell refiner alone after max_steps, as a multiple of max_steps (rounded): "
+        3.0, "steps of the cell refiner alone after max_steps, as a multiple of max_steps (rounded): "
         "on the final view head, from the run's best checkpoint, every other weight unchanged "
         "(rpg_worldmodel/refiner_stage.py); the result is the run's next checkpoint; 0: none (a model "
         "without a refiner has none)")

@@ -91,8 +91,8 @@ def test_the_current_schema_reads_and_round_trips(tmp_path):
     file.write_text(json.dumps(_current()))
     rec = read_record(file)
     assert not hasattr(rec, "migrated_from")
-    # the shipped model is its run's step 2,400, after the refiner stage
-    assert rec.step == 2400 and rec.config.train.init_from == "" and rec.init_from is None
+    # the shipped model is its run's step 4,800: 1,200 of the whole model, then 3,600 of the refiner alone
+    assert rec.step == 4800 and rec.config.train.init_from == "" and rec.init_from is None
     model = rec.config.model
     assert model.memory_map and model.action_frames == 5
     assert (model.layer, model.srwm_heads) == ("attention", 1)
@@ -110,7 +110,7 @@ def test_schema_12_reads_as_a_model_without_the_extent_prior(tmp_path):
     """Schema 12 came just before the extent prior: its record reads, its model without it."""
     rec = _read_record_of(_as_schema(12), tmp_path)
     assert rec.config.model.extent_prior is False
-    assert rec.config.model.memory_map and rec.step == 2400
+    assert rec.config.model.memory_map and rec.step == 4800
     current = _read_record_of(_current(), tmp_path).config.model
     assert rec.config.model.end_head is False  # nor an end head (schema 14)
     same = dataclasses.replace(rec.config.model, extent_prior=current.extent_prior, end_head=current.end_head)
@@ -198,7 +198,7 @@ def test_a_broken_record_is_refused_naming_the_file(tmp_path, case):
 
 def test_the_shipped_record_is_current_and_names_its_files_only(tmp_path, monkeypatch):
     loaded = load_checkpoint("pretrained")
-    assert loaded.step == loaded.record.step == 2400
+    assert loaded.step == loaded.record.step == 4800
     assert loaded.record == read_checkpoint_record("pretrained")
     assert _current()["version"] == CHECKPOINT_VERSION
     for name in ("meta.json", BASELINES_FILE):
