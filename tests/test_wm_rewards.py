@@ -75,7 +75,8 @@ def test_a_model_without_a_reward_head_loads_evaluates_and_resumes(first_version
     from rpg_worldmodel.train import main as train_main
 
     assert train_main(["--resume", str(run)]) == 0  # continues to max_steps, then the refiner stage
-    assert read_checkpoint_record(run).step == 4 + 4
+    cfg = read_checkpoint_record(run).config.train
+    assert read_checkpoint_record(run).step == 4 + cfg.refiner_steps == 4 + 3 * 4  # refiner_stage=3
 
 
 def _with_version(run, tmp_path, version):
