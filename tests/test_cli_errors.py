@@ -230,6 +230,8 @@ def _range_cases() -> list[tuple[str, str, list[str], str]]:
         ("dream", "zero temperature", ["--out", "{tmp}/d", "--temperature", "0"],
          "--temperature must be > 0"),
         ("dream", "zero-height map", ["--out", "{tmp}/d", "env.height=0"], "env: height"),
+        ("dream", "missing checkpoint", ["--checkpoint", "{tmp}/nowhere", "--out", "{tmp}/d"],
+         "does not exist"),
         ("imitate", "one episode", ["--episodes", "1"], "--episodes must be >= 2"),
         ("train", "zero motion reach", ["--data", "{good}", "--out", "{tmp}/m", "model.motion_reach=0"],
          "model.motion_reach must be >= 1"),
