@@ -166,7 +166,10 @@ class LearnConfig:
 
     def agent_config(self, k: int):
         """Iteration ``k``'s agent config: the dream PPO config, ``agent_steps`` long (the loop's
-        settings as typed fields, then the ``agent`` overrides; validated once)."""
+        settings as typed fields, then the ``agent`` overrides; validated once). Its env is the one
+        the agent is judged in, named as `rpg_worldmodel.dream` names it (`expert_env`: a MiniGrid
+        task under the one-hot wrapper), so the task's own arguments (``env.max_steps=...``) reach it."""
+        from rpg_env.envs.any_env import expert_env
         from rpg_env.experts.config import ExpertConfig
         from rpg_worldmodel.dream import dream_config_path
 
@@ -174,8 +177,8 @@ class LearnConfig:
         data = {**tc.read_yaml(path), "algo": "ppo"}
         if self.treasurehunt:
             data["env"] = {**data.get("env", {}), **self.env}
-        else:  # the dream config's env section is the treasurehunt game's
-            data["env_id"], data["env"] = self.real_env()
+        else:  # the dream config's env section is the treasurehunt game's; a twin is named as its task
+            data["env_id"], data["env"], data["wrappers"] = expert_env(*self.real_env())
         base = tc.build(ExpertConfig, data, str(path))
         cfg = replace(base, seed=self.seed * 1000 + k, total_timesteps=self.agent_steps,
                       n_envs=self.imagined_worlds,

@@ -56,9 +56,10 @@ def test_the_loop_learns_a_minigrid_task_through_its_one_hot_views(doorkey_run):
     assert agent["trained_in"] == "rpg_worldmodel/Imagined-v0"
     results = json.loads((doorkey_run / "iter_000/agent/eval.json").read_text())
     assert set(results) == {"model", "random"}
-    agent_cfg = _tiny().agent_config(0)
-    assert (agent_cfg.env_id, agent_cfg.env) == ("OneHotMiniGrid-v0", {"task": "MiniGrid-DoorKey-5x5-v0"})
-    assert "env_id: OneHotMiniGrid-v0" in (doorkey_run / "iter_000/agent/config.yaml").read_text()
+    agent_cfg = _tiny().agent_config(0)  # the task under the one-hot wrapper, as `dream` names it
+    assert (agent_cfg.env_id, agent_cfg.env) == ("minigrid:MiniGrid-DoorKey-5x5-v0", {})
+    assert agent_cfg.wrappers == ["rpg_env.envs.minigrid_views:OneHotViews"]
+    assert "env_id: minigrid:MiniGrid-DoorKey-5x5-v0" in (doorkey_run / "iter_000/agent/config.yaml").read_text()
 
 
 def test_collection_plays_whole_games_until_the_target_is_met(tmp_path):
@@ -93,6 +94,19 @@ def test_treasurehunt_arguments_reach_both_collection_and_agent():
     assert agent.env["co_policy"] == "greedy" and agent.env["vision_radius"] == 4
     assert load_learn_config().agent_config(0).env == {"vision_radius": 4, "co_policy": "random"}
     assert load_learn_config().game_turns() == 100 and _tiny().game_turns() == 250
+
+
+def test_a_minigrid_tasks_own_arguments_reach_both_collection_and_agent():
+    """The learner is recorded in the one-hot twin and judged in the task under the one-hot wrapper:
+    a task argument the twin passes on unnamed (``max_steps``) reaches both, and the game's length
+    the budget counts in follows it."""
+    cfg = _tiny("env.max_steps=60")
+    assert cfg.real_env() == ("OneHotMiniGrid-v0", {"task": "MiniGrid-DoorKey-5x5-v0", "max_steps": 60})
+    agent = cfg.agent_config(0)
+    assert (agent.env_id, agent.env) == ("minigrid:MiniGrid-DoorKey-5x5-v0", {"max_steps": 60})
+    assert cfg.game_turns() == 60
+    with pytest.raises(ConfigError, match="max_stepz"):
+        _tiny("env.max_stepz=60")
 
 
 def test_bad_envs_are_refused_in_one_line_before_anything_runs():
