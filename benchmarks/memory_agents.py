@@ -27,11 +27,16 @@ the in-training evaluation's); figures are means over ``--seeds`` with 95% t-int
 seed 002 reports them, the interquartile mean with a stratified bootstrap interval (rliable, the
 [rliable] extra; left out without it). CPU time is the training process's (all its threads),
 beside wall time and env steps per wall second. ``--task-steps TASK=N`` trains a task for N steps
-instead of its configs' budget (the variant: ``--steps``).
+instead of its configs' budget (the variant: ``--steps``). ``--merge EARLIER.json`` summarises the
+agents of an earlier result of this script beside this command's (a row added to a table whose run
+folders are gone, say); its agents must have been judged on as many games (``--episodes``), and an
+agent this command trains may not be in it.
 
     python benchmarks/memory_agents.py                    # proof and variant, 4 agents, 3 seeds (~1 h)
     python benchmarks/memory_agents.py --tasks cartpole --algos trxl-ppo recurrent-ppo ppo --seeds 0 1 2 3 4
     python benchmarks/memory_agents.py --quick            # 1 seed, a few thousand steps: a smoke check
+    python benchmarks/memory_agents.py --tasks cartpole --algos recurrent-ppo --seeds 0 1 2 \
+        --episodes 50 --merge benchmarks/results/memory_agents_cartpole.json --out ...  # one more agent
 
 Writes ``benchmarks/results/memory_agents.json`` and ``.png`` (``--out``); the run folders stay in
 ``--runs`` (default ``runs/memory_agents``; ``--quick`` writes no results, and its agents go to
@@ -61,6 +66,7 @@ from rpg_base.cli import (
     ArgumentParser,
     device_name,
     end_with_caller,
+    existing_file,
     non_negative_int,
     output_file,
     output_folder,
@@ -68,8 +74,8 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.errors import InputError
-from rpg_base.provenance import device_description, provenance
-from rpg_base.results import pyplot, save_figure, write_results
+from rpg_base.provenance import device_description, portable_path, provenance
+from rpg_base.results import pyplot, read_json_input, save_figure, write_results
 from rpg_env.experts.config import EXPERT_CONFIG_DIR, TRAINABLE_ALGOS, ExpertConfig, load_expert_config
 from rpg_env.experts.evaluate import mean_t_interval, run_episodes
 from rpg_env.experts.train import train
@@ -91,6 +97,9 @@ TITLES = {"proof": "MemoryCue-v0 (memory proof task)",
           "minigrid-cells": "MiniGrid-MemoryS9-v0 (3x3 view as cells)",
           "mysterypath": "MysteryPath-Grid-v0 (Memory Gym)"}
 MEMORYLESS = ("ppo", "dqn")
+#: What every row of ``runs`` holds, so a merged file's rows join the summary like this run's own.
+MERGED_KEYS = frozenset({"task", "algo", "seed", "steps", "figure", "steps_per_second",
+                         "cpu_seconds_with_eval"})
 EVAL_SEED_BASE, EVAL_SEED_STRIDE = 300_000, 1_000
 
 
@@ -137,6 +146,32 @@ def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: i
                            cfg.env_id, cfg.wrappers)
     row["figure"] = float((returns > 0).mean()) if task in SUCCESS_TASKS else float(returns.mean())
     return row
+
+
+def merged_runs(path: Path, episodes: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The ``runs`` of an earlier result of this script given to ``--merge``, and where they come from
+    (the file, its command, revision and date); an `InputError` where the file is not one (not JSON,
+    empty, or without a list of runs this table can hold), or judged its agents on another number of
+    games than ``episodes``."""
+    fix = "give a JSON file this script wrote (its --out)"
+    record = read_json_input(path, f"--merge {path}", fix)
+    runs = record.get("runs") if isinstance(record, dict) else None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and MERGED_KEYS <= r.keys() for r in runs):
+        raise InputError(f"--merge {path} is not a result of benchmarks/memory_agents.py (no list of runs, "
+                         f"each with {', '.join(sorted(MERGED_KEYS))}); {fix}")
+    if record.get("episodes") != episodes:
+        raise InputError(f"--merge {path} judged its agents on {record.get('episodes')} games each, this "
+                         f"command on {episodes}: give --episodes {record.get('episodes')}")
+    source = {"file": portable_path(path),
+              **{key: record.get(key) for key in ("command", "git_revision", "created")}}
+    return runs, source
+
+
+def planned_agents(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """``(task, algo, seed)`` of every agent ``args`` asks for: a task runs the agents it has a
+    config for."""
+    return [(task, algo, seed) for task in args.tasks for algo in args.algos
+            if (EXPERT_CONFIG_DIR / TASK_CONFIGS[task].format(algo=algo)).is_file() for seed in args.seeds]
 
 
 def interquartile_mean(figures: list[float]) -> dict[str, Any] | None:
@@ -281,6 +316,9 @@ def build_parser() -> ArgumentParser:
                              "(agents trained apart, e.g. by several processes at once)")
     parser.add_argument("--device", type=device_name, default="cpu",
                         help="torch device the agents train on (the config's device): cpu or cuda[:N]")
+    parser.add_argument("--merge", type=existing_file, nargs="*", default=[], metavar="JSON",
+                        help="earlier results of this script whose agents join this command's summary (same "
+                             "--episodes; none of the agents this command trains)")
     parser.add_argument("--out", type=output_file, default=RESULTS, help="JSON output path (.png beside it)")
     return parser
 
@@ -317,9 +355,17 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--finished-only reads finished agents: give it with --resume and their --runs")
     if args.quick:
         args.seeds, args.steps, args.episodes = args.seeds[:1], 4_096, 10
+    merged, sources = [], []
+    for path in args.merge:
+        rows, source = merged_runs(path, args.episodes)
+        merged, sources = merged + rows, sources + [source]
+    ours = {(r["task"], r["algo"], r["seed"]) for r in merged} & set(planned_agents(args))
+    if ours:
+        parser.error(f"--merge already holds {', '.join(f'{t} {a} seed {s}' for t, a, s in sorted(ours))}; "
+                     "leave those out of --tasks/--algos/--seeds or of --merge")
     started = time.perf_counter()
     with runs_folder(parser, args.quick, args.runs, args.resume) as args.runs:
-        runs = train_all(args)
+        runs = merged + train_all(args)
     summary = summarize_runs(runs)
     print_table(summary)
     if args.quick:
@@ -336,7 +382,7 @@ def main(argv: list[str] | None = None) -> None:
                                "minigrid": "TrXL-PPO >= 0.95, memoryless PPO <= 0.6",
                                "minigrid-cells": "TrXL-PPO >= 0.95, memoryless PPO <= 0.6",
                                "speed": "TrXL-PPO >= 1,500 env steps/s on 2 CPU cores"},
-                        summary=summary, runs=runs)
+                        merged=sources, summary=summary, runs=runs)
     write_results(args.out, record, lambda png: plot(summary, png))
 
 
@@ -356,22 +402,18 @@ def train_all(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every agent ``args`` asks for, trained (or read, with ``--resume``) in ``args.runs`` and scored:
     a row each, printed as it comes. A task runs the agents it has a config for."""
     runs = []
-    for task in args.tasks:
-        for algo in args.algos:
-            if not (EXPERT_CONFIG_DIR / TASK_CONFIGS[task].format(algo=algo)).is_file():
-                continue
-            for seed in args.seeds:
-                if args.finished_only and not (args.runs / task / f"{algo}-s{seed}" / "eval.json").is_file():
-                    print(f"{task} {algo} seed {seed}: not finished in {args.runs}, left out", flush=True)
-                    continue
-                steps = args.steps if task == "variant" or args.quick else args.task_steps.get(task)
-                runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs,
-                                    args.device))
-                last = runs[-1]
-                cpu = last["cpu_seconds_with_eval"]
-                print(f"{task} {algo} seed {seed}: {last['figure']:.3f} "
-                      f"({last['steps_per_second']:.0f} steps/s, {'-' if cpu is None else f'{cpu / 60:.1f}'} "
-                      "CPU min)", flush=True)
+    for task, algo, seed in planned_agents(args):
+        if args.finished_only and not (args.runs / task / f"{algo}-s{seed}" / "eval.json").is_file():
+            print(f"{task} {algo} seed {seed}: not finished in {args.runs}, left out", flush=True)
+            continue
+        steps = args.steps if task == "variant" or args.quick else args.task_steps.get(task)
+        runs.append(run_one(task, algo, seed, steps, args.visible_turns, args.episodes, args.runs,
+                            args.device))
+        last = runs[-1]
+        cpu = last["cpu_seconds_with_eval"]
+        print(f"{task} {algo} seed {seed}: {last['figure']:.3f} "
+              f"({last['steps_per_second']:.0f} steps/s, {'-' if cpu is None else f'{cpu / 60:.1f}'} "
+              "CPU min)", flush=True)
     return runs
 
 

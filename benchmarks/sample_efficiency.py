@@ -63,7 +63,7 @@ from rpg_base.cli import (
 )
 from rpg_base.errors import InputError
 from rpg_base.provenance import portable_path, provenance
-from rpg_base.results import pyplot, save_figure, write_results
+from rpg_base.results import pyplot, read_json_input, save_figure, write_results
 from rpg_env.experts.evaluate import mean_t_interval
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sample_efficiency.json"
@@ -141,7 +141,7 @@ def read_curve(run: Path) -> dict[str, Any]:
     if not (run / "curve.json").is_file():
         raise InputError(f"--learn-from {run} is not a learn run with a finished iteration (no curve.json); "
                          f"{fix}")
-    curve = _json_of(run / "curve.json", f"--learn-from {run}: its curve.json", fix)
+    curve = read_json_input(run / "curve.json", f"--learn-from {run}: its curve.json", fix)
     if not isinstance(curve, dict) or not isinstance(curve.get("config"), dict) or not isinstance(
             curve.get("points"), list):
         raise InputError(f"--learn-from {run}: its curve.json is not a learn run's (no config and points); "
@@ -153,29 +153,12 @@ def merged_runs(path: Path) -> list[dict[str, Any]]:
     """The ``runs`` of an earlier result of this script given to ``--merge``; an `InputError` where
     the file is not one (not JSON, empty, or JSON without a list of runs this table can hold)."""
     fix = "give a JSON file this script wrote (its --out)"
-    record = _json_of(path, f"--merge {path}", fix)
+    record = read_json_input(path, f"--merge {path}", fix)
     runs = record.get("runs") if isinstance(record, dict) else None
     if not isinstance(runs, list) or not all(isinstance(r, dict) and MERGED_KEYS <= r.keys() for r in runs):
         raise InputError(f"--merge {path} is not a result of benchmarks/sample_efficiency.py (no list of "
                          f"runs, each with {', '.join(sorted(MERGED_KEYS))}); {fix}")
     return runs
-
-
-def _json_of(path: Path, subject: str, fix: str) -> Any:
-    """The JSON in file ``path``; an `InputError` "``subject`` is empty / not valid JSON ...; ``fix``"
-    where it cannot be read as JSON (a raw OS or decoder error would not say which option is wrong)."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise InputError(f"{subject} cannot be read ({err.strerror or err}); {fix}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{subject} is not valid JSON (not UTF-8 text); {fix}") from None
-    if not text.strip():
-        raise InputError(f"{subject} is empty; {fix}")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{subject} is not valid JSON ({err}); {fix}") from None
 
 
 def run_expert(algo: str, seed: int, budget: int, episodes: int, root: Path) -> dict[str, Any]:
@@ -235,7 +218,7 @@ def dreamer_eval_rows(path: Path, budgets: list[int]) -> tuple[str, int, list[di
     checkpoint at one of ``budgets``, its mean greedy return on the evaluation games and the training's
     CPU (and wall) minutes to it; an `InputError` where the file is not one, or played other games."""
     fix = "give the --out JSON of benchmarks/sheeprl_dreamer_eval.py"
-    record = _json_of(path, f"--dreamer-eval {path}", fix)
+    record = read_json_input(path, f"--dreamer-eval {path}", fix)
     if not isinstance(record, dict) or not isinstance(record.get("points"), list) or not isinstance(
             record.get("run"), dict):
         raise InputError(f"--dreamer-eval {path} is not a result of sheeprl_dreamer_eval.py (no run and "

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rpg_base.errors import InputError
 from rpg_base.provenance import json_ready, write_whole
 
 
@@ -62,3 +63,21 @@ def write_results(out: str | Path, record: dict[str, Any], plot: Callable[[Path]
         written.append(png)
     print("wrote " + " and ".join(str(p) for p in written))
     return written
+
+
+def read_json_input(path: Path, subject: str, fix: str) -> Any:
+    """The JSON in file ``path``, a file a user named; an `InputError` "``subject`` is empty / not valid
+    JSON ...; ``fix``" where it cannot be read as JSON (a raw OS or decoder error would not say which
+    option is wrong)."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(f"{subject} cannot be read ({err.strerror or err}); {fix}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{subject} is not valid JSON (not UTF-8 text); {fix}") from None
+    if not text.strip():
+        raise InputError(f"{subject} is empty; {fix}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{subject} is not valid JSON ({err}); {fix}") from None

@@ -59,7 +59,8 @@ def test_the_loop_learns_a_minigrid_task_through_its_one_hot_views(doorkey_run):
     agent_cfg = _tiny().agent_config(0)  # the task under the one-hot wrapper, as `dream` names it
     assert (agent_cfg.env_id, agent_cfg.env) == ("minigrid:MiniGrid-DoorKey-5x5-v0", {})
     assert agent_cfg.wrappers == ["rpg_env.envs.minigrid_views:OneHotViews"]
-    assert "env_id: minigrid:MiniGrid-DoorKey-5x5-v0" in (doorkey_run / "iter_000/agent/config.yaml").read_text()
+    written = (doorkey_run / "iter_000/agent/config.yaml").read_text()
+    assert "env_id: minigrid:MiniGrid-DoorKey-5x5-v0" in written
 
 
 def test_collection_plays_whole_games_until_the_target_is_met(tmp_path):

@@ -1,0 +1,62 @@
+"""`benchmarks/memory_agents.py --merge`: an earlier result's agents join a new command's summary as
+they were, and a file that cannot join is refused in one line before any agent trains."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "memory_agents.py"
+CARTPOLE = REPO / "benchmarks" / "results" / "memory_agents_cartpole.json"
+#: One agent the cartpole file does not hold, read from an empty folder (nothing trains).
+NOTHING_TRAINED = ["--tasks", "cartpole", "--algos", "recurrent-ppo", "--seeds", "0", "--episodes", "50",
+                   "--resume", "--finished-only"]
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("benchmark_memory_agents_merge", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_merged_agents_are_summarised_as_their_own_file_summarised_them(tmp_path):
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "merged.json"
+    _benchmark().main([*NOTHING_TRAINED, "--runs", str(tmp_path / "runs"), "--merge", str(CARTPOLE),
+                       "--out", str(out)])
+    earlier, merged = json.loads(CARTPOLE.read_text()), json.loads(out.read_text())
+    assert merged["runs"] == earlier["runs"]
+    for algo in ("trxl-ppo", "ppo"):
+        mine, theirs = merged["summary"]["cartpole"][algo], earlier["summary"]["cartpole"][algo]
+        assert mine["figure"] == theirs["figure"] and mine["seeds"] == theirs["seeds"] == [0, 1, 2, 3, 4]
+        assert mine["vs_best_memoryless"] == theirs["vs_best_memoryless"]
+    source = merged["merged"][0]
+    assert source["file"] == "benchmarks/results/memory_agents_cartpole.json"  # no machine path
+    assert source["command"] == earlier["command"] and source["git_revision"] == earlier["git_revision"]
+
+
+def _refused(tmp_path: Path, *argv: str) -> str:
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    argv = [*NOTHING_TRAINED[:-2], "--runs", str(tmp_path / "runs"), *argv, "--out", str(tmp_path / "o.json")]
+    done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2 and not (tmp_path / "o.json").exists()
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not any((tmp_path / "runs").iterdir())  # no agent started
+    return done.stderr
+
+
+def test_a_file_that_cannot_join_is_refused_in_one_line_before_any_agent_trains(tmp_path):
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"runs": [{"method": "learn", "seed": 0}]}))
+    assert "is not a result of benchmarks/memory_agents.py" in _refused(tmp_path, "--merge", str(foreign))
+    (tmp_path / "empty.json").write_text("")
+    assert "is empty" in _refused(tmp_path, "--merge", str(tmp_path / "empty.json"))
+    assert "give --episodes 50" in _refused(tmp_path, "--merge", str(CARTPOLE), "--episodes", "20")
+    holds = _refused(tmp_path, "--merge", str(CARTPOLE), "--algos", "ppo")
+    assert "--merge already holds cartpole ppo seed 0" in holds
