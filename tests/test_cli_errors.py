@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
+from benchmark_modules import load_benchmark
 from cli_benchmark_cases import benchmark_cases, training_benchmark_cases
 
 from rpg_base.cli import command_status
@@ -343,12 +344,7 @@ def _path_cases() -> list[tuple[str, str, list[str], str]]:
 def _main(command: str):
     if not command.startswith("bench:"):
         return importlib.import_module(COMMANDS[command]).main
-    name = command.removeprefix("bench:")
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module.main
+    return load_benchmark(command.removeprefix("bench:")).main
 
 
 def _digest(path: Path) -> str | None:

@@ -124,14 +124,11 @@ def test_a_quick_benchmark_trains_in_the_runs_folder_given_else_in_one_it_remove
     """``--quick`` honours ``--runs`` and ``--resume`` as a full run does (a researcher who names a
     folder means to look in it, or to resume from it); without ``--runs`` its agents go to a
     temporary folder, removed at the end."""
-    import importlib.util
     import tempfile
 
-    spec = importlib.util.spec_from_file_location("benchmark_memory_agents_runs",
-                                                  ROOT / "benchmarks" / "memory_agents.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    from benchmark_modules import load_benchmark
+
+    module = load_benchmark("memory_agents", "benchmark_memory_agents_runs")
     roots = []
 
     def trained(task, algo, seed, steps, visible_turns, episodes, root, device):  # stands in for training

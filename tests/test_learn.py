@@ -249,14 +249,9 @@ def test_the_benchmark_names_a_loop_run_by_what_differs_from_the_defaults(tmp_pa
 
 
 def _benchmark():
-    import importlib.util
+    from benchmark_modules import load_benchmark
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sample_efficiency.py"
-    spec = importlib.util.spec_from_file_location("benchmark_sample_efficiency_read", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("sample_efficiency", "benchmark_sample_efficiency_read")
 
 
 def test_bad_settings_are_refused_before_anything_is_written(tmp_path):

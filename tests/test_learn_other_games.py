@@ -4,7 +4,6 @@ rewards the first files may never show."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -140,11 +139,9 @@ def test_an_evaluation_counts_the_games_won():
 
 
 def _benchmark():
-    path = REPO / "benchmarks/sample_efficiency_minigrid.py"
-    spec = importlib.util.spec_from_file_location("se_minigrid", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmark_modules import load_benchmark
+
+    return load_benchmark("sample_efficiency_minigrid", "se_minigrid")
 
 
 def test_the_benchmark_finds_where_each_seed_first_solves_the_task():

@@ -3,11 +3,12 @@ they were, and a file that cannot join is refused in one line before any agent t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmark_modules import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "memory_agents.py"
@@ -17,19 +18,11 @@ NOTHING_TRAINED = ["--tasks", "cartpole", "--algos", "recurrent-ppo", "--seeds",
                    "--resume", "--finished-only"]
 
 
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_memory_agents_merge", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_merged_agents_are_summarised_as_their_own_file_summarised_them(tmp_path):
     (tmp_path / "runs").mkdir()
     out = tmp_path / "merged.json"
-    _benchmark().main([*NOTHING_TRAINED, "--runs", str(tmp_path / "runs"), "--merge", str(CARTPOLE),
-                       "--out", str(out)])
+    main = load_benchmark("memory_agents", "benchmark_memory_agents_merge").main
+    main([*NOTHING_TRAINED, "--runs", str(tmp_path / "runs"), "--merge", str(CARTPOLE), "--out", str(out)])
     earlier, merged = json.loads(CARTPOLE.read_text()), json.loads(out.read_text())
     assert merged["runs"] == earlier["runs"]
     for algo in ("trxl-ppo", "ppo"):

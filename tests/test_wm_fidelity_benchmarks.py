@@ -3,25 +3,12 @@ late, and the rollouts a benchmark run adds (the measurements themselves: test_w
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from benchmark_modules import load_benchmark as benchmark
 
 from rpg_env.policies.registry import make_policy
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def benchmark(name: str, alias: str):
-    """``benchmarks/<name>.py`` imported as a module named ``alias``."""
-    spec = importlib.util.spec_from_file_location(alias, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_fidelity_benchmark_gives_a_row_for_each_floor(tmp_path):

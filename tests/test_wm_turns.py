@@ -228,7 +228,7 @@ def test_the_replay_benchmark_tells_cells_seen_before_from_cells_never_in_view()
     """`benchmarks/dream_replay.py`'s ``seen_before``: for a walk in a static world, every cell of
     each next frame that an earlier view of the window showed is given as it is, turns or not, and
     no other cell is given, whether or not the model has turns (it reads them off the views)."""
-    from test_wm_fidelity_benchmarks import benchmark
+    from benchmark_modules import load_benchmark as benchmark
 
     views, actions, cells = _walk(200, 6)
     windows, taken = views[0, :200].unfold(0, 16, 16).permute(0, 4, 1, 2, 3), actions[0, :192].view(12, 16)
