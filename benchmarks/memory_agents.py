@@ -75,7 +75,7 @@ from rpg_base.cli import (
 )
 from rpg_base.errors import InputError
 from rpg_base.provenance import device_description, portable_path, provenance
-from rpg_base.results import pyplot, read_json_input, save_figure, write_results
+from rpg_base.results import earlier_result, pyplot, save_figure, write_results
 from rpg_env.experts.config import EXPERT_CONFIG_DIR, TRAINABLE_ALGOS, ExpertConfig, load_expert_config
 from rpg_env.experts.evaluate import mean_t_interval, run_episodes
 from rpg_env.experts.train import train
@@ -153,18 +153,13 @@ def merged_runs(path: Path, episodes: int) -> tuple[list[dict[str, Any]], dict[s
     (the file, its command, revision and date); an `InputError` where the file is not one (not JSON,
     empty, or without a list of runs this table can hold), or judged its agents on another number of
     games than ``episodes``."""
-    fix = "give a JSON file this script wrote (its --out)"
-    record = read_json_input(path, f"--merge {path}", fix)
-    runs = record.get("runs") if isinstance(record, dict) else None
-    if not isinstance(runs, list) or not all(isinstance(r, dict) and MERGED_KEYS <= r.keys() for r in runs):
-        raise InputError(f"--merge {path} is not a result of benchmarks/memory_agents.py (no list of runs, "
-                         f"each with {', '.join(sorted(MERGED_KEYS))}); {fix}")
+    record = earlier_result(path, "benchmarks/memory_agents.py", MERGED_KEYS)
     if record.get("episodes") != episodes:
         raise InputError(f"--merge {path} judged its agents on {record.get('episodes')} games each, this "
                          f"command on {episodes}: give --episodes {record.get('episodes')}")
     source = {"file": portable_path(path),
               **{key: record.get(key) for key in ("command", "git_revision", "created")}}
-    return runs, source
+    return record["runs"], source
 
 
 def planned_agents(args: argparse.Namespace) -> list[tuple[str, str, int]]:

@@ -63,7 +63,7 @@ from rpg_base.cli import (
 )
 from rpg_base.errors import InputError
 from rpg_base.provenance import portable_path, provenance
-from rpg_base.results import pyplot, read_json_input, save_figure, write_results
+from rpg_base.results import earlier_result, pyplot, read_json_input, save_figure, write_results
 from rpg_env.experts.evaluate import mean_t_interval
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sample_efficiency.json"
@@ -152,13 +152,7 @@ def read_curve(run: Path) -> dict[str, Any]:
 def merged_runs(path: Path) -> list[dict[str, Any]]:
     """The ``runs`` of an earlier result of this script given to ``--merge``; an `InputError` where
     the file is not one (not JSON, empty, or JSON without a list of runs this table can hold)."""
-    fix = "give a JSON file this script wrote (its --out)"
-    record = read_json_input(path, f"--merge {path}", fix)
-    runs = record.get("runs") if isinstance(record, dict) else None
-    if not isinstance(runs, list) or not all(isinstance(r, dict) and MERGED_KEYS <= r.keys() for r in runs):
-        raise InputError(f"--merge {path} is not a result of benchmarks/sample_efficiency.py (no list of "
-                         f"runs, each with {', '.join(sorted(MERGED_KEYS))}); {fix}")
-    return runs
+    return earlier_result(path, "benchmarks/sample_efficiency.py", MERGED_KEYS)["runs"]
 
 
 def run_expert(algo: str, seed: int, budget: int, episodes: int, root: Path) -> dict[str, Any]:

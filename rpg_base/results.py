@@ -81,3 +81,16 @@ def read_json_input(path: Path, subject: str, fix: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"{subject} is not valid JSON ({err}); {fix}") from None
+
+
+def earlier_result(path: Path, script: str, keys: frozenset[str]) -> dict[str, Any]:
+    """The record of an earlier result of ``script`` given to ``--merge``, whose ``runs`` (a list of
+    dicts each holding ``keys``) join a new run's summary; an `InputError` where the file is not one
+    (not JSON, empty, or JSON without such a list of runs)."""
+    fix = "give a JSON file this script wrote (its --out)"
+    record = read_json_input(path, f"--merge {path}", fix)
+    runs = record.get("runs") if isinstance(record, dict) else None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and keys <= r.keys() for r in runs):
+        raise InputError(f"--merge {path} is not a result of {script} (no list of runs, each with "
+                         f"{', '.join(sorted(keys))}); {fix}")
+    return record
