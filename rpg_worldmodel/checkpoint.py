@@ -12,7 +12,8 @@ leaves a half-written checkpoint under the final name)::
     checkpoints/latest.json   {"name": "step_00002000", "step": 2000}
     checkpoints/best.json     {"name": "step_00001600", "step": 1600, "val_loss": 0.4521}
 
-A run folder names its best checkpoint (lowest held-out validation loss) and its last one. What
+A run folder names its best checkpoint (lowest held-out validation loss; after a refiner stage, its
+result, with ``"chosen"`` saying so: `rpg_worldmodel.refiner_stage.REFINER_KEPT`) and its last one. What
 reads a model (evaluate, the imagined env, play, the pipeline) takes the best by default; resuming
 takes the last. `resolve_checkpoint` says which it took.
 
@@ -121,10 +122,12 @@ def _read_pointer(file: Path) -> dict[str, Any]:
     return record
 
 
-def mark_best(checkpoint: Path, val_loss: float) -> None:
-    """Name ``checkpoint`` (a ``step_*`` folder) its run's best, with its validation loss."""
+def mark_best(checkpoint: Path, val_loss: float, chosen: str | None = None) -> None:
+    """Name ``checkpoint`` (a ``step_*`` folder) its run's best, with its validation loss; ``chosen``
+    says why where it is not the lowest validation loss (the refiner stage's result)."""
     _write_pointer(checkpoint.parent / BEST_FILE,
-                   {"name": checkpoint.name, "step": _step_of(checkpoint), "val_loss": float(val_loss)})
+                   {"name": checkpoint.name, "step": _step_of(checkpoint), "val_loss": float(val_loss),
+                    **({"chosen": chosen} if chosen else {})})
 
 
 def best_val_loss(directory: str | os.PathLike) -> float:
@@ -154,14 +157,16 @@ def prune_checkpoints(directory: str | os.PathLike, keep_last: int) -> list[Path
 @dataclass(frozen=True)
 class Choice:
     """The checkpoint folder a path names, and how it was chosen: ``"given"`` (a ``step_*``
-    folder), ``"best"`` (the run's lowest validation loss) or ``"latest"`` (its last; also what
-    ``"best"`` falls back to in a run that recorded no best)."""
+    folder), ``"best"`` (the run's lowest validation loss, or ``chosen`` says why: the refiner
+    stage's result) or ``"latest"`` (its last; also what ``"best"`` falls back to in a run that
+    recorded no best)."""
 
     folder: Path
     how: str
     step: int
     val_loss: float | None = None
     last_step: int | None = None
+    chosen: str | None = None
 
     def describe(self, portable: bool = False) -> str:
         """``"RUN/checkpoints/step_00001600 (the best by validation loss 0.4521, step 1600 of 2000)"``;
@@ -170,7 +175,8 @@ class Choice:
         if self.how == "pretrained":
             return f"the shipped world model ({folder}, step {self.step})"
         if self.how == "best":
-            return (f"{folder} (the best by validation loss {self.val_loss:.4f}, step {self.step}; "
+            why = f": {self.chosen}; validation loss" if self.chosen else " by validation loss"
+            return (f"{folder} (the best{why} {self.val_loss:.4f}, step {self.step}; "
                     f"the last is step {self.last_step})")
         return f"{folder} ({'as given' if self.how == 'given' else 'the last'}, step {self.step})"
 
@@ -204,7 +210,8 @@ def _locate(path: str | os.PathLike, which: str) -> Choice:
         if which == "best" and best_file.is_file():
             best = _read_pointer(best_file)
             return Choice(_pointed(folder, best_file, best), "best", -1,
-                          float(best.get("val_loss", float("nan"))), int(latest.get("step", -1)))
+                          float(best.get("val_loss", float("nan"))), int(latest.get("step", -1)),
+                          best.get("chosen"))
         return Choice(_pointed(folder, latest_file, latest), "latest", -1)
     raise CheckpointError(
         f"{str(path)!r} is not a checkpoint: expected a folder with {META_FILE} and "

@@ -9,7 +9,7 @@ from rpg_env.record import record
 from rpg_worldmodel import train as T
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
 from rpg_worldmodel.config import load_world_model_config
-from rpg_worldmodel.refiner_stage import REFINER_LR, REFINER_WARMUP, refiner_lr
+from rpg_worldmodel.refiner_stage import REFINER_KEPT, REFINER_LR, REFINER_WARMUP, refiner_lr
 
 TINY = ["model.width=24", "model.num_heads=2", "model.num_layers=1", "model.num_frames=3",
         "train.batch_size=8", "train.warmup_steps=2", "train.eval_every=4", "train.checkpoint_every=4",
@@ -42,8 +42,12 @@ def test_the_stage_trains_the_refiner_alone_and_writes_the_runs_next_checkpoint(
     # validated like any checkpoint: the view figures are the main stage's, the refiner's its own
     assert staged.record.metrics["view_ce"] == pytest.approx(main.record.metrics["view_ce"], rel=1e-6)
     assert staged.record.metrics["refiner_ce"] != main.record.metrics["refiner_ce"]
+    # the run's best whatever its validation loss, and the record says why where that is not the lowest
     best = choose_checkpoint(tmp_path / "run", "best")
-    assert best.step == (10 if staged.record.metrics["loss"] < main.record.metrics["loss"] else 4)
+    lowest = staged.record.metrics["loss"] < main.record.metrics["loss"]
+    assert best.step == 10 and best.chosen == (None if lowest else REFINER_KEPT)
+    assert best.val_loss == pytest.approx(staged.record.metrics["loss"])
+    assert ("by validation loss" if lowest else "the refiner stage's result") in best.describe()
     # seeded: the same run trains the same refiner
     again = T.train(_cfg(greedy, tmp_path / "again", "train.refiner_stage=1.5"))
     twin = load_checkpoint(again.checkpoint).model.state_dict()

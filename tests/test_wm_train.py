@@ -220,6 +220,11 @@ def test_best_falls_back_to_the_last_and_a_step_folder_is_taken_as_given(files, 
     choice = choose_checkpoint(out)
     assert (choice.folder, choice.how, choice.step, choice.last_step) == (first, "best", 3, 6)
     assert "0.1230" in choice.describe() and "the last is step 6" in choice.describe()
+    assert choice.chosen is None and "the best by validation loss 0.1230" in choice.describe()
+    mark_best(first, 0.5, chosen="the refiner stage's result")  # not the lowest: the record says why
+    choice = choose_checkpoint(out)
+    assert choice.chosen == "the refiner stage's result" and choice.val_loss == 0.5
+    assert "the best: the refiner stage's result; validation loss 0.5000, step 3" in choice.describe()
     (out / "checkpoints" / BEST_FILE).unlink()
     assert choose_checkpoint(out).how == "latest" and choose_checkpoint(out).step == 6
     assert choose_checkpoint(first).how == "given" and load_checkpoint(first).step == 3
