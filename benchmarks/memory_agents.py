@@ -204,8 +204,9 @@ def first_view_memory(games: int = 1000) -> dict[str, Any]:
 
 
 def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per task and agent: the figure, speed and CPU time as means over seeds with 95% intervals;
-    on the variant greedy and random too, and each agent's ratio to the best memoryless one."""
+    """Per task and agent: the figure, speed and CPU time as means over seeds with 95% intervals, and
+    the env steps its seeds trained (a merged file's agents show their own budget); on the variant
+    greedy and random too, and each agent's ratio to the best memoryless one."""
     summary: dict[str, Any] = {}
     for task in dict.fromkeys(r["task"] for r in runs):
         mine = [r for r in runs if r["task"] == task]
@@ -218,7 +219,8 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
                           "cpu_minutes": mean_t_interval([
                               None if r["cpu_seconds_with_eval"] is None else r["cpu_seconds_with_eval"] / 60
                               for r in agent]),
-                          "seeds": [r["seed"] for r in agent]}
+                          "seeds": [r["seed"] for r in agent],
+                          "env_steps": sorted({r["steps"] for r in agent})}
         if task == "variant":
             first = [r for r in mine if r["algo"] == mine[0]["algo"]]
             for who in ("greedy", "random"):

@@ -29,6 +29,7 @@ def test_merged_agents_are_summarised_as_their_own_file_summarised_them(tmp_path
         mine, theirs = merged["summary"]["cartpole"][algo], earlier["summary"]["cartpole"][algo]
         assert mine["figure"] == theirs["figure"] and mine["seeds"] == theirs["seeds"] == [0, 1, 2, 3, 4]
         assert mine["vs_best_memoryless"] == theirs["vs_best_memoryless"]
+        assert mine["env_steps"] == sorted({r["steps"] for r in earlier["runs"] if r["algo"] == algo})
     source = merged["merged"][0]
     assert source["file"] == "benchmarks/results/memory_agents_cartpole.json"  # no machine path
     assert source["command"] == earlier["command"] and source["git_revision"] == earlier["git_revision"]
