@@ -167,8 +167,9 @@ class LearnConfig:
     def agent_config(self, k: int):
         """Iteration ``k``'s agent config: the dream PPO config, ``agent_steps`` long (the loop's
         settings as typed fields, then the ``agent`` overrides; validated once). Its env is the one
-        the agent is judged in, named as `rpg_worldmodel.dream` names it (`expert_env`: a MiniGrid
-        task under the one-hot wrapper), so the task's own arguments (``env.max_steps=...``) reach it."""
+        the agent is judged in, named as `rpg_worldmodel.dream` names it (`expert_env`: a one-hot
+        twin's task under the one-hot wrapper), so the task's own arguments (``env.max_steps=...``)
+        reach it."""
         from rpg_env.envs.any_env import expert_env
         from rpg_env.experts.config import ExpertConfig
         from rpg_worldmodel.dream import dream_config_path

@@ -134,8 +134,8 @@ def test_a_quick_benchmark_trains_in_the_runs_folder_given_else_in_one_it_remove
     def trained(task, algo, seed, steps, visible_turns, episodes, root, device):  # stands in for training
         roots.append(root)
         (root / task).mkdir(parents=True, exist_ok=True)
-        return {"task": task, "algo": algo, "seed": seed, "figure": 1.0, "steps_per_second": 1.0,
-                "cpu_seconds_with_eval": 60.0}
+        return {"task": task, "algo": algo, "seed": seed, "steps": steps, "figure": 1.0,
+                "steps_per_second": 1.0, "cpu_seconds_with_eval": 60.0}
 
     monkeypatch.setattr(module, "run_one", trained)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
