@@ -5,11 +5,13 @@ without unpickling and evaluated as `rpg_env.experts.train` and `rpg_env.policie
 from __future__ import annotations
 
 import json
+import re
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from stable_baselines3.common.torch_layers import FlattenExtractor
 
 import rpg_env
 from rpg_base.typed_config.values import ConfigError
@@ -136,6 +138,45 @@ def test_loaded_expert_acts_as_the_model_in_memory_on_masked_cartpole(algo, tmp_
         _check_same_actions(model, venv, loaded, (2,))
     finally:
         venv.close()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "recurrent-ppo"])
+def test_rl_zoo_settings_train_with_linear_schedules_and_sb3s_own_mlp_policy(algo, tmp_path):
+    # RL Zoo's CartPoleNoVel-v1 entries as published: lin_ schedules, FlattenExtractor, 64-64 heads
+    cfg = _config(algo, rpg_env.CARTPOLE_MASKED_ID, "frame_stack=1", "net.extractor=flatten",
+                  "net.net_arch=[64,64]", "hyperparams.learning_rate=lin_0.001",
+                  "hyperparams.clip_range=lin_0.2")
+    assert cfg.hyperparams["learning_rate"] == "lin_0.001"
+    model, venv, loaded = _in_memory_and_loaded(cfg, tmp_path)
+    try:
+        # SB3 calls a schedule with the progress remaining: the Zoo's start at 1, 0 at the end
+        assert model.lr_schedule(1.0) == pytest.approx(0.001) and model.lr_schedule(0.0) == 0.0
+        assert model.lr_schedule(0.25) == pytest.approx(0.00025)
+        assert model.clip_range(1.0) == pytest.approx(0.2) and model.clip_range(0.5) == pytest.approx(0.1)
+        # the one update came after all 256 steps were collected: at the schedule's end
+        assert model.policy.optimizer.param_groups[0]["lr"] == 0.0
+        assert isinstance(_extractor(model), FlattenExtractor)
+        assert isinstance(_extractor(loaded.model), FlattenExtractor)
+        assert _extractor(model).features_dim == 2  # the observation as it is
+        assert [m.out_features for m in model.policy.mlp_extractor.policy_net if hasattr(m, "out_features")] \
+            == [64, 64]
+        _check_same_actions(model, venv, loaded, (2,))
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize("value, message", [
+    ("lin_fast", "RL Zoo's linear schedule 'lin_<start>'"), ("lin_0", "start > 0"),
+    ("cos_0.1", "lin_<start>")])
+def test_a_schedule_other_than_lin_is_refused_with_what_to_write(value, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _config("ppo", rpg_env.CARTPOLE_MASKED_ID, f"hyperparams.learning_rate={value}")
+
+
+def test_trxl_ppo_takes_numbers_for_its_rates():
+    with pytest.raises(ConfigError, match="trxl-ppo takes a number"):
+        load_expert_config("trxl-ppo", env_id=rpg_env.CARTPOLE_MASKED_ID,
+                           overrides=["hyperparams.learning_rate=lin_0.001"])
 
 
 @pytest.mark.parametrize("algo", ["ppo", "recurrent-ppo"])

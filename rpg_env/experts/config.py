@@ -36,6 +36,7 @@ from rpg_base.errors import InputError
 from rpg_base.typed_config import config as tc
 from rpg_base.typed_config.config import dict_section, read_yaml, section, setting
 from rpg_base.typed_config.values import ConfigError
+from rpg_env.experts.schedules import SCHEDULED, check_schedules
 from rpg_env.policies import sb3
 
 __all__ = ["TRAINABLE_ALGOS", "VEC_ENVS", "EXTRACTORS", "EXPERT_CONFIG_DIR", "ALIASES", "NetConfig",
@@ -51,7 +52,7 @@ VEC_ENVS = ("dummy", "subproc")
 EXPERT_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 #: ``net.extractor``: ``auto`` picks cnn for a grid or an image, mlp for a vector.
-EXTRACTORS = ("auto", "cnn", "mlp")
+EXTRACTORS = ("auto", "cnn", "mlp", "flatten")
 
 # Environment arguments that are fixed by the expert pipeline (one-hot views, no window).
 _ENV_FIXED = dict.fromkeys(("obs_mode", "render_mode", "tile_size"), "the expert pipeline sets it")
@@ -64,7 +65,9 @@ _HYPER_FIXED = {
     "policy_kwargs": f"{_PIPELINE} (use the net section)",
 }
 # SB3 arguments whose default does not tell their type: a float default of 10, a (n, unit) pair.
-_HYPER_TYPES = {"max_grad_norm": float, "train_freq": int | tuple[int, str]}
+# learning_rate and clip_range: a number, or RL Zoo's "lin_<start>" (`rpg_env.experts.schedules`).
+_HYPER_TYPES = {"max_grad_norm": float, "train_freq": int | tuple[int, str],
+                **dict.fromkeys(SCHEDULED, float | str)}
 
 # Ranges SB3 itself does not check up front (a bad value would only show up as a failed run).
 _HYPER_RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -133,10 +136,11 @@ class NetConfig:
     """Network shape: the features extractor, then SB3's heads."""
 
     extractor: str = setting("auto", "features extractor: cnn (3x3 convs at full resolution; an image of "
-                                    "36+ pixels: SB3's NatureCNN), mlp, or auto (cnn for a grid or an "
-                                    "image, mlp for a vector)")
+                                    "36+ pixels: SB3's NatureCNN), mlp, flatten (the observation as it "
+                                    "is: SB3's MlpPolicy), or auto (cnn for a grid or an image, mlp for "
+                                    "a vector)")
     channels: list[int] = setting([32, 16], "output channels of each conv layer (cnn extractor)")
-    features_dim: int = setting(64, "size of the extractor's output (one linear layer)")
+    features_dim: int = setting(64, "size of the extractor's output (one linear layer; flatten: unused)")
     net_arch: list[int] = setting([], "hidden layers after the extractor, as SB3's net_arch (shared / Q-net)")
 
 
@@ -255,6 +259,7 @@ def _validate(cfg: ExpertConfig) -> None:
     for name, seed in (("seed", cfg.seed), ("eval.seed", cfg.eval.seed)):
         if seed < 0:
             raise ConfigError(f"{name} must be >= 0 (Gymnasium seeds are non-negative), got {seed}")
+    check_schedules(cfg.algo, cfg.hyperparams)
     _check_memory(cfg)
     _check_env(cfg)
 

@@ -45,6 +45,7 @@ from rpg_base.provenance import pinned_torch_threads, portable_path, provenance
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.envs.any_env import PROJECT_GAMES, make_wrapped_env, resolve_env_id
 from rpg_env.experts.config import ExpertConfig, env_defaults
+from rpg_env.experts.schedules import sb3_hyperparams
 from rpg_env.policies.sb3 import (
     POLICY_ALIASES,
     algo_class,
@@ -132,7 +133,8 @@ def build_model(cfg: ExpertConfig, venv: VecEnv, tensorboard_log: str | None):
         raise ConfigError(f"net: {err}") from None
     try:
         model = cls(POLICY_ALIASES[cfg.algo], venv, seed=cfg.seed, verbose=0, device=cfg.device,
-                    tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, **cfg.hyperparams)
+                    tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs,
+                    **sb3_hyperparams(cfg.hyperparams))
     except (ValueError, TypeError, AssertionError) as err:  # SB3 validates its arguments here
         raise ConfigError(f"Stable-Baselines3 refused the {cfg.algo.upper()} settings: {err}; change the "
                           f"hyperparams in the config or overrides") from err

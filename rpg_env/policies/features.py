@@ -5,7 +5,9 @@ SB3's `NatureCNN` assumes Atari frames (8x8 stride-4 kernels need at least 36x36
 fails on a 9x9 view. The view here is tiny and every cell matters, so the CNN keeps full
 resolution (3x3 kernels, padding 1, no stride): each output cell sees its 5x5 neighbourhood
 after two layers, and the linear head reads off where things are relative to the centre
-(the agent). The MLP variant flattens the observation directly.
+(the agent). The MLP variant flattens the observation directly into one hidden layer;
+``flatten`` is SB3's own `FlattenExtractor` (its MlpPolicy's input, the observation as it is), for
+configs copied from RL Baselines3 Zoo.
 
 Both read what SB3's policy hands them: one-hot grids and vectors as they are, byte images
 (uint8 in 0..255) already scaled to [0, 1] by SB3's ``normalize_images``, which
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import torch
-from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 from torch import nn
 
 
@@ -64,4 +66,5 @@ class GridMLP(BaseFeaturesExtractor):
 
 #: The extractor of each ``net.extractor`` name (`rpg_env.experts.config.EXTRACTORS`, after ``auto``
 #: is resolved); loading a model resolves the class by name, never by unpickling it.
-EXTRACTOR_CLASSES: dict[str, type[BaseFeaturesExtractor]] = {"cnn": GridCNN, "mlp": GridMLP}
+EXTRACTOR_CLASSES: dict[str, type[BaseFeaturesExtractor]] = {"cnn": GridCNN, "mlp": GridMLP,
+                                                              "flatten": FlattenExtractor}

@@ -174,6 +174,8 @@ def policy_kwargs_from_net(net: dict[str, Any], memory: dict[str, Any] | None = 
         fe_kwargs["normalized_image"] = not byte_images  # other images: skip its uint8 0..255 check
     elif extractor == "cnn":
         fe_kwargs["channels"] = tuple(int(c) for c in net.get("channels", (32, 16)))
+    if extractor == "flatten":  # SB3's MlpPolicy input: its size is the observation's
+        fe_kwargs = {}
     kwargs = {"features_extractor_class": extractor_class, "features_extractor_kwargs": fe_kwargs,
               "net_arch": [int(h) for h in net.get("net_arch", [])], "normalize_images": byte_images}
     if memory is not None:
@@ -268,6 +270,8 @@ def _custom_objects(data: dict[str, Any], spec: dict[str, Any], cls: type) -> di
                                              if spec["algo"] == "recurrent-ppo" else None, obs_space),
         lr_schedule=lambda _: 0.0,
     )
+    if "learning_rate" in custom:  # a schedule (lin_...) is pickled; inference needs no rate
+        custom["learning_rate"] = 0.0
     if spec["algo"] == "dqn":
         custom["buffer_size"] = 1  # inference only: do not allocate the replay buffer
         custom["train_freq"] = 1
