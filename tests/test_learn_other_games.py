@@ -4,6 +4,7 @@ rewards the first files may never show."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -236,3 +237,22 @@ def test_whether_the_files_pay_only_as_games_end_is_read_off_them(tmp_path, tiny
     # read off the files like kind_limits: a model fine-tuned on more games reads its own
     model = ModelConfig()
     assert config_differences(model, replace(model, pays_only_at_ends=True), weights_only=True) == []
+
+
+@pytest.mark.parametrize("name", ["learn_doorkey.yaml", "learn_keycorridor.yaml"])
+def test_the_shipped_minigrid_learn_configs_resolve_for_their_task(name, tmp_path):
+    cfg = load_learn_config(REPO / "rpg_worldmodel" / "configs" / name)
+    agent = cfg.agent_config(0)
+    # judged in the task itself, under the one-hot views the world model reads
+    assert agent.env_id == f"minigrid:{cfg.env_id}"
+    assert agent.wrappers == ["rpg_env.envs.minigrid_views:OneHotViews"]
+    assert agent.hyperparams["gamma"] == 0.99 and agent.total_timesteps == cfg.agent_steps == 100_000
+    world_model = cfg.world_model_config(0, [tmp_path / "games.h5"], tmp_path / "wm")
+    assert world_model.model.train_window == 8 and world_model.train.end_repeats == 20
+
+
+def test_the_keycorridor_loop_is_doorkeys_with_only_the_task_changed():
+    configs = REPO / "rpg_worldmodel" / "configs"
+    doorkey, corridor = (dataclasses.asdict(load_learn_config(configs / n))
+                         for n in ("learn_doorkey.yaml", "learn_keycorridor.yaml"))
+    assert {k for k in doorkey if doorkey[k] != corridor[k]} == {"env_id"}

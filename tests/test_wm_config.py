@@ -73,8 +73,8 @@ def _same_as_default(listed: dict, defaults: dict, prefix: str = "") -> list[str
 def test_the_shipped_configs_are_the_dream_agents_only():
     # the world model's variants are overrides of the defaults; dream_*.yaml are expert configs
     # (tests/test_typed_config.py), learn_*.yaml learn configs (tests/test_learn_other_games.py)
-    assert sorted(p.name for p in CONFIG_DIR.glob("*.yaml")) == ["dream_dqn.yaml", "dream_ppo.yaml",
-                                                                  "learn_doorkey.yaml"]
+    assert sorted(p.name for p in CONFIG_DIR.glob("*.yaml")) == [
+        "dream_dqn.yaml", "dream_ppo.yaml", "learn_doorkey.yaml", "learn_keycorridor.yaml"]
 
 
 def test_a_removed_setting_reads_as_nothing_at_its_value_and_is_refused_at_another(tmp_path):
