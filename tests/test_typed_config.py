@@ -354,4 +354,4 @@ def test_algorithm_configs_resolve_to_their_shipped_settings():
     assert (dqn.eval.freq, ppo.eval.freq, dqn.eval.episodes, ppo.eval.episodes) == (20_000, 40_000, 20, 20)
     assert dqn.env == ppo.env == {"vision_radius": 4, "co_policy": "random"}
     assert dqn.hyperparams["exploration_final_eps"] == 0.02 and ppo.hyperparams["n_steps"] == 128
-    assert len(EXPERT_CONFIGS) == 20 and len(EXPERT_RECORDS) >= 3
+    assert len(EXPERT_CONFIGS) == 21 and len(EXPERT_RECORDS) >= 3
