@@ -251,8 +251,9 @@ def test_the_shipped_minigrid_learn_configs_resolve_for_their_task(name, tmp_pat
     assert world_model.model.train_window == 8 and world_model.train.end_repeats == 20
 
 
-def test_the_keycorridor_loop_is_doorkeys_with_only_the_task_changed():
+def test_the_keycorridor_loop_is_doorkeys_but_for_the_task_and_its_measured_horizon():
     configs = REPO / "rpg_worldmodel" / "configs"
     doorkey, corridor = (dataclasses.asdict(load_learn_config(configs / n))
                          for n in ("learn_doorkey.yaml", "learn_keycorridor.yaml"))
-    assert {k for k in doorkey if doorkey[k] != corridor[k]} == {"env_id"}
+    assert {k for k in doorkey if doorkey[k] != corridor[k]} == {"env_id", "horizon"}
+    assert (doorkey["horizon"], corridor["horizon"]) == (20, 0)  # the corridor's as measured
