@@ -164,7 +164,9 @@ def policy_kwargs_from_net(net: dict[str, Any], memory: dict[str, Any] | None = 
         raise ExpertLoadError(f"unknown features extractor {extractor!r}; known: {sorted(EXTRACTOR_CLASSES)}")
     byte_images = observation_space is not None and is_image_space(observation_space)
     extractor_class = EXTRACTOR_CLASSES[extractor]
-    fe_kwargs: dict[str, Any] = {"features_dim": int(net.get("features_dim", 64))}
+    # flatten is SB3's MlpPolicy input: its size is the observation's, it takes no features_dim
+    fe_kwargs: dict[str, Any] = {} if extractor == "flatten" else {
+        "features_dim": int(net.get("features_dim", 64))}
     wide_image = observation_space is not None and observation_kind(observation_space) == "image" \
         and min(shape[1:]) >= NATURE_CNN_SIDE
     if extractor == "cnn" and wide_image:
@@ -174,8 +176,6 @@ def policy_kwargs_from_net(net: dict[str, Any], memory: dict[str, Any] | None = 
         fe_kwargs["normalized_image"] = not byte_images  # other images: skip its uint8 0..255 check
     elif extractor == "cnn":
         fe_kwargs["channels"] = tuple(int(c) for c in net.get("channels", (32, 16)))
-    if extractor == "flatten":  # SB3's MlpPolicy input: its size is the observation's
-        fe_kwargs = {}
     kwargs = {"features_extractor_class": extractor_class, "features_extractor_kwargs": fe_kwargs,
               "net_arch": [int(h) for h in net.get("net_arch", [])], "normalize_images": byte_images}
     if memory is not None:
