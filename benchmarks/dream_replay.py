@@ -11,6 +11,8 @@ ends and pays where it pays?
 - ``games``: the share of whole games some real game explains in every frame;
 - ``frames``: the share of imagined frames before the first unexplained one;
 - ``broken_after``: how many first breaks came right after each action;
+- ``broken_by``: how many first breaks were a frame no real game shows (``view``), an end the real
+  game does not make or a game going on where it ends (``end``), or a step paid otherwise (``pay``);
 - with ``--data FILE`` (the file the model learned from): ``one_step``, on its held-out games, the
   share of next frames whose arg-max has a wrong cell, by the action taken (teacher-forced: every
   view before it real), which says whether a break is already there one step ahead; and the share
@@ -68,6 +70,7 @@ def verdict_json(verdict: ReplayVerdict, action_names: tuple[str, ...], seed: in
     starts = verdict.broken_at[verdict.broken_at >= 0]
     return {"games": share_interval(verdict.games, seed), "frames": share_interval(verdict.frames, seed),
             "broken_after": dict(broken.most_common()),
+            "broken_by": dict(Counter(c for c in verdict.broken_by if c).most_common()),
             "median_break_frame": float(sorted(starts)[len(starts) // 2]) if len(starts) else None}
 
 
@@ -141,7 +144,7 @@ def line(row: dict) -> str:
     return (f"{row['policy']:>12} {row['sampler']:>8}: whole games {d['games']['value']:.3f} "
             f"[{d['games']['lo']:.3f}, {d['games']['hi']:.3f}] (real {r['games']['value']:.3f}), "
             f"frames before the first break {d['frames']['value']:.3f} (real {r['frames']['value']:.3f}); "
-            f"breaks after {d['broken_after']}")
+            f"breaks after {d['broken_after']}, by {d['broken_by']}")
 
 
 def build_parser() -> ArgumentParser:

@@ -166,6 +166,7 @@ def test_real_games_are_explained_whole_by_a_replay_and_a_changed_frame_end_or_r
     replays = SeedReplays(game, [])
     verdict = replay_verdict(replays, played, first=2)
     assert verdict.games.value == 1.0 and verdict.frames.value == 1.0 and (verdict.broken_at == -1).all()
+    assert (verdict.broken_by == "").all()
     assert all(len(v) == len(a) + 1 == len(e) + 1
                for v, a, e in zip(played.views, played.actions, played.ends, strict=True))
     views, actions, ends, paid = played.views[0].copy(), played.actions[0], played.ends[0], played.paid[0]
@@ -173,14 +174,19 @@ def test_real_games_are_explained_whole_by_a_replay_and_a_changed_frame_end_or_r
     assert views[4, wall, 6, 2] == 1  # the room's wall beside the agent ...
     views[4, :, 6, 2] = 0
     views[4, empty, 6, 2] = 1  # ... drawn as floor
-    assert replays.explained(views, actions, ends, paid, own_seed=500).tolist() == [True] * 4 + \
-        [False] * (len(views) - 4)
+    explained, broken_by = replays.replay(views, actions, ends, paid, own_seed=500)
+    assert explained.tolist() == [True] * 4 + [False] * (len(views) - 4) and broken_by == "view"
     flipped = ends.copy()
     flipped[2] = ~flipped[2]  # a game that ends where the real one does not (or not where it does)
-    assert not replays.explained(played.views[0], actions, flipped, paid, own_seed=500)[3]
+    explained, broken_by = replays.replay(played.views[0], actions, flipped, paid, own_seed=500)
+    assert explained.tolist()[:4] == [True] * 3 + [False] and broken_by == "end"
     unpaid = paid.copy()
     unpaid[2] = ~unpaid[2]
-    assert not replays.explained(played.views[0], actions, ends, unpaid, own_seed=500)[3]
+    explained, broken_by = replays.replay(played.views[0], actions, ends, unpaid, own_seed=500)
+    assert explained.tolist()[:4] == [True] * 3 + [False] and broken_by == "pay"
+    # no candidate at all (no own seed, none given): broken at the first frame, by the view
+    explained, broken_by = replays.replay(played.views[0], actions, ends, paid)
+    assert not explained.any() and broken_by == "view"
     # the empty room is the same game whatever the seed: another seed explains it as its own does
     assert SeedReplays(game, [0]).explained(played.views[0], actions, ends, paid).all()
 
@@ -198,6 +204,7 @@ def test_a_dream_and_the_real_game_are_judged_by_the_same_replays(room_model):
     assert 0.0 <= dream.frames.value <= 1.0 and len(dream.broken_at) == 4
     broke = dream.broken_at >= 0
     assert (dream.action_before[broke] >= 0).all() and (dream.games.hits == ~broke).all()
+    assert set(dream.broken_by[broke]) <= {"view", "end", "pay"} and (dream.broken_by[~broke] == "").all()
 
 
 def test_the_play_window_says_from_which_turn_no_real_game_explains_the_dream(room_model):
@@ -224,7 +231,7 @@ def test_the_play_window_says_from_which_turn_no_real_game_explains_the_dream(ro
     changed = obs.copy()
     changed[:, 6, 3] = np.roll(changed[:, 6, 3], 1)  # the agent's own cell holds another kind
     status.add(changed, 1, False, 0.0)
-    assert status.line(9) == "no real game from turn 9"
+    assert status.line(9) == "no real game from turn 9: its view"
 
 
 def test_an_agent_trains_in_another_games_dream_and_is_judged_in_its_real_env(room_model, tmp_path, capsys):

@@ -59,7 +59,17 @@ class SeedReplays:
 
     def explained(self, views: np.ndarray, actions: np.ndarray, ends: np.ndarray, paid: np.ndarray,
                   own_seed: int | None = None) -> np.ndarray:
-        """``(T,)`` bool: frame t, and every frame before it, is explained by one real game.
+        """``(T,)`` bool: frame t, and every frame before it, is explained by one real game
+        (`replay`'s ``explained``)."""
+        return self.replay(views, actions, ends, paid, own_seed)[0]
+
+    def replay(self, views: np.ndarray, actions: np.ndarray, ends: np.ndarray, paid: np.ndarray,
+               own_seed: int | None = None) -> tuple[np.ndarray, str]:
+        """``(explained, broken_by)``: ``explained`` ``(T,)`` bool, frame t and every frame before it
+        explained by one real game; ``broken_by``, what the real games still explaining the game
+        disagreed on at its first unexplained frame: ``view`` (none shows that frame), ``end`` (one
+        shows it but ends where the dream goes on, or goes on where it ends), ``pay`` (one shows it
+        and ends alike but pays otherwise), or "" (no break).
 
         ``views`` ``(T, C, V, V)``: the game's frames from its reset on (the real opening's, then the
         dream's); ``actions`` ``(T-1,)``: the action taken in each frame but the last; ``ends`` and
@@ -67,6 +77,7 @@ class SeedReplays:
         explained = np.zeros(len(views), dtype=bool)
         pool = dict.fromkeys(([] if own_seed is None else [int(own_seed)]) + self.seeds)
         candidates = [s for s in pool if np.array_equal(self._first_view(s), views[0])]
+        broken_by = "" if candidates else "view"
         envs = []
         try:
             for seed in candidates:
@@ -76,21 +87,25 @@ class SeedReplays:
             for t in range(len(views) - 1):
                 if not envs:
                     break
-                kept = []
+                kept, causes = [], set()
                 for env in envs:
                     obs, reward, terminated, _, _ = env.step(int(actions[t]))
-                    same = np.array_equal(obs, views[t + 1]) and bool(terminated) == bool(ends[t]) \
-                        and (reward != 0) == bool(paid[t])
-                    if same:
-                        kept.append(env)
-                    else:
+                    cause = "view" if not np.array_equal(obs, views[t + 1]) else \
+                        "end" if bool(terminated) != bool(ends[t]) else \
+                        "pay" if (reward != 0) != bool(paid[t]) else ""
+                    causes.add(cause)
+                    if cause:
                         env.close()
+                    else:
+                        kept.append(env)
                 envs = kept
                 explained[t + 1] = bool(envs)
+                if not envs:
+                    broken_by = next(c for c in ("pay", "end", "view") if c in causes)
         finally:
             for env in envs:
                 env.close()
-        return explained
+        return explained, broken_by
 
 
 @dataclass(frozen=True)
@@ -151,30 +166,34 @@ class ReplayVerdict:
     """`SeedReplays` over played games: ``games``, 1 of 1 per world some real game explains in every
     frame; ``frames``, its frames from the first imagined one before the first unexplained one, of
     all its frames from there; ``broken_at`` (N,) int64, the first unexplained frame (-1: none) and
-    ``action_before`` (N,) int64, the action that led to it (-1: none)."""
+    ``action_before`` (N,) int64, the action that led to it (-1: none); ``broken_by`` (N,) str, what
+    broke it there (`SeedReplays.replay`: ``view``, ``end`` or ``pay``; "": none)."""
 
     games: Share
     frames: Share
     broken_at: np.ndarray
     action_before: np.ndarray
+    broken_by: np.ndarray
 
 
 def replay_verdict(replays: SeedReplays, played: Played, first: int) -> ReplayVerdict:
     """`ReplayVerdict` of ``played``, its frames from index ``first`` (the first imagined one) on."""
-    games, frames, totals, broken, before = [], [], [], [], []
+    games, frames, totals, broken, before, causes = [], [], [], [], [], []
     for i in range(len(played.views)):
-        ok = replays.explained(played.views[i], played.actions[i], played.ends[i], played.paid[i],
-                               own_seed=int(played.seeds[i]))
+        ok, cause = replays.replay(played.views[i], played.actions[i], played.ends[i], played.paid[i],
+                                   own_seed=int(played.seeds[i]))
         at = -1 if ok.all() else int(ok.argmin())
         games.append(int(at < 0))
         frames.append(len(ok) - first if at < 0 else max(at - first, 0))
         totals.append(len(ok) - first)
         broken.append(at)
         before.append(int(played.actions[i][at - 1]) if at > 0 else -1)
+        causes.append(cause)
     n = len(games)
     return ReplayVerdict(Share(np.asarray(games, dtype=np.int64), np.ones(n, dtype=np.int64)),
                          Share(np.asarray(frames, dtype=np.int64), np.asarray(totals, dtype=np.int64)),
-                         np.asarray(broken, dtype=np.int64), np.asarray(before, dtype=np.int64))
+                         np.asarray(broken, dtype=np.int64), np.asarray(before, dtype=np.int64),
+                         np.asarray(causes, dtype=str))
 
 
 def dream_replays(loaded, game: RealGame, policy: Callable[[], BatchPolicy], *, sample: bool, worlds: int,
@@ -212,7 +231,8 @@ PLAY_CANDIDATES = 100
 class ReplayStatus:
     """The play window's line for a game judged by replays: one dream from its real opening (a
     `Start` of one world with its reset seed and rewards) and the steps since, as ``one real game``
-    or ``no real game from turn k``; judged once a frame, however often the panel asks."""
+    or ``no real game from turn k: its view`` (or ``end``, ``pay``: what broke it, `SeedReplays.replay`);
+    judged once a frame, however often the panel asks."""
 
     def __init__(self, game: RealGame, candidates: int = PLAY_CANDIDATES) -> None:
         self.replays = SeedReplays(game, range(candidates))
@@ -242,14 +262,14 @@ class ReplayStatus:
             self.paid.append(reward != 0)
 
     def line(self, last_turn: int) -> str:
-        """``one real game``, ``no real game from turn k`` (``last_turn``: the game turn of the last
+        """``one real game``, ``no real game from turn k: its view`` (``last_turn``: the game turn of the last
         frame), or "" for a dream not judged."""
         if not self.views:
             return ""
         if self._judged[0] != len(self.views):
-            ok = self.replays.explained(np.stack(self.views), np.array(self.actions), np.array(self.ends),
-                                        np.array(self.paid), own_seed=self.seed)
+            ok, cause = self.replays.replay(np.stack(self.views), np.array(self.actions), np.array(self.ends),
+                                            np.array(self.paid), own_seed=self.seed)
             broken = last_turn - (len(ok) - 1) + int(ok.argmin())
-            line = "one real game" if ok.all() else f"no real game from turn {broken}"
+            line = "one real game" if ok.all() else f"no real game from turn {broken}: its {cause}"
             self._judged = (len(self.views), line)
         return self._judged[1]
