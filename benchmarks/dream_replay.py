@@ -13,6 +13,8 @@ ends and pays where it pays?
 - ``broken_after``: how many first breaks came right after each action;
 - ``broken_by``: how many first breaks were a frame no real game shows (``view``), an end the real
   game does not make or a game going on where it ends (``end``), or a step paid otherwise (``pay``);
+- ``wrong_cells``: at those first view breaks, the cells the dream drew otherwise than the real game
+  (the opening's own where it still explained the game), counted as ``real kind -> dream kind``;
 - with ``--data FILE`` (the file the model learned from): ``one_step``, on its held-out games, the
   share of next frames whose arg-max has a wrong cell, by the action taken (teacher-forced: every
   view before it real), which says whether a break is already there one step ahead; and the share
@@ -70,7 +72,8 @@ def verdict_json(verdict: ReplayVerdict, action_names: tuple[str, ...], seed: in
     starts = verdict.broken_at[verdict.broken_at >= 0]
     return {"games": share_interval(verdict.games, seed), "frames": share_interval(verdict.frames, seed),
             "broken_after": dict(broken.most_common()),
-            "broken_by": dict(Counter(c for c in verdict.broken_by if c).most_common()),
+            "broken_by": dict(Counter(str(c) for c in verdict.broken_by if c).most_common()),
+            "wrong_cells": dict(Counter(cell for cells in verdict.wrong for cell in cells).most_common()),
             "median_break_frame": float(sorted(starts)[len(starts) // 2]) if len(starts) else None}
 
 
@@ -116,7 +119,7 @@ def measure(checkpoint: str, policies: list[str], samplers: list[str], worlds: i
             seed: int, data: Path | None = None) -> dict:
     loaded = load_checkpoint(checkpoint)
     game = RealGame.of(loaded.record.data)
-    replays = SeedReplays(game, range(candidates))
+    replays = SeedReplays(game, range(candidates), progress=True)
     actions = spaces.Discrete(len(game.action_names))
     rows = []
     for policy in policies:
@@ -144,7 +147,8 @@ def line(row: dict) -> str:
     return (f"{row['policy']:>12} {row['sampler']:>8}: whole games {d['games']['value']:.3f} "
             f"[{d['games']['lo']:.3f}, {d['games']['hi']:.3f}] (real {r['games']['value']:.3f}), "
             f"frames before the first break {d['frames']['value']:.3f} (real {r['frames']['value']:.3f}); "
-            f"breaks after {d['broken_after']}, by {d['broken_by']}")
+            f"breaks after {d['broken_after']}, by {d['broken_by']}; cells drawn wrong there "
+            f"(real -> dream) {d['wrong_cells']}")
 
 
 def build_parser() -> ArgumentParser:

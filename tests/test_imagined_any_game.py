@@ -174,21 +174,28 @@ def test_real_games_are_explained_whole_by_a_replay_and_a_changed_frame_end_or_r
     assert views[4, wall, 6, 2] == 1  # the room's wall beside the agent ...
     views[4, :, 6, 2] = 0
     views[4, empty, 6, 2] = 1  # ... drawn as floor
-    explained, broken_by = replays.replay(views, actions, ends, paid, own_seed=500)
-    assert explained.tolist() == [True] * 4 + [False] * (len(views) - 4) and broken_by == "view"
+    replay = replays.replay(views, actions, ends, paid, own_seed=500)
+    assert replay.explained.tolist() == [True] * 4 + [False] * (len(views) - 4) and replay.broken_by == "view"
+    assert replay.wrong == ("wall -> empty",)
     flipped = ends.copy()
     flipped[2] = ~flipped[2]  # a game that ends where the real one does not (or not where it does)
-    explained, broken_by = replays.replay(played.views[0], actions, flipped, paid, own_seed=500)
-    assert explained.tolist()[:4] == [True] * 3 + [False] and broken_by == "end"
+    replay = replays.replay(played.views[0], actions, flipped, paid, own_seed=500)
+    assert replay.explained.tolist()[:4] == [True] * 3 + [False]
+    assert replay.broken_by == "end" and not replay.wrong
     unpaid = paid.copy()
     unpaid[2] = ~unpaid[2]
-    explained, broken_by = replays.replay(played.views[0], actions, ends, unpaid, own_seed=500)
-    assert explained.tolist()[:4] == [True] * 3 + [False] and broken_by == "pay"
+    replay = replays.replay(played.views[0], actions, ends, unpaid, own_seed=500)
+    assert replay.explained.tolist()[:4] == [True] * 3 + [False] and replay.broken_by == "pay"
     # no candidate at all (no own seed, none given): broken at the first frame, by the view
-    explained, broken_by = replays.replay(played.views[0], actions, ends, paid)
-    assert not explained.any() and broken_by == "view"
+    replay = replays.replay(played.views[0], actions, ends, paid)
+    assert not replay.explained.any() and replay.broken_by == "view" and not replay.wrong
     # the empty room is the same game whatever the seed: another seed explains it as its own does
     assert SeedReplays(game, [0]).explained(played.views[0], actions, ends, paid).all()
+    # candidates are the seeds whose reset shows the first frame, the own seed first, each once
+    many = SeedReplays(game, [3, 500, 1, 2])
+    assert many.candidates(played.views[0][0], own_seed=500) == [500, 3, 1, 2]
+    assert many.candidates(played.views[0][0]) == [3, 500, 1, 2]
+    assert many.candidates(views[4]) == [] and many.candidates(views[4], own_seed=500) == []
 
 
 def test_a_dream_and_the_real_game_are_judged_by_the_same_replays(room_model):
@@ -205,6 +212,27 @@ def test_a_dream_and_the_real_game_are_judged_by_the_same_replays(room_model):
     broke = dream.broken_at >= 0
     assert (dream.action_before[broke] >= 0).all() and (dream.games.hits == ~broke).all()
     assert set(dream.broken_by[broke]) <= {"view", "end", "pay"} and (dream.broken_by[~broke] == "").all()
+    assert all(bool(w) == (b == "view") for w, b in zip(dream.wrong, dream.broken_by, strict=True))
+
+
+def test_the_replay_benchmark_counts_each_first_break_by_its_cause_and_its_wrong_cells(room_model):
+    """`benchmarks/dream_replay.py`'s rows: real games whole; every broken dream counted once by what
+    broke it, its view breaks' wrong cells named by kind, and the same seed the same row."""
+    from benchmark_modules import load_benchmark
+
+    measure = load_benchmark("dream_replay").measure
+    rows = [measure(str(room_model), ["random"], ["sampled"], worlds=6, candidates=4, seed=11)["rows"][0]
+            for _ in range(2)]
+    dream, real = rows[0]["dream"], rows[0]["real"]
+    assert real["games"]["value"] == 1.0 and real["broken_by"] == {} and real["wrong_cells"] == {}
+    broken = dream["games"]["total"] - dream["games"]["hits"]
+    assert sum(dream["broken_by"].values()) == broken == sum(dream["broken_after"].values())
+    kinds = set(_room_game().channel_names)
+    assert all(len(cell.split(" -> ")) == 2 and set(cell.split(" -> ")) <= kinds and cell.split(" -> ")[0]
+               != cell.split(" -> ")[1] for cell in dream["wrong_cells"])
+    assert dream["broken_by"].get("view", 0) > 0 and dream["wrong_cells"]  # the tiny model breaks
+    assert {k: v for k, v in rows[0].items() if k != "seconds"} == \
+        {k: v for k, v in rows[1].items() if k != "seconds"}
 
 
 def test_the_play_window_says_from_which_turn_no_real_game_explains_the_dream(room_model):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from rpg_base.errors import InputError
 from rpg_env.policies.base import BatchPolicy
@@ -31,53 +32,78 @@ from rpg_worldmodel.envs.imagination import GivenContext, ImaginedWorlds, Start,
 from rpg_worldmodel.envs.real_game import RealGame
 
 
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """One game replayed (`SeedReplays.replay`): ``explained`` ``(T,)`` bool, frame t and every frame
+    before it explained by one real game; ``broken_by``, what the real games still explaining the game
+    disagreed on at its first unexplained frame: ``view`` (none shows that frame), ``end`` (one shows
+    it but ends where the dream goes on, or goes on where it ends), ``pay`` (one shows it and ends
+    alike but pays otherwise), or "" (no break); ``wrong``, at a ``view`` break, each cell where the
+    frame differs from the first of those real games' (the opening's own, where it was one), as
+    ``real kind -> dream kind``."""
+
+    explained: np.ndarray
+    broken_by: str
+    wrong: tuple[str, ...]
+
+
 class SeedReplays:
     """The real games of ``game`` that may explain a dream: those of ``seeds``, and a dream's own
-    opening's seed (`explained`). Each seed's first view is read once, so a dream's first frame picks
-    its candidates before any is played."""
+    opening's seed (`explained`). Each seed's first view is read once and indexed by its cells, so a
+    dream's first frame picks its candidates among many seeds before any is played (`--candidates`
+    in the hundreds of thousands stays cheap: one reset a seed)."""
 
-    def __init__(self, game: RealGame, seeds: Sequence[int]) -> None:
+    def __init__(self, game: RealGame, seeds: Sequence[int], progress: bool = False) -> None:
         self.game, self.seeds = game, [int(s) for s in seeds]
-        self._first: dict[int, np.ndarray] = {}
-        self._first_views(self.seeds)
+        self._given = set(self.seeds)
+        self._first: dict[int, bytes] = {}
+        self._by_view: dict[bytes, list[int]] = {}
+        self._first_views(self.seeds, progress)
 
-    def _first_views(self, seeds: Sequence[int]) -> None:
+    @staticmethod
+    def _key(view: np.ndarray) -> bytes:
+        view = np.asarray(view)
+        return repr(view.shape).encode() + np.ascontiguousarray(view, dtype=np.int64).tobytes()
+
+    def _first_views(self, seeds: Sequence[int], progress: bool = False) -> None:
         """Read the first view of each of ``seeds`` not read yet, all from one env."""
         missing = [seed for seed in seeds if seed not in self._first]
         if not missing:
             return
         env = self.game.make()
         try:
-            for seed in missing:
-                self._first[seed] = np.asarray(env.reset(seed=seed)[0])
+            for seed in tqdm(missing, desc="first views", unit="seed", disable=not progress):
+                key = self._key(env.reset(seed=seed)[0])
+                self._first[seed] = key
+                self._by_view.setdefault(key, []).append(seed)
         finally:
             env.close()
 
-    def _first_view(self, seed: int) -> np.ndarray:
-        self._first_views([seed])
-        return self._first[seed]
+    def candidates(self, first_view: np.ndarray, own_seed: int | None = None) -> list[int]:
+        """The seeds whose reset shows ``first_view``: ``own_seed`` first (read now if it was not),
+        then those of ``seeds`` in their order."""
+        key = self._key(first_view)
+        own = []
+        if own_seed is not None:
+            self._first_views([int(own_seed)])
+            own = [int(own_seed)] if self._first[int(own_seed)] == key else []
+        return own + [s for s in self._by_view.get(key, []) if s in self._given and s not in own]
 
     def explained(self, views: np.ndarray, actions: np.ndarray, ends: np.ndarray, paid: np.ndarray,
                   own_seed: int | None = None) -> np.ndarray:
         """``(T,)`` bool: frame t, and every frame before it, is explained by one real game
         (`replay`'s ``explained``)."""
-        return self.replay(views, actions, ends, paid, own_seed)[0]
+        return self.replay(views, actions, ends, paid, own_seed).explained
 
     def replay(self, views: np.ndarray, actions: np.ndarray, ends: np.ndarray, paid: np.ndarray,
-               own_seed: int | None = None) -> tuple[np.ndarray, str]:
-        """``(explained, broken_by)``: ``explained`` ``(T,)`` bool, frame t and every frame before it
-        explained by one real game; ``broken_by``, what the real games still explaining the game
-        disagreed on at its first unexplained frame: ``view`` (none shows that frame), ``end`` (one
-        shows it but ends where the dream goes on, or goes on where it ends), ``pay`` (one shows it
-        and ends alike but pays otherwise), or "" (no break).
-
-        ``views`` ``(T, C, V, V)``: the game's frames from its reset on (the real opening's, then the
-        dream's); ``actions`` ``(T-1,)``: the action taken in each frame but the last; ``ends`` and
-        ``paid`` ``(T-1,)`` bool: whether each step ended the game, and whether it paid a reward."""
+               own_seed: int | None = None) -> Replay:
+        """The `Replay` of one game: ``views`` ``(T, C, V, V)``, its frames from its reset on (the real
+        opening's, then the dream's); ``actions`` ``(T-1,)``, the action taken in each frame but the
+        last; ``ends`` and ``paid`` ``(T-1,)`` bool, whether each step ended the game and whether it
+        paid a reward."""
         explained = np.zeros(len(views), dtype=bool)
-        pool = dict.fromkeys(([] if own_seed is None else [int(own_seed)]) + self.seeds)
-        candidates = [s for s in pool if np.array_equal(self._first_view(s), views[0])]
-        broken_by = "" if candidates else "view"
+        candidates = self.candidates(views[0], own_seed)
+        broken_by, wrong = ("", ()) if candidates else ("view", ())
         envs = []
         try:
             for seed in candidates:
@@ -87,9 +113,10 @@ class SeedReplays:
             for t in range(len(views) - 1):
                 if not envs:
                     break
-                kept, causes = [], set()
+                kept, causes, first = [], set(), None
                 for env in envs:
                     obs, reward, terminated, _, _ = env.step(int(actions[t]))
+                    first = obs if first is None else first
                     cause = "view" if not np.array_equal(obs, views[t + 1]) else \
                         "end" if bool(terminated) != bool(ends[t]) else \
                         "pay" if (reward != 0) != bool(paid[t]) else ""
@@ -102,10 +129,19 @@ class SeedReplays:
                 explained[t + 1] = bool(envs)
                 if not envs:
                     broken_by = next(c for c in ("pay", "end", "view") if c in causes)
+                    wrong = self._wrong_cells(np.asarray(first), views[t + 1]) if broken_by == "view" else ()
         finally:
             for env in envs:
                 env.close()
-        return explained, broken_by
+        return Replay(explained, broken_by, wrong)
+
+    def _wrong_cells(self, real: np.ndarray, dream: np.ndarray) -> tuple[str, ...]:
+        """Each cell where ``dream`` differs from ``real`` ``(C, V, V)``, as ``real kind -> dream kind``
+        (a cell's kind: its first channel set)."""
+        names = self.game.channel_names
+        rows, cols = np.nonzero((real != dream).any(axis=0))
+        return tuple(f"{names[int(real[:, r, c].argmax())]} -> {names[int(dream[:, r, c].argmax())]}"
+                     for r, c in zip(rows, cols, strict=True))
 
 
 @dataclass(frozen=True)
@@ -167,33 +203,37 @@ class ReplayVerdict:
     frame; ``frames``, its frames from the first imagined one before the first unexplained one, of
     all its frames from there; ``broken_at`` (N,) int64, the first unexplained frame (-1: none) and
     ``action_before`` (N,) int64, the action that led to it (-1: none); ``broken_by`` (N,) str, what
-    broke it there (`SeedReplays.replay`: ``view``, ``end`` or ``pay``; "": none)."""
+    broke it there (`Replay`: ``view``, ``end`` or ``pay``; "": none), and ``wrong``, per world the
+    cells a view break drew wrong (`Replay.wrong`)."""
 
     games: Share
     frames: Share
     broken_at: np.ndarray
     action_before: np.ndarray
     broken_by: np.ndarray
+    wrong: tuple[tuple[str, ...], ...]
 
 
 def replay_verdict(replays: SeedReplays, played: Played, first: int) -> ReplayVerdict:
     """`ReplayVerdict` of ``played``, its frames from index ``first`` (the first imagined one) on."""
-    games, frames, totals, broken, before, causes = [], [], [], [], [], []
+    games, frames, totals, broken, before, causes, wrong = [], [], [], [], [], [], []
     for i in range(len(played.views)):
-        ok, cause = replays.replay(played.views[i], played.actions[i], played.ends[i], played.paid[i],
-                                   own_seed=int(played.seeds[i]))
+        replay = replays.replay(played.views[i], played.actions[i], played.ends[i], played.paid[i],
+                                own_seed=int(played.seeds[i]))
+        ok = replay.explained
         at = -1 if ok.all() else int(ok.argmin())
         games.append(int(at < 0))
         frames.append(len(ok) - first if at < 0 else max(at - first, 0))
         totals.append(len(ok) - first)
         broken.append(at)
         before.append(int(played.actions[i][at - 1]) if at > 0 else -1)
-        causes.append(cause)
+        causes.append(replay.broken_by)
+        wrong.append(replay.wrong)
     n = len(games)
     return ReplayVerdict(Share(np.asarray(games, dtype=np.int64), np.ones(n, dtype=np.int64)),
                          Share(np.asarray(frames, dtype=np.int64), np.asarray(totals, dtype=np.int64)),
                          np.asarray(broken, dtype=np.int64), np.asarray(before, dtype=np.int64),
-                         np.asarray(causes, dtype=str))
+                         np.asarray(causes, dtype=str), tuple(wrong))
 
 
 def dream_replays(loaded, game: RealGame, policy: Callable[[], BatchPolicy], *, sample: bool, worlds: int,
@@ -267,9 +307,10 @@ class ReplayStatus:
         if not self.views:
             return ""
         if self._judged[0] != len(self.views):
-            ok, cause = self.replays.replay(np.stack(self.views), np.array(self.actions), np.array(self.ends),
-                                            np.array(self.paid), own_seed=self.seed)
+            replay = self.replays.replay(np.stack(self.views), np.array(self.actions), np.array(self.ends),
+                                         np.array(self.paid), own_seed=self.seed)
+            ok = replay.explained
             broken = last_turn - (len(ok) - 1) + int(ok.argmin())
-            line = "one real game" if ok.all() else f"no real game from turn {broken}: its {cause}"
+            line = "one real game" if ok.all() else f"no real game from turn {broken}: its {replay.broken_by}"
             self._judged = (len(self.views), line)
         return self._judged[1]
