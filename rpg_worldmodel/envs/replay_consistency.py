@@ -101,38 +101,34 @@ class SeedReplays:
         opening's, then the dream's); ``actions`` ``(T-1,)``, the action taken in each frame but the
         last; ``ends`` and ``paid`` ``(T-1,)`` bool, whether each step ended the game and whether it
         paid a reward."""
-        explained = np.zeros(len(views), dtype=bool)
         candidates = self.candidates(views[0], own_seed)
-        broken_by, wrong = ("", ()) if candidates else ("view", ())
-        envs = []
+        # the most frames one candidate explains, why those that got that far stopped, and the first's frame
+        reached, causes, real = 0, {"view"}, None
+        env = self.game.make()
         try:
-            for seed in candidates:
-                envs.append(self.game.make())
-                envs[-1].reset(seed=seed)
-            explained[0] = bool(envs)
-            for t in range(len(views) - 1):
-                if not envs:
-                    break
-                kept, causes, first = [], set(), None
-                for env in envs:
-                    obs, reward, terminated, _, _ = env.step(int(actions[t]))
-                    first = obs if first is None else first
-                    cause = "view" if not np.array_equal(obs, views[t + 1]) else \
-                        "end" if bool(terminated) != bool(ends[t]) else \
-                        "pay" if (reward != 0) != bool(paid[t]) else ""
+            for seed in candidates:  # one at a time, one env: a common first view may have thousands
+                env.reset(seed=seed)
+                frames, cause, obs = 1, "", None
+                while frames < len(views) and not cause:
+                    obs, reward, terminated, _, _ = env.step(int(actions[frames - 1]))
+                    cause = "view" if not np.array_equal(obs, views[frames]) else \
+                        "end" if bool(terminated) != bool(ends[frames - 1]) else \
+                        "pay" if (reward != 0) != bool(paid[frames - 1]) else ""
+                    frames += 0 if cause else 1
+                if frames > reached:
+                    reached, causes, real = frames, {cause}, obs
+                elif frames == reached:
                     causes.add(cause)
-                    if cause:
-                        env.close()
-                    else:
-                        kept.append(env)
-                envs = kept
-                explained[t + 1] = bool(envs)
-                if not envs:
-                    broken_by = next(c for c in ("pay", "end", "view") if c in causes)
-                    wrong = self._wrong_cells(np.asarray(first), views[t + 1]) if broken_by == "view" else ()
+                if reached == len(views):
+                    break
         finally:
-            for env in envs:
-                env.close()
+            env.close()
+        explained = np.arange(len(views)) < reached
+        if reached == len(views):
+            return Replay(explained, "", ())
+        broken_by = next(c for c in ("pay", "end", "view") if c in causes)
+        shown = broken_by == "view" and real is not None
+        wrong = self._wrong_cells(np.asarray(real), views[reached]) if shown else ()
         return Replay(explained, broken_by, wrong)
 
     def _wrong_cells(self, real: np.ndarray, dream: np.ndarray) -> tuple[str, ...]:
