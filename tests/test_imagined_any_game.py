@@ -195,6 +195,7 @@ def test_real_games_are_explained_whole_by_a_replay_and_a_changed_frame_end_or_r
     many = SeedReplays(game, [3, 500, 1, 2])
     assert many.candidates(played.views[0][0], own_seed=500) == [500, 3, 1, 2]
     assert many.candidates(played.views[0][0]) == [3, 500, 1, 2]
+    assert many.candidates(played.views[0][0].astype(np.int64)) == [3, 500, 1, 2]  # whatever its dtype
     assert many.candidates(views[4]) == [] and many.candidates(views[4], own_seed=500) == []
 
 

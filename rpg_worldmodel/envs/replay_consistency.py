@@ -62,8 +62,12 @@ class SeedReplays:
 
     @staticmethod
     def _key(view: np.ndarray) -> bytes:
+        """A view's cells as bytes, whatever its dtype: one byte a cell where every value fits one
+        (one-hot views; 200,000 FourRooms first views in 118 MB), eight otherwise."""
         view = np.asarray(view)
-        return repr(view.shape).encode() + np.ascontiguousarray(view, dtype=np.int64).tobytes()
+        small = view.size == 0 or (view.min() >= 0 and view.max() <= 255)
+        cells = np.ascontiguousarray(view, dtype=np.uint8 if small else np.int64)
+        return repr((view.shape, small)).encode() + cells.tobytes()
 
     def _first_views(self, seeds: Sequence[int], progress: bool = False) -> None:
         """Read the first view of each of ``seeds`` not read yet, all from one env."""
