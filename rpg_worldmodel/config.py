@@ -35,6 +35,8 @@ __all__ = ["CONFIG_DIR", "DataConfig", "ModelConfig", "TrainConfig",
            "WorldModelConfig", "SECTIONS", "apply_override", "load_world_model_config", "save_config"]
 
 POSITIONS = ("rope", "learned")
+#: Steps of a training window where the training games are long enough (``model.train_window``).
+DEFAULT_TRAIN_WINDOW = 16
 LAYERS = ("attention", "srwm")
 #: Side of the memory map's canvas (cells; a torus): a world whose walks span more than
 #: ``MAP_SIZE - view_size`` cells wraps onto itself (`rpg_worldmodel.models.steps.canvas_step`).
@@ -164,11 +166,14 @@ class ModelConfig:
         True, "add a prior from how far each cell of the next view lies from the rows and columns "
         "where each kind was ever seen in the game so far, placed by dead reckoning with the motion "
         "head's shifts (models/heads.py, ExtentPrior): how far a room reaches is learned from the files")
-    train_window: int = setting(
-        16, "steps of each training window (at least num_frames; learned positions: num_frames): "
+    train_window: int | None = setting(
+        None, "steps of each training window (at least num_frames; learned positions: num_frames): "
         "attention slides its num_frames steps along it, and the memory map learns what an old "
         "sighting is worth where attention no longer sees it (ages below num_frames one by one, older "
-        "ones in doubling bins up to this; older still read as the last bin)")
+        "ones in doubling bins up to this; older still read as the last bin); empty: read off the "
+        "training games when training starts (data/shards.py, fitted_window): 16, or the 10th "
+        "percentile of their lengths where that is shorter (a game shorter than the window gives "
+        "none), and written to the run's config")
     refiner_layers: int = setting(
         2, "layers of the cell refiner, which draws a next view as one joint sample over its cells "
         "(models/refiner.py: each layer 32 wide, 2 heads); 0: every cell is drawn on its own")
@@ -256,9 +261,11 @@ class ModelConfig:
 
     @property
     def window(self) -> int:
-        """Steps of a training window: ``train_window``, at least ``num_frames`` (learned positions,
-        which number at most ``num_frames`` steps: exactly that)."""
-        return self.num_frames if self.position == "learned" else max(self.train_window, self.num_frames)
+        """Steps of a training window: ``train_window`` (left empty: `DEFAULT_TRAIN_WINDOW`, until
+        training reads it off the files), at least ``num_frames`` (learned positions, which number
+        at most ``num_frames`` steps: exactly that)."""
+        window = DEFAULT_TRAIN_WINDOW if self.train_window is None else self.train_window
+        return self.num_frames if self.position == "learned" else max(window, self.num_frames)
 
     def _validate_layer(self) -> None:
         """The global layer's name and heads; the SRWM orders steps itself (no learned table)."""
@@ -282,7 +289,7 @@ class ModelConfig:
                               f"got {self.sample_rounds}")
         if not 0 <= self.sample_floor < 1:
             raise ConfigError(f"model.sample_floor must be a probability in [0, 1), got {self.sample_floor}")
-        if self.train_window < 0:
+        if self.train_window is not None and self.train_window < 0:
             raise ConfigError(f"model.train_window must be >= 0, got {self.train_window}")
         if self.memory_steps < 0:
             raise ConfigError(f"model.memory_steps must be >= 0 (0: the attention window), "

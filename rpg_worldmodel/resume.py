@@ -159,6 +159,8 @@ def starting_checkpoint(cfg: WorldModelConfig) -> Path:
     if not cfg.model.fixed_cells:  # what the map keeps apart, as the start's weights learned it
         cfg.model.fixed_cells = saved.model.fixed_cells
     cfg.model.turns = cfg.model.turns or saved.model.turns  # the motions its weights tell apart
+    if cfg.model.train_window is None:  # the memory map's ages its weights tell apart
+        cfg.model.train_window = saved.model.train_window
     # its reward head's classes: a learner's later games may pay what the first ones never did
     cfg.model.reward_values = cfg.model.reward_values or saved.model.reward_values
     return folder

@@ -88,6 +88,10 @@ def test_training_on_a_minigrid_file_needs_no_setting_of_its_game(room_file, tmp
     # MiniGrid's view turns about the viewer, at the bottom middle (3 rows below the view's centre):
     # both quarter turns are read off the files, none is told
     assert sorted(model_cfg.turns) == [(1, 3, 3), (3, 3, -3)]
+    # the training window, left empty, is read off the training games: nine in ten give windows
+    lengths = np.array([len(_rewards(room_file, [i])) for i in loaded.record.splits["train"]])
+    assert model_cfg.train_window == max(3, min(16, int(np.percentile(lengths, 10))))
+    assert (lengths >= model_cfg.window).mean() >= 0.9
     views = torch.zeros(2, 3, 12, 7, 7)
     views[:, :, 0] = 1.0
     out = loaded.model(views, torch.zeros(2, 3, dtype=torch.long))
@@ -164,6 +168,18 @@ def test_the_end_head_trains_on_the_ends_and_a_batch_without_them_trains_none(ro
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.end_head.parameters())
     _, without = model.loss({k: v for k, v in batch.items() if k != "ends"})
     assert "end_ce" not in without
+
+
+def test_a_window_left_empty_is_sixteen_steps_unless_a_tenth_of_the_games_are_shorter():
+    from rpg_worldmodel.data.shards import fitted_window
+
+    assert fitted_window(np.full(50, 100), num_frames=5) == 16  # treasurehunt: every game 100 turns
+    # DoorKey's expert wins in 8-12 steps: the 10th percentile, so nine games in ten give windows
+    expert = np.array([8, 9, 9, 9, 10, 11, 11, 12, 12, 12, 13, 14, 15, 9, 10, 11, 12, 9, 10, 11])
+    assert fitted_window(expert, num_frames=5) == int(np.percentile(expert, 10)) == 9
+    # a lucky 2-step game among 100-step ones (random play in FourRooms) leaves the window as it is
+    assert fitted_window(np.array([2, 15, *[100] * 98]), num_frames=5) == 16
+    assert fitted_window(np.array([2, 3, 3, 4, 4, 9]), num_frames=5) == 5  # never below num_frames
 
 
 def test_games_shorter_than_a_training_window_are_named_with_the_window_that_fits(room_file):

@@ -30,7 +30,7 @@ from rpg_base.errors import InputError
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.trajectories.format import COMPATIBILITY_KEYS
 from rpg_env.trajectories.splits import split_episodes
-from rpg_worldmodel.config import DataConfig
+from rpg_worldmodel.config import DEFAULT_TRAIN_WINDOW, DataConfig
 from rpg_worldmodel.data.sources import DataMismatchError, DataSource
 from rpg_worldmodel.data.stores import EpisodeShards, EpisodeStore, StreamedEpisodes, views_nbytes
 from rpg_worldmodel.data.windows import TrajectoryWindows
@@ -248,6 +248,18 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
                "max_memory_mb": data_cfg.max_memory_mb, "streamed": stream,
                "games_without_window": int(short.sum())}
     return train_set, val_set, summary
+
+
+def fitted_window(lengths: np.ndarray, num_frames: int) -> int:
+    """The training window of games of ``lengths`` steps when ``model.train_window`` is left empty:
+    `DEFAULT_TRAIN_WINDOW`, or the 10th percentile of the lengths where that is shorter, so that at
+    least nine games in ten give windows (an expert that wins DoorKey-5x5 in 9-12 steps); never
+    below ``num_frames``. A few quick games among long ones (random play that finds FourRooms' goal
+    in two steps) leave the window as it is: one such game would otherwise shorten every window,
+    and with it the ages the memory map learns; training names the games it leaves out
+    (`short_games_message`)."""
+    tenth = int(np.percentile(lengths, 10)) if len(lengths) else DEFAULT_TRAIN_WINDOW
+    return max(num_frames, min(DEFAULT_TRAIN_WINDOW, tenth))
 
 
 def short_games_message(lengths: np.ndarray, num_frames: int, least: int = 1) -> str:
