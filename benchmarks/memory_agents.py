@@ -23,7 +23,10 @@ Agents: ``trxl-ppo`` (TransformerXL memory, this project), ``recurrent-ppo`` (sb
 and the memoryless ``ppo`` and ``dqn`` (one frame a step, or their configs' frame stacks on the
 project's games); a task runs the agents it has a config for. Each seed is one trained agent and
 its own evaluation games (env seeds from ``300,000 + 1,000 * seed``, disjoint from training's and
-the in-training evaluation's); figures are means over ``--seeds`` with 95% t-intervals, and, as
+the in-training evaluation's), acting greedily (the mode of its policy); on seed 002's tasks also
+with actions sampled from its policy (seeded: the same games and draws each time), as seed 002's
+own evaluation (``enjoy.py``) plays and its training curves count (``figure_sampled``; the variant
+has greedy and random beside it instead). Figures are means over ``--seeds`` with 95% t-intervals, and, as
 seed 002 reports them, the interquartile mean with a stratified bootstrap interval (rliable, the
 [rliable] extra; left out without it). CPU time is the training process's (all its threads),
 beside wall time and env steps per wall second. ``--task-steps TASK=N`` trains a task for N steps
@@ -142,9 +145,10 @@ def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: i
         row["eval"] = json.loads((run_dir / "eval.json").read_text())  # model, greedy, random
         row["figure"] = row["eval"]["model"]["mean"]
         return row
-    returns = run_episodes(load_expert_policy(run_dir / "model.zip"), dict(cfg.env), episodes, cfg.eval.seed,
-                           cfg.env_id, cfg.wrappers)
-    row["figure"] = float((returns > 0).mean()) if task in SUCCESS_TASKS else float(returns.mean())
+    for key, greedy in (("figure", True), ("figure_sampled", False)):
+        policy = load_expert_policy(run_dir / "model.zip", deterministic=greedy)
+        returns = run_episodes(policy, dict(cfg.env), episodes, cfg.eval.seed, cfg.env_id, cfg.wrappers)
+        row[key] = float((returns > 0).mean()) if task in SUCCESS_TASKS else float(returns.mean())
     return row
 
 
@@ -214,7 +218,9 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for algo in dict.fromkeys(r["algo"] for r in mine):
             agent = [r for r in mine if r["algo"] == algo]
             figure = [r["figure"] for r in agent]
+            sampled = [r.get("figure_sampled") for r in agent]  # rows of older results have none
             rows[algo] = {"figure": mean_t_interval(figure), "iqm": interquartile_mean(figure),
+                          "figure_sampled": None if None in sampled else mean_t_interval(sampled),
                           "steps_per_second": mean_t_interval([r["steps_per_second"] for r in agent]),
                           "cpu_minutes": mean_t_interval([
                               None if r["cpu_seconds_with_eval"] is None else r["cpu_seconds_with_eval"] / 60
@@ -248,14 +254,15 @@ def print_table(summary: dict[str, Any]) -> None:
     for task, rows in summary.items():
         what = "share of games won" if task in SUCCESS_TASKS else "return per game"
         print(f"\n{task}: {what}, mean over seeds [95% t-interval], IQM [95% stratified bootstrap]")
-        print(f"{'agent':<18} {'mean':<26} {'IQM':<26} {'env steps/s':<22} {'CPU min':<18} "
-              "vs best memoryless")
+        print(f"{'agent':<18} {'mean':<26} {'IQM':<26} {'sampled actions':<26} {'env steps/s':<22} "
+              f"{'CPU min':<18} vs best memoryless")
         for name, row in rows.items():
             ratio = row.get("vs_best_memoryless")
             fig_fmt = ".3f" if task in SUCCESS_TASKS else ".1f"
             speed, cpu = _cell(row.get("steps_per_second"), ".0f"), _cell(row.get("cpu_minutes"), ".1f")
             print(f"{name:<18} {_cell(row['figure'], fig_fmt):<26} {_cell(row.get('iqm'), fig_fmt):<26} "
-                  f"{speed:<22} {cpu:<18} {'' if ratio is None else f'{ratio:.2f}x'}")
+                  f"{_cell(row.get('figure_sampled'), fig_fmt):<26} {speed:<22} {cpu:<18} "
+                  f"{'' if ratio is None else f'{ratio:.2f}x'}")
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:

@@ -58,3 +58,18 @@ def test_a_file_that_cannot_join_is_refused_in_one_line_before_any_agent_trains(
     assert "give --episodes 50" in _refused(tmp_path, "--merge", str(CARTPOLE), "--episodes", "20")
     holds = _refused(tmp_path, "--merge", str(CARTPOLE), "--algos", "ppo")
     assert "--merge already holds cartpole ppo seed 0" in holds
+
+
+def test_an_agent_is_judged_greedily_and_with_sampled_actions_on_the_same_games(tmp_path):
+    """Seed 002 plays its agents with actions sampled from the policy; the table gives that figure
+    beside the greedy one, the draws seeded: read again, the agent scores the same."""
+    module = load_benchmark("memory_agents", "benchmark_memory_agents_sampled")
+    row = module.run_one("proof", "ppo", 0, 2048, 2, 6, tmp_path / "runs")
+    assert set(row) >= {"figure", "figure_sampled"}
+    assert all(0.0 <= row[key] <= 1.0 for key in ("figure", "figure_sampled"))
+    again = module.run_one("proof", "ppo", 0, 2048, 2, 6, tmp_path / "runs")  # read, not trained again
+    assert again["figure_sampled"] == row["figure_sampled"] and again["figure"] == row["figure"]
+    summary = module.summarize_runs([row, {**row, "seed": 1}])["proof"]["ppo"]
+    assert summary["figure_sampled"]["mean"] == row["figure_sampled"]
+    older = {k: v for k, v in row.items() if k != "figure_sampled"}  # a merged row from before it
+    assert module.summarize_runs([older])["proof"]["ppo"]["figure_sampled"] is None
