@@ -134,14 +134,16 @@ def _splits(record: CheckpointRecord) -> dict[str, np.ndarray]:
 
 def resume_from(path: str | os.PathLike, cfg: WorldModelConfig, data: DataRecord) -> Resume:
     """Read the checkpoint a run resumes from (its latest); refused as `_checked` says. What the
-    run read off its training views when it began (``model.fixed_cells``, ``model.kind_limits``,
-    ``model.turns``)
-    is taken from it where ``cfg`` leaves them empty."""
+    run read off its training views and games when it began (``model.fixed_cells``,
+    ``model.kind_limits``, ``model.turns``, ``model.train_window``) is taken from it where ``cfg``
+    leaves them empty."""
     folder = resolve_checkpoint(path, "latest")
+    saved = read_record(folder / META_FILE).config.model
     if not cfg.model.kind_limits:
-        saved = read_record(folder / META_FILE).config.model
         cfg.model.fixed_cells, cfg.model.kind_limits = saved.fixed_cells, saved.kind_limits
         cfg.model.turns = saved.turns
+    if cfg.model.train_window is None:
+        cfg.model.train_window = saved.train_window
     record = _checked(folder, cfg, data, "resume")
     return Resume(folder, record, _splits(record), load_training_state(folder))
 

@@ -62,7 +62,6 @@ from rpg_worldmodel.data.masks import apply_input_mask, check_mask
 from rpg_worldmodel.data.shards import (
     DataFiles,
     data_record,
-    fitted_window,
     split_data_args,
     step_rewards,
     training_splits,
@@ -229,10 +228,8 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
         cfg.model.fixed_cells = cfg.model.fixed_cells or fixed  # a fine-tuned model keeps its start's
         if start is None:  # and its motions
             cfg.model.turns = cfg.model.turns or store_turns(files.store(splits["train"], True), cfg.model)
-    if cfg.model.train_window is None:  # read off the training games, once: then part of the config
-        cfg.model.train_window = fitted_window(files.table["length"][splits["train"]], cfg.model.num_frames)
-    train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model.window,
-                                                        cfg.model.num_frames)
+    # the window is read off the training games when left empty: then part of the config
+    train_set, val_set, data_summary = training_windows(files, splits, cfg.data, cfg.model)
     cfg.model.pays_only_at_ends = pays_only_at_ends(train_set.store)  # the files', not a setting
     if cfg.model.extent_prior:  # what each window's game showed before it (evaluate_split: the val set's)
         train_set.extents_before = store_extents(train_set.store, cfg.model)

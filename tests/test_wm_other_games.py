@@ -192,7 +192,8 @@ def test_games_shorter_than_a_training_window_are_named_with_the_window_that_fit
     lengths = files.store(splits["train"], False).lengths
     window = int(lengths.max())  # every game but the longest is shorter
     with pytest.warns(UserWarning, match=r"training games are shorter than model.train_window") as caught:
-        _, _, summary = training_windows(files, splits, load_world_model_config(None).data, window)
+        _, _, summary = training_windows(files, splits, load_world_model_config(None).data,
+                                         ModelConfig(num_frames=1, train_window=window))
     assert summary["games_without_window"] == int((lengths < window).sum()) > 0
     assert f"set model.train_window={max(1, int(np.percentile(lengths, 10)))}" in str(caught[0].message)
     message = short_games_message(np.array([9, 9, 12, 250]), 16)

@@ -30,7 +30,7 @@ from rpg_base.errors import InputError
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.trajectories.format import COMPATIBILITY_KEYS
 from rpg_env.trajectories.splits import split_episodes
-from rpg_worldmodel.config import DEFAULT_TRAIN_WINDOW, DataConfig
+from rpg_worldmodel.config import DEFAULT_TRAIN_WINDOW, DataConfig, ModelConfig
 from rpg_worldmodel.data.sources import DataMismatchError, DataSource
 from rpg_worldmodel.data.stores import EpisodeShards, EpisodeStore, StreamedEpisodes, views_nbytes
 from rpg_worldmodel.data.windows import TrajectoryWindows
@@ -226,12 +226,17 @@ def data_record(files: DataFiles) -> dict[str, Any]:
     }
 
 
-def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: DataConfig, num_frames: int,
-                     least: int = 1) -> tuple[TrajectoryWindows, TrajectoryWindows, dict[str, Any]]:
-    """Train and val windows of ``splits``, and a summary of where they are held: in memory when
-    the views of both splits fit ``data.max_memory_mb`` (`DataFiles.views_nbytes`; loading
-    briefly takes about twice that), else streamed from the files. ``least``: the shortest window
-    the model takes (its ``num_frames``), the least a warning about short games suggests."""
+def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: DataConfig, model: ModelConfig
+                     ) -> tuple[TrajectoryWindows, TrajectoryWindows, dict[str, Any]]:
+    """Train and val windows of ``splits``, ``model.window`` steps each (``model.train_window`` left
+    empty is first read off the training games, `fitted_window`, and set), and a summary of where
+    they are held: in memory when the views of both splits fit ``data.max_memory_mb``
+    (`DataFiles.views_nbytes`; loading briefly takes about twice that), else streamed from the
+    files. A warning names the training games shorter than a window, with the window that fits them
+    (never below ``model.num_frames``, the shortest window the model takes)."""
+    if model.train_window is None:
+        model.train_window = fitted_window(files.table["length"][splits["train"]], model.num_frames)
+    num_frames, least = model.window, model.num_frames
     nbytes = files.views_nbytes(np.concatenate([splits["train"], splits["val"]]))
     stream = nbytes > data_cfg.max_memory_mb * MIB
     train_set = TrajectoryWindows.of(files.store(splits["train"], stream), num_frames)
