@@ -21,14 +21,14 @@ Six tasks, each agent trained with the project's configs from ``rpg_env/experts/
 
 Agents: ``trxl-ppo`` (TransformerXL memory, this project), ``recurrent-ppo`` (sb3-contrib's LSTM),
 and the memoryless ``ppo`` and ``dqn`` (one frame a step, or their configs' frame stacks on the
-project's games); a task runs the agents it has a config for. Each seed is one trained agent and
-its own evaluation games (env seeds from ``300,000 + 1,000 * seed``, disjoint from training's and
-the in-training evaluation's), acting greedily (the mode of its policy); on seed 002's tasks also
-with actions sampled from its policy (seeded: the same games and draws each time), as seed 002's
-own evaluation (``enjoy.py``) plays and its training curves count (``figure_sampled``; the variant
-has greedy and random beside it instead). Figures are means over ``--seeds`` with 95% t-intervals, and, as
-seed 002 reports them, the interquartile mean with a stratified bootstrap interval (rliable, the
-[rliable] extra; left out without it). CPU time is the training process's (all its threads),
+project's games); a task runs the agents it has a config for. Each seed is one trained agent and its
+own evaluation games (env seeds from ``300,000 + 1,000 * seed``, disjoint from training's and the
+in-training evaluation's), acting greedily (the mode of its policy); on every task but the variant
+(which has greedy and random beside it instead) also with actions sampled from its policy (seeded:
+the same games and draws each time), as seed 002's own evaluation (``enjoy.py``) plays and its
+training curves count (``figure_sampled``). Figures are means over ``--seeds`` with 95% t-intervals,
+and, as seed 002 reports them, the interquartile mean with a stratified bootstrap interval (rliable,
+the [rliable] extra; left out without it). CPU time is the training process's (all its threads),
 beside wall time and env steps per wall second. ``--task-steps TASK=N`` trains a task for N steps
 instead of its configs' budget (the variant: ``--steps``). ``--merge EARLIER.json`` summarises the
 agents of an earlier result of this script beside this command's (a row added to a table whose run
