@@ -236,19 +236,19 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
     (never below ``model.num_frames``, the shortest window the model takes)."""
     if model.train_window is None:
         model.train_window = fitted_window(files.table["length"][splits["train"]], model.num_frames)
-    num_frames, least = model.window, model.num_frames
+    window = model.window
     nbytes = files.views_nbytes(np.concatenate([splits["train"], splits["val"]]))
     stream = nbytes > data_cfg.max_memory_mb * MIB
-    train_set = TrajectoryWindows.of(files.store(splits["train"], stream), num_frames)
-    val_set = TrajectoryWindows.of(files.store(splits["val"], stream), num_frames)
+    train_set = TrajectoryWindows.of(files.store(splits["train"], stream), window)
+    val_set = TrajectoryWindows.of(files.store(splits["val"], stream), window)
     if len(val_set) == 0:
         raise ConfigError(
             f"no validation windows: val episodes are shorter than a training window of "
-            f"{num_frames} steps (model.train_window, at least model.num_frames)"
+            f"{window} steps (model.train_window, at least model.num_frames)"
         )
-    short = train_set.store.lengths < num_frames
+    short = train_set.store.lengths < window
     if short.any():
-        warnings.warn(short_games_message(train_set.store.lengths, num_frames, least), stacklevel=2)
+        warnings.warn(short_games_message(train_set.store.lengths, window, model.num_frames), stacklevel=2)
     summary = {"files": len(files.sources), "views_mib": nbytes / MIB,
                "max_memory_mb": data_cfg.max_memory_mb, "streamed": stream,
                "games_without_window": int(short.sum())}
