@@ -251,9 +251,11 @@ def test_the_shipped_minigrid_learn_configs_resolve_for_their_task(name, tmp_pat
     assert world_model.model.train_window == 8 and world_model.train.end_repeats == 20
 
 
-def test_the_keycorridor_loop_is_doorkeys_but_for_the_task_and_its_measured_horizon():
+def test_the_keycorridor_loop_is_doorkeys_but_for_the_task_and_what_was_measured_on_each():
     configs = REPO / "rpg_worldmodel" / "configs"
     doorkey, corridor = (dataclasses.asdict(load_learn_config(configs / n))
                          for n in ("learn_doorkey.yaml", "learn_keycorridor.yaml"))
-    assert {k for k in doorkey if doorkey[k] != corridor[k]} == {"env_id", "horizon"}
+    assert {k for k in doorkey if doorkey[k] != corridor[k]} == {"env_id", "horizon", "world_model_steps"}
     assert (doorkey["horizon"], corridor["horizon"]) == (20, 0)  # the corridor's as measured
+    # DoorKey's first world model trains 1,000 steps (measured there); the corridor's figures are at 300
+    assert (doorkey["world_model_steps"], corridor["world_model_steps"]) == (1000, 300)
