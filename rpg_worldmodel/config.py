@@ -65,6 +65,10 @@ class DataConfig:
     max_memory_mb: int = setting(
         2048, "MiB of views (uint8) the train and val episodes may take in memory, per process; "
         "beyond it windows are streamed from the files (0: always stream)")
+    unmodelled_policies: tuple[str, ...] = setting(
+        (), "policy ids (the files' policy_id) whose actions the action head does not learn: their "
+        "games still train the views, rewards and ends they show (random play recorded for the bumps "
+        "an expert never makes), but a model of the expert is not pulled towards random actions")
 
     def validate(self) -> None:
         """Shares that make a split with a training and a validation part; sane loader sizes."""
@@ -86,6 +90,8 @@ class DataConfig:
             raise ConfigError(f"data.max_val_windows must be >= 1, got {self.max_val_windows}")
         if self.max_memory_mb < 0:
             raise ConfigError(f"data.max_memory_mb must be >= 0 (0: always stream), got {self.max_memory_mb}")
+        if any(not p for p in self.unmodelled_policies):
+            raise ConfigError(f"data.unmodelled_policies holds an empty id: {list(self.unmodelled_policies)}")
 
 
 @dataclass

@@ -125,23 +125,28 @@ def seed_everything(seed: int) -> None:
 def evaluate_split(model: WorldModel, dataset: TrajectoryWindows, indices: np.ndarray, cfg: WorldModelConfig,
                    device: torch.device, batch_size: int = 256) -> dict[str, float]:
     """Mean loss statistics over ``indices`` windows of ``dataset`` (eval mode, no weight update);
-    with an extent prior the windows start from what their games showed before, as in training."""
+    with an extent prior the windows start from what their games showed before, as in training.
+    The action accuracy is the mean over the actions the head predicts (none after a game's end, none
+    of ``data.unmodelled_policies``); every other statistic is the mean over windows."""
     if model.cfg.extent_prior and dataset.extents_before is None:
         dataset.extents_before = store_extents(dataset.store, model.cfg)
     was_training = model.training
     model.eval()
     totals: dict[str, float] = {}
-    count = 0
+    counts: dict[str, int] = {}
     for a in range(0, len(indices), batch_size):
         batch = dataset.get_batch(indices[a : a + batch_size])
         with autocast_context(device):
             loss, stats = model.loss(to_device(batch, device))
-        n = len(batch["views"])
+        n, taken = len(batch["views"]), batch["actions"][:, 1:] >= 0
+        taken = taken & batch["actions_modelled"][:, None] if "actions_modelled" in batch else taken
         for key, value in {"loss": loss, **stats}.items():
-            totals[key] = totals.get(key, 0.0) + float(value) * n
-        count += n
+            weight = int(taken.sum()) if key == "action_acc" else n
+            if weight:  # a batch of unmodelled windows has no action accuracy (nan)
+                totals[key] = totals.get(key, 0.0) + float(value) * weight
+                counts[key] = counts.get(key, 0) + weight
     model.train(was_training)
-    return {k: v / max(count, 1) for k, v in totals.items()}
+    return {k: v / counts[k] for k, v in totals.items()}
 
 
 @dataclass
@@ -233,9 +238,8 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     cfg.model.pays_only_at_ends = pays_only_at_ends(train_set.store)  # the files', not a setting
     if cfg.model.extent_prior:  # what each window's game showed before it (evaluate_split: the val set's)
         train_set.extents_before = store_extents(train_set.store, cfg.model)
-    val_idx = np.unique(
-        np.linspace(0, len(val_set) - 1, min(cfg.data.max_val_windows, len(val_set))).astype(int)
-    )
+    val_count = min(cfg.data.max_val_windows, len(val_set))
+    val_idx = np.unique(np.linspace(0, len(val_set) - 1, val_count).astype(int))
     device = procs.device
     model = WorldModel(cfg.model).to(device)
     if start is not None:
@@ -244,12 +248,8 @@ def setup(cfg: WorldModelConfig, procs: Processes, resume: str | os.PathLike | N
     draws = shared_generator(device) if procs.world_size > 1 else None
     if procs.rank > 0:  # each rank's own random stream (what is not drawn for the global batch)
         torch.manual_seed(rank_seed(cfg.train.seed, procs.rank))
-    optimizer = torch.optim.AdamW(
-        model.param_groups(WEIGHT_DECAY),
-        lr=cfg.train.lr,
-        betas=BETAS,
-        fused=True,  # one kernel for all parameters: ~5x faster steps on CPU, and on CUDA
-    )
+    # fused: one kernel for all parameters, ~5x faster steps on CPU, and on CUDA
+    optimizer = torch.optim.AdamW(model.param_groups(WEIGHT_DECAY), lr=cfg.train.lr, betas=BETAS, fused=True)
     scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(device) == torch.float16)
     if resumed is not None:
         restore_training(resumed, model, optimizer, scaler, device, procs.rank if procs.launched else None,

@@ -246,6 +246,11 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
             f"no validation windows: val episodes are shorter than a training window of "
             f"{window} steps (model.train_window, at least model.num_frames)"
         )
+    for windows, ids in ((train_set, splits["train"]), (val_set, splits["val"])):
+        windows.actions_modelled = actions_modelled(files, ids, data_cfg.unmodelled_policies)
+    if train_set.actions_modelled is not None and not train_set.actions_modelled.any():
+        raise ConfigError(f"data.unmodelled_policies={list(data_cfg.unmodelled_policies)} leaves the action "
+                          f"head no training game of {files.describe()}; drop one of them")
     short = train_set.store.lengths < window
     if short.any():
         warnings.warn(short_games_message(train_set.store.lengths, window, model.num_frames), stacklevel=2)
@@ -253,6 +258,21 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
                "max_memory_mb": data_cfg.max_memory_mb, "streamed": stream,
                "games_without_window": int(short.sum())}
     return train_set, val_set, summary
+
+
+def actions_modelled(files: DataFiles, ids: np.ndarray, unmodelled: Sequence[str]) -> np.ndarray | None:
+    """Whether the action head learns the actions of episodes ``ids`` ((E,) bool): not where their
+    policy id is one of ``unmodelled`` (``data.unmodelled_policies``); None when it names none. A
+    name no training file's games were played by is refused (a typo would model every action), and
+    (`training_windows`) so is a choice that leaves the action head no training game."""
+    if not unmodelled:
+        return None
+    policies = files.table["policy_id"]
+    unknown = sorted(set(unmodelled) - set(policies.tolist()))
+    if unknown:
+        raise ConfigError(f"data.unmodelled_policies names {unknown}, which played no game of "
+                          f"{files.describe()} (its policy ids: {sorted(set(policies.tolist()))})")
+    return ~np.isin(policies[np.asarray(ids, dtype=np.int64)], list(unmodelled))
 
 
 def fitted_window(lengths: np.ndarray, num_frames: int) -> int:

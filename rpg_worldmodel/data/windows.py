@@ -104,7 +104,10 @@ class TrajectoryWindows(Dataset):
 
     ``extents_before``, when set (one (L, K, 4) array per row, indexed by the window's start: what
     the game's views before each start showed, `rpg_worldmodel.models.steps.store_extents`), adds
-    the key ``extents_before`` (K, 4) int64 to every window.
+    the key ``extents_before`` (K, 4) int64 to every window. ``actions_modelled``, when set ((E,)
+    bool, one per row: `rpg_worldmodel.data.shards.training_windows` from ``data.unmodelled_policies``),
+    adds the key ``actions_modelled`` (bool): whether the window's actions are the action head's
+    targets (they are the model's inputs either way).
     """
 
     def __init__(self, path: str | Path, episodes: np.ndarray, num_frames: int):
@@ -128,6 +131,7 @@ class TrajectoryWindows(Dataset):
         self.window_episode = self.episodes[self.plan.rows]
         self.window_start = self.plan.starts
         self.extents_before: list[np.ndarray] | None = None
+        self.actions_modelled: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -167,6 +171,8 @@ class TrajectoryWindows(Dataset):
         }
         if self.extents_before is not None:
             batch["extents_before"] = torch.from_numpy(extents_at(self.extents_before, rows, starts))
+        if self.actions_modelled is not None:
+            batch["actions_modelled"] = torch.from_numpy(self.actions_modelled[rows])
         return batch
 
     # DataLoader's fetcher calls __getitems__ with a whole batch of indices when it exists.

@@ -125,11 +125,16 @@ class EndHead(RewardHead):
         return super().forward(tokens, views, actions)[..., 0] + self.prior
 
 
-def action_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def action_loss(logits: torch.Tensor, targets: torch.Tensor, modelled: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The next action's cross-entropy (nats) and accuracy: ``logits`` (B, T, A), ``targets`` (B, T)
-    long, negative where no action follows (a window ending on the game's final view). The mean is
-    over every position, one with no action counting 0: a count every rank knows, so DDP's mean of
+    long, negative where no action follows (a window ending on the game's final view); ``modelled``
+    (B,) bool, False for a window whose actions are inputs only (a policy of
+    ``data.unmodelled_policies``: random play read for its views, not imitated). The mean is over
+    every position, one with no action counting 0: a count every rank knows, so DDP's mean of
     ranks is the global one; where every action is taken it is the plain mean, bit for bit."""
+    if modelled is not None:
+        targets = targets.masked_fill(~modelled[:, None], -1)
     taken = targets >= 0
     flat_logits, flat_targets = logits.flatten(0, 1), targets.flatten()
     if bool(taken.all()):

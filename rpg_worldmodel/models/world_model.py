@@ -200,10 +200,10 @@ class WorldModel(nn.Module):
         ``batch`` (on the model's device): ``views`` (B, T+1, C, V, V) one-hot (any dtype), ``actions``
         (B, T+1) long (negative after a game's last step), ``rewards`` (B, T+1) float (with a reward
         head), ``ends`` (B, T+1) bool (with an end head; a batch without it trains no end),
-        ``extents_before`` (optional, `forward`; not read under a mask, which would not hide it); T is
-        the training window. The model reads the first T steps (through ``input_mask`` when given: it
-        hides part of the input, never of the targets) and is scored on the last T views and actions
-        and the first T rewards and ends.
+        ``extents_before`` (optional, `forward`; not read under a mask, which would not hide it),
+        ``actions_modelled`` (optional, `action_loss`); T is the training window. The model reads the
+        first T steps (through ``input_mask`` when given: it hides part of the input, never of the
+        targets) and is scored on the last T views and actions and the first T rewards and ends.
 
         The loss is the sum of the view's per-cell cross-entropy over entity kinds (nats), the
         action's (weighing `ACTION_LOSS_WEIGHT`), the shift's (the motion head's, on the shifts the
@@ -222,7 +222,7 @@ class WorldModel(nn.Module):
         cell_ce = F.cross_entropy(view_logits.transpose(1, 2), target_codes, reduction="none")
         # the mean over cells, the count a tensor: CUDA multiplies by a number's reciprocal instead
         view_loss = cell_ce.sum() / cell_ce.new_tensor(cell_ce.numel())
-        action_ce, action_acc = action_loss(action_logits, actions[:, 1:])  # none after the last step
+        action_ce, action_acc = action_loss(action_logits, actions[:, 1:], batch.get("actions_modelled"))
         loss = view_loss + ACTION_LOSS_WEIGHT * action_ce
         with torch.no_grad():
             # argmax over a contiguous last axis: ~7x faster on CPU than over the strided C axis
