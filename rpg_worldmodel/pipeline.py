@@ -286,9 +286,10 @@ def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
 
     s = settings
     out = Path(s.out or default_out())
-    experts = resolve_experts(s)  # refused before anything is written: unknown experts, files that are not
+    # refused before anything is written: unknown experts, files that are not experts, bad overrides
+    experts = resolve_experts(s)
     explore = EXPLORE_POLICY if s.explore_games and experts[0][1] != EXPLORE_POLICY else None
-    cfg = training_config(s.train_overrides, s.seed, s.quick, explore)  # so are bad overrides
+    cfg = training_config(s.train_overrides, s.seed, s.quick, explore)
     prepare_out(out, overwrite)
     timings: dict[str, float] = {}
     total, start = 10 if s.extra_seeds else 9, time.perf_counter()

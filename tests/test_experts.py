@@ -268,12 +268,22 @@ def test_evaluate_cli_table_and_json(tmp_path, capsys, dqn_path):
     for word in ("model", "greedy", "random", "95% CI", "vs greedy"):
         assert word in table
     result = json.loads(out.read_text())
-    assert set(result) == {"model", "greedy", "random"}
+    assert set(result) == {"model", "greedy", "random"} and result["model"].pop("actions") == "likeliest"
     for row in result.values():
         assert set(row) == {"mean", "ci95", "episodes", "positive"} and row["episodes"] == 8
         assert row["ci95"][0] <= row["mean"] <= row["ci95"][1]
     # Fixed seeds: the same figures again.
-    assert compare(dqn_path, episodes=8, seed=5) == result
+    again = compare(dqn_path, episodes=8, seed=5)
+    assert again["model"].pop("actions") == "likeliest" and again == result
+    # Actions drawn from the policy (seed 002's play): seeded, so repeatable, and not the greedy play.
+    sampled = tmp_path / "sampled.json"
+    words = ["evaluate", str(dqn_path), "--episodes", "8", "--seed", "5", "--sampled", "--json", str(sampled)]
+    assert main(words) == 0
+    assert "actions sampled" in capsys.readouterr().out
+    drawn = json.loads(sampled.read_text())
+    assert drawn["model"]["actions"] == "sampled" and drawn["model"]["mean"] != result["model"]["mean"]
+    assert drawn["greedy"] == result["greedy"]
+    assert compare(dqn_path, episodes=8, seed=5, sampled=True) == drawn
 
 
 def test_watch_headless_writes_gif(tmp_path, capsys, dqn_path):

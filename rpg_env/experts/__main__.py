@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=non_negative_int, default=DEFAULT_SEED, help="first evaluation seed")
     evaluate.add_argument("--json", type=output_file, default=None,
                           help="also write the figures as JSON here")
+    evaluate.add_argument("--sampled", action="store_true",
+                          help="play the model with actions drawn from its policy (seeded), as seed 002 "
+                               "plays its agents, instead of its likeliest actions")
 
     profile = sub.add_parser("profile", help="how experts play: pickups, bumps, actions, agreement")
     profile.add_argument("models", nargs="+", help="expert .zip files")
@@ -91,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "evaluate":
         from rpg_env.experts.evaluate import evaluate_cli
 
-        evaluate_cli(args.model, episodes=args.episodes, seed=args.seed, json_path=args.json)
+        evaluate_cli(args.model, episodes=args.episodes, seed=args.seed, json_path=args.json,
+                     sampled=args.sampled)
     elif args.command == "profile":
         from rpg_env.experts.evaluate import profile_cli
 

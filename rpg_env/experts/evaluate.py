@@ -167,15 +167,17 @@ def game_description(env: Any) -> EnvDescription | None:
 
 
 def compare(model: str | Path | BatchPolicy, episodes: int = DEFAULT_EPISODES, seed: int = DEFAULT_SEED,
-            env_kwargs: dict[str, Any] | None = None,
-            env_id: str | None = None) -> dict[str, dict[str, Any]]:
+            env_kwargs: dict[str, Any] | None = None, env_id: str | None = None,
+            sampled: bool = False) -> dict[str, dict[str, Any]]:
     """``{"model": summary, "greedy": summary, "random": summary}`` on the same seeds (no greedy
     outside the project's games, `baselines`).
 
     ``env_id`` and ``env_kwargs`` default to the environment the expert was trained in (its
     ``rpg_expert`` record, with its wrappers), so the comparison is on the expert's own env.
+    ``sampled``: a model read from a file plays actions drawn from its policy (each batch's draws
+    seeded by its env seed) instead of its likeliest ones.
     """
-    policy = model if isinstance(model, BatchPolicy) else load_expert_policy(model)
+    policy = model if isinstance(model, BatchPolicy) else load_expert_policy(model, deterministic=not sampled)
     trained_id, trained_kwargs = trained_env(policy)
     env_id = env_id or trained_id
     if env_kwargs is None:
@@ -183,6 +185,8 @@ def compare(model: str | Path | BatchPolicy, episodes: int = DEFAULT_EPISODES, s
     wrappers = trained_wrappers(policy)
     env_id = resolve_env_id(env_id)  # "rpg_env:Treasurehunt-v0" is still a project game
     results = {"model": summarize(run_episodes(policy, env_kwargs, episodes, seed, env_id, wrappers))}
+    if not isinstance(model, BatchPolicy):
+        results["model"]["actions"] = "sampled" if sampled else "likeliest"
     for name, baseline in baselines(env_id, env_kwargs, wrappers).items():
         results[name] = summarize(run_episodes(baseline, env_kwargs, episodes, seed, env_id, wrappers))
     return results
@@ -259,9 +263,10 @@ def print_table(results: dict[str, dict[str, Any]], title: str | None = None) ->
 
 
 def evaluate_cli(model: str, episodes: int = DEFAULT_EPISODES, seed: int = DEFAULT_SEED,
-                 json_path: str | None = None) -> dict[str, dict[str, Any]]:
-    results = compare(model, episodes=episodes, seed=seed)
-    print_table(results, title=f"{model}: {episodes} episodes, seeds {seed}..")
+                 json_path: str | None = None, sampled: bool = False) -> dict[str, dict[str, Any]]:
+    results = compare(model, episodes=episodes, seed=seed, sampled=sampled)
+    play = ", actions sampled" if sampled else ""
+    print_table(results, title=f"{model}: {episodes} episodes, seeds {seed}..{play}")
     if json_path is not None:
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
