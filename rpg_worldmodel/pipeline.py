@@ -206,8 +206,8 @@ def training_config(overrides: Sequence[str], seed: int, quick: bool = False,
     or ``out_dir`` is refused rather than ignored. ``explore_policy``: the policy id of the games
     of random play, when they are recorded; unless an override gives ``data.unmodelled_policies``
     (``[]``: learn every action), the action head does not learn their actions: learning them
-    pulled its predictions of the expert towards random play (accuracy 0.865 against 0.884 in a
-    paired run; docs/worldmodel.md).
+    pulled its predictions of the expert towards random play (accuracy 0.864-0.865 against
+    0.882-0.884 in paired runs; docs/worldmodel.md).
     """
     from rpg_base.typed_config.config import parse_override, with_overrides
 
