@@ -46,7 +46,7 @@ from rpg_base.cli import (
     run_command,
 )
 from rpg_base.errors import InputError
-from rpg_base.provenance import pinned_torch_threads
+from rpg_base.provenance import git_revision, pinned_torch_threads
 from rpg_worldmodel.config import WorldModelConfig
 
 PIPELINE_OUT_ROOT = "runs/pipeline"
@@ -293,6 +293,7 @@ def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
     prepare_out(out, overwrite)
     timings: dict[str, float] = {}
     total, start = 10 if s.extra_seeds else 9, time.perf_counter()
+    revision = git_revision()  # the code that runs (the provenance's is read as the report is written)
     with Stage(1, total, "experts", timings):
         (self_policy, self_label), (cross_policy, cross_label) = experts
         print(f"    self: {self_label} ({self_policy}); cross: {cross_label} ({cross_policy})")
@@ -311,7 +312,7 @@ def _run_stages(settings: PipelineSettings, overwrite: bool) -> Path:
             seeds = stage_seeds(ev, cfg, training, cross_file, out, s)
     section = {"settings": {**asdict(s), "eval_masks": masks}, "recorded": recorded, "run_dir": str(run_dir),
                "masked_checkpoint": str(masked) if masked else None, "timings_s": timings,
-               "dream_fidelity": dream}
+               "dream_fidelity": dream, "git_revision": revision}
     extra = {"pipeline": section, **({"seeds": seeds} if seeds else {})}
     with Stage(total, total, "report", timings):
         timings["total_before_report"] = round(time.perf_counter() - start, 2)

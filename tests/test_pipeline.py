@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rpg_base.errors import InputError
+from rpg_base.provenance import git_revision
 from rpg_worldmodel.config import load_world_model_config
 from rpg_worldmodel.envs.whole_games import JUDGING_POLICIES
 from rpg_worldmodel.pipeline import PipelineSettings, resolve_expert, run_pipeline, training_config
@@ -68,6 +69,7 @@ def test_quick_pipeline_outputs(quick_run):
                 assert iv["lo"] - 1e-9 <= iv["value"] <= iv["hi"] + 1e-9, (predictor, figure, iv)
     for predictor in ("model", "majority_action"):
         assert main["predictors"][predictor]["action_acc"]["value"] is not None
+    assert metrics["pipeline"]["git_revision"] == git_revision()  # read as the run starts
     # the games of random play train the views, not the action head
     assert load_world_model_config(out / "run" / "config.yaml").data.unmodelled_policies == ("random",)
     assert set(main["model_minus"]) == {"copy", "motion_oracle", "memory_oracle", "majority_action",
