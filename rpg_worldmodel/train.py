@@ -82,6 +82,7 @@ from rpg_worldmodel.distributed import (
     to_device,
     wrap,
 )
+from rpg_worldmodel.models.heads import action_targets
 from rpg_worldmodel.models.steps import store_extents, store_turns
 from rpg_worldmodel.models.world_model import WorldModel
 from rpg_worldmodel.refiner_stage import refiner_stage_due, run_refiner_stage
@@ -138,10 +139,9 @@ def evaluate_split(model: WorldModel, dataset: TrajectoryWindows, indices: np.nd
         batch = dataset.get_batch(indices[a : a + batch_size])
         with autocast_context(device):
             loss, stats = model.loss(to_device(batch, device))
-        n, taken = len(batch["views"]), batch["actions"][:, 1:] >= 0
-        taken = taken & batch["actions_modelled"][:, None] if "actions_modelled" in batch else taken
+        targets = action_targets(batch["actions"][:, 1:], batch.get("actions_modelled"))  # (B, T)
         for key, value in {"loss": loss, **stats}.items():
-            weight = int(taken.sum()) if key == "action_acc" else n
+            weight = int((targets >= 0).sum()) if key == "action_acc" else len(targets)
             if weight:  # a batch of unmodelled windows has no action accuracy (nan)
                 totals[key] = totals.get(key, 0.0) + float(value) * weight
                 counts[key] = counts.get(key, 0) + weight

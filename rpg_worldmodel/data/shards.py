@@ -246,8 +246,10 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
             f"no validation windows: val episodes are shorter than a training window of "
             f"{window} steps (model.train_window, at least model.num_frames)"
         )
-    for windows, ids in ((train_set, splits["train"]), (val_set, splits["val"])):
-        windows.actions_modelled = actions_modelled(files, ids, data_cfg.unmodelled_policies)
+    modelled = actions_modelled(files, data_cfg.unmodelled_policies)
+    if modelled is not None:
+        train_set.actions_modelled = modelled[splits["train"]]
+        val_set.actions_modelled = modelled[splits["val"]]
     if train_set.actions_modelled is not None and not train_set.actions_modelled.any():
         raise ConfigError(f"data.unmodelled_policies={list(data_cfg.unmodelled_policies)} leaves the action "
                           f"head no training game of {files.describe()}; drop one of them")
@@ -260,19 +262,21 @@ def training_windows(files: DataFiles, splits: dict[str, np.ndarray], data_cfg: 
     return train_set, val_set, summary
 
 
-def actions_modelled(files: DataFiles, ids: np.ndarray, unmodelled: Sequence[str]) -> np.ndarray | None:
-    """Whether the action head learns the actions of episodes ``ids`` ((E,) bool): not where their
-    policy id is one of ``unmodelled`` (``data.unmodelled_policies``); None when it names none. A
-    name no training file's games were played by is refused (a typo would model every action), and
-    (`training_windows`) so is a choice that leaves the action head no training game."""
+def actions_modelled(files: DataFiles, unmodelled: Sequence[str]) -> np.ndarray | None:
+    """Whether the action head learns the actions of each episode of ``files`` ((E,) bool, by
+    episode id over all files): not where its policy id is one of ``unmodelled``
+    (``data.unmodelled_policies``); None when it names none. A name no file's games were played by
+    is refused (a typo would model every action), and (`training_windows`) so is a choice that
+    leaves the action head no training game."""
     if not unmodelled:
         return None
     policies = files.table["policy_id"]
-    unknown = sorted(set(unmodelled) - set(policies.tolist()))
+    present = set(policies.tolist())
+    unknown = sorted(set(unmodelled) - present)
     if unknown:
         raise ConfigError(f"data.unmodelled_policies names {unknown}, which played no game of "
-                          f"{files.describe()} (its policy ids: {sorted(set(policies.tolist()))})")
-    return ~np.isin(policies[np.asarray(ids, dtype=np.int64)], list(unmodelled))
+                          f"{files.describe()} (its policy ids: {sorted(present)})")
+    return ~np.isin(policies, list(unmodelled))
 
 
 def fitted_window(lengths: np.ndarray, num_frames: int) -> int:

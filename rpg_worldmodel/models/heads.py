@@ -125,6 +125,12 @@ class EndHead(RewardHead):
         return super().forward(tokens, views, actions)[..., 0] + self.prior
 
 
+def action_targets(actions: torch.Tensor, modelled: torch.Tensor | None) -> torch.Tensor:
+    """The next actions (B, T) long as the action head's targets: -1 (none) in the windows whose
+    ``modelled`` (B,) bool is False; ``actions`` as they are where it is None."""
+    return actions if modelled is None else actions.masked_fill(~modelled[:, None], -1)
+
+
 def action_loss(logits: torch.Tensor, targets: torch.Tensor, modelled: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The next action's cross-entropy (nats) and accuracy: ``logits`` (B, T, A), ``targets`` (B, T)
@@ -133,8 +139,7 @@ def action_loss(logits: torch.Tensor, targets: torch.Tensor, modelled: torch.Ten
     ``data.unmodelled_policies``: random play read for its views, not imitated). The mean is over
     every position, one with no action counting 0: a count every rank knows, so DDP's mean of
     ranks is the global one; where every action is taken it is the plain mean, bit for bit."""
-    if modelled is not None:
-        targets = targets.masked_fill(~modelled[:, None], -1)
+    targets = action_targets(targets, modelled)
     taken = targets >= 0
     flat_logits, flat_targets = logits.flatten(0, 1), targets.flatten()
     if bool(taken.all()):
