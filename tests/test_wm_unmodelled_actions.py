@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from rpg_base.cli import command_status
 from rpg_base.typed_config.values import ConfigError
 from rpg_env.record import record
 from rpg_worldmodel import train as T
@@ -60,6 +61,16 @@ def test_a_choice_that_models_nothing_or_names_no_policy_is_refused(files, tmp_p
         _windows(_cfg(files, tmp_path / "run", f"data.unmodelled_policies={policies}"))
     with pytest.raises(ConfigError, match="empty id"):
         _cfg(files, tmp_path / "run", "data.unmodelled_policies=['']").validate()
+
+
+def test_the_command_line_refuses_a_policy_no_game_was_played_by(files, tmp_path, capsys):
+    before = [p.read_bytes() for p in files]
+    words = ["--data", str(files[0]), "--data", str(files[1]), "--out", str(tmp_path / "run"), *TINY,
+             "data.unmodelled_policies=[radnom]"]
+    assert command_status(T.main, words) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data.unmodelled_policies names ['radnom']" in err[0]
+    assert [p.read_bytes() for p in files] == before and not (tmp_path / "run").exists()
 
 
 def test_unmodelled_windows_train_views_but_not_the_action_head(files, tmp_path):
