@@ -26,7 +26,9 @@ own evaluation games (env seeds from ``300,000 + 1,000 * seed``, disjoint from t
 in-training evaluation's), acting greedily (the mode of its policy); on every task but the variant
 (which has greedy and random beside it instead) also with actions sampled from its policy (seeded:
 the same games and draws each time), as seed 002's own evaluation (``enjoy.py``) plays and its
-training curves count (``figure_sampled``). Figures are means over ``--seeds`` with 95% t-intervals,
+training curves count (``figure_sampled``). On the MiniGrid tasks each agent's greedy games are
+also split by whether its first view shows the cue (``by_first_view``, `wins_by_first_view`): one
+that reads its memory wins every game of the first kind without looking back. Figures are means over ``--seeds`` with 95% t-intervals,
 and, as seed 002 reports them, the interquartile mean with a stratified bootstrap interval (rliable,
 the [rliable] extra; left out without it). CPU time is the training process's (all its threads),
 beside wall time and env steps per wall second. ``--task-steps TASK=N`` trains a task for N steps
@@ -94,6 +96,7 @@ TASK_CONFIGS = {"proof": "memorycue-{algo}.yaml", "variant": "{algo}.yaml",
 TASKS = tuple(TASK_CONFIGS)
 #: Tasks whose figure is the share of games won (a positive return); the others report the return.
 SUCCESS_TASKS = ("proof", "minigrid", "minigrid-cells", "mysterypath")
+MINIGRID_TASKS = ("minigrid", "minigrid-cells")
 TITLES = {"proof": "MemoryCue-v0 (memory proof task)",
           "variant": "Treasurehunt-v0, items visible for a few turns",
           "cartpole": "CartPoleMasked-v1 (no velocities)", "minigrid": "MiniGrid-MemoryS9-v0 (3x3 view)",
@@ -149,7 +152,38 @@ def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: i
         policy = load_expert_policy(run_dir / "model.zip", deterministic=greedy)
         returns = run_episodes(policy, dict(cfg.env), episodes, cfg.eval.seed, cfg.env_id, cfg.wrappers)
         row[key] = float((returns > 0).mean()) if task in SUCCESS_TASKS else float(returns.mean())
+    if task in MINIGRID_TASKS:
+        greedy_policy = load_expert_policy(run_dir / "model.zip", deterministic=True)
+        row["by_first_view"] = wins_by_first_view(greedy_policy, cfg, episodes, cfg.eval.seed)
     return row
+
+
+def wins_by_first_view(policy: Any, cfg: ExpertConfig, games: int, seed: int) -> dict[str, dict[str, Any]]:
+    """MiniGrid Memory: the share of games ``policy`` wins where its first view shows the cue and
+    where it does not (``games`` games, env seeds ``seed``, ``seed + 1``, ...; one world at a time).
+    An agent that reads its memory wins the first kind without looking back; at chance there, it
+    does not use the cue at all, whatever it does in the others."""
+    from minigrid.core.constants import OBJECT_TO_IDX
+
+    from rpg_env.envs.any_env import make_vector
+
+    cue = [OBJECT_TO_IDX["key"], OBJECT_TO_IDX["ball"]]
+    won: dict[str, list[bool]] = {"cue_shown": [], "cue_hidden": []}
+    env = make_vector(cfg.env_id, 1, dict(cfg.env), cfg.wrappers)
+    try:
+        for game in range(games):
+            obs, _ = env.reset(seed=seed + game)
+            shown = bool(np.isin(env.envs[0].unwrapped.gen_obs()["image"][..., 0], cue).any())
+            start, total, ended = np.ones(1, dtype=bool), 0.0, False
+            while not ended:
+                obs, reward, terminated, truncated, _ = env.step(policy.act(obs, start))
+                start[:] = False
+                total += float(reward[0])
+                ended = bool(terminated[0] or truncated[0])
+            won["cue_shown" if shown else "cue_hidden"].append(total > 0)
+    finally:
+        env.close()
+    return {kind: {"games": len(w), "won": float(np.mean(w)) if w else None} for kind, w in won.items()}
 
 
 def merged_runs(path: Path, episodes: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -226,12 +260,13 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
                               None if r["cpu_seconds_with_eval"] is None else r["cpu_seconds_with_eval"] / 60
                               for r in agent]),
                           "seeds": [r["seed"] for r in agent],
+                          **_by_first_view(agent),
                           "env_steps": sorted({r["steps"] for r in agent})}
         if task == "variant":
             first = [r for r in mine if r["algo"] == mine[0]["algo"]]
             for who in ("greedy", "random"):
                 rows[who] = {"figure": mean_t_interval([r["eval"][who]["mean"] for r in first])}
-        if task in ("minigrid", "minigrid-cells"):
+        if task in MINIGRID_TASKS:
             rows["first-view memory"] = first_view_memory()
         if task in ("variant", "cartpole"):
             memoryless = [rows[a]["figure"]["mean"] for a in MEMORYLESS if a in rows]
@@ -241,6 +276,16 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 rows[algo]["vs_best_memoryless"] = mean / best if best and mean is not None else None
         summary[task] = rows
     return summary
+
+
+def _by_first_view(agent: list[dict[str, Any]]) -> dict[str, Any]:
+    """MiniGrid Memory: each seed's `wins_by_first_view` shares as means over seeds (where every seed
+    has them: rows of older results have none)."""
+    splits = [r.get("by_first_view") for r in agent]
+    if not splits or None in splits:
+        return {}
+    return {f"won_{kind}": mean_t_interval([s[kind]["won"] for s in splits])
+            for kind in ("cue_shown", "cue_hidden")}
 
 
 def _cell(cell: dict[str, Any] | None, fmt: str) -> str:
@@ -263,6 +308,12 @@ def print_table(summary: dict[str, Any]) -> None:
             print(f"{name:<18} {_cell(row['figure'], fig_fmt):<26} {_cell(row.get('iqm'), fig_fmt):<26} "
                   f"{_cell(row.get('figure_sampled'), fig_fmt):<26} {speed:<22} {cpu:<18} "
                   f"{'' if ratio is None else f'{ratio:.2f}x'}")
+        split = {name: row for name, row in rows.items() if "won_cue_shown" in row}
+        if split:
+            print("won, greedy, where the first view shows the cue / where it does not:")
+            for name, row in split.items():
+                shown, hidden = _cell(row["won_cue_shown"], ".3f"), _cell(row["won_cue_hidden"], ".3f")
+                print(f"  {name:<16} {shown} / {hidden}")
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
