@@ -26,16 +26,16 @@ own evaluation games (env seeds from ``300,000 + 1,000 * seed``, disjoint from t
 in-training evaluation's), acting greedily (the mode of its policy); on every task but the variant
 (which has greedy and random beside it instead) also with actions sampled from its policy (seeded:
 the same games and draws each time), as seed 002's own evaluation (``enjoy.py``) plays and its
-training curves count (``figure_sampled``). On the MiniGrid tasks each agent's greedy games are
-also split by whether its first view shows the cue (``by_first_view``, `wins_by_first_view`): one
-that reads its memory wins every game of the first kind without looking back. Figures are means over ``--seeds`` with 95% t-intervals,
-and, as seed 002 reports them, the interquartile mean with a stratified bootstrap interval (rliable,
-the [rliable] extra; left out without it). CPU time is the training process's (all its threads),
-beside wall time and env steps per wall second. ``--task-steps TASK=N`` trains a task for N steps
-instead of its configs' budget (the variant: ``--steps``). ``--merge EARLIER.json`` summarises the
-agents of an earlier result of this script beside this command's (a row added to a table whose run
-folders are gone, say); its agents must have been judged on as many games (``--episodes``), and an
-agent this command trains may not be in it.
+training curves count (``figure_sampled``). On the MiniGrid tasks each agent's greedy games are also
+split by whether its first view shows the cue (``by_first_view``, `wins_by_first_view`): one that
+reads its memory wins every game of the first kind without looking back. Figures are means over
+``--seeds`` with 95% t-intervals, and, as seed 002 reports them, the interquartile mean with a
+stratified bootstrap interval (rliable, the [rliable] extra; left out without it). CPU time is the
+training process's (all its threads), beside wall time and env steps per wall second. ``--task-steps
+TASK=N`` trains a task for N steps instead of its configs' budget (the variant: ``--steps``).
+``--merge EARLIER.json`` summarises the agents of an earlier result of this script beside this
+command's (a row added to a table whose run folders are gone, say); its agents must have been judged
+on as many games (``--episodes``), and an agent this command trains may not be in it.
 
     python benchmarks/memory_agents.py                    # proof and variant, 4 agents, 3 seeds (~1 h)
     python benchmarks/memory_agents.py --tasks cartpole --algos trxl-ppo recurrent-ppo ppo --seeds 0 1 2 3 4
