@@ -160,20 +160,18 @@ def run_one(task: str, algo: str, seed: int, steps: int | None, visible_turns: i
 
 def wins_by_first_view(policy: Any, cfg: ExpertConfig, games: int, seed: int) -> dict[str, dict[str, Any]]:
     """MiniGrid Memory: the share of games ``policy`` wins where its first view shows the cue and
-    where it does not (``games`` games, env seeds ``seed``, ``seed + 1``, ...; one world at a time).
+    where it does not (``games`` games, env seeds ``seed``, ``seed + 1``, ...; one world at a time:
+    the games `run_episodes` plays for the figure, up to its batch of 100).
     An agent that reads its memory wins the first kind without looking back; at chance there, it
     does not use the cue at all, whatever it does in the others."""
-    from minigrid.core.constants import OBJECT_TO_IDX
-
     from rpg_env.envs.any_env import make_vector
 
-    cue = [OBJECT_TO_IDX["key"], OBJECT_TO_IDX["ball"]]
     won: dict[str, list[bool]] = {"cue_shown": [], "cue_hidden": []}
     env = make_vector(cfg.env_id, 1, dict(cfg.env), cfg.wrappers)
     try:
         for game in range(games):
             obs, _ = env.reset(seed=seed + game)
-            shown = bool(np.isin(env.envs[0].unwrapped.gen_obs()["image"][..., 0], cue).any())
+            shown = cue_in_view(env.envs[0].unwrapped.gen_obs()["image"])
             start, total, ended = np.ones(1, dtype=bool), 0.0, False
             while not ended:
                 obs, reward, terminated, truncated, _ = env.step(policy.act(obs, start))
@@ -225,17 +223,23 @@ def interquartile_mean(figures: list[float]) -> dict[str, Any] | None:
             "n": len(figures)}
 
 
+def cue_in_view(image: np.ndarray) -> bool:
+    """Whether MiniGrid Memory's symbolic view ``image`` (V, V, 3) shows the cue (a key or a ball:
+    the start room's object, and the two at the hallway's end, which no first view reaches)."""
+    from minigrid.core.constants import OBJECT_TO_IDX
+
+    return bool(np.isin(image[..., 0], [OBJECT_TO_IDX["key"], OBJECT_TO_IDX["ball"]]).any())
+
+
 def first_view_memory(games: int = 1000) -> dict[str, Any]:
     """MiniGrid Memory (S9, the 3x3 view): the share of starts whose first view shows the cue (the
     agent starts facing away from it, anywhere from the cue's column to the hallway's end), and the
     success of an agent that remembers the cue only when that first view shows it and picks a side
     at random otherwise: what memory buys without looking back."""
     import gymnasium as gym
-    from minigrid.core.constants import OBJECT_TO_IDX
 
-    env = gym.make("MiniGrid-MemoryS9-v0", agent_view_size=3)
-    cue = [OBJECT_TO_IDX["key"], OBJECT_TO_IDX["ball"]]
-    shown = float(np.mean([np.isin(env.reset(seed=s)[0]["image"][..., 0], cue).any() for s in range(games)]))
+    env = gym.make("minigrid:MiniGrid-MemoryS9-v0", agent_view_size=3)  # "minigrid:" registers its ids
+    shown = float(np.mean([cue_in_view(env.reset(seed=s)[0]["image"]) for s in range(games)]))
     env.close()
     return {"cue_in_first_view": shown, "figure": {"mean": shown + (1 - shown) / 2, "ci95": None},
             "games": games}

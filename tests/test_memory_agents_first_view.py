@@ -65,3 +65,13 @@ def test_an_agent_that_remembers_the_cue_wins_every_game_whose_first_view_shows_
     assert 0.2 < forgetting["cue_shown"]["won"] < 0.8
     assert 0.3 < remembering["cue_hidden"]["won"] < 0.7
     assert remembering["cue_hidden"]["won"] == forgetting["cue_hidden"]["won"]  # it had nothing to remember
+
+
+def test_the_memoryless_bound_counts_the_same_starts_as_the_split():
+    bench = load_benchmark("memory_agents", "benchmark_memory_agents_first_view_bound")
+    cfg = load_expert_config(None, EXPERT_CONFIG_DIR / "minigrid-memory-onehot-ppo.yaml")
+    bound = bench.first_view_memory(games=120)
+    split = bench.wins_by_first_view(HallwayWalker(remember=True), cfg, 120, 0)
+    assert bound["cue_in_first_view"] == split["cue_shown"]["games"] / 120
+    shown = bound["cue_in_first_view"]
+    assert bound["figure"]["mean"] == pytest.approx(shown + (1 - shown) / 2)
