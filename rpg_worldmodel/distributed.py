@@ -176,7 +176,8 @@ class Processes:
 @contextlib.contextmanager
 def process_group(procs: Processes) -> Iterator[None]:
     """Join the run's process group for the block (`backend_for` its device) and leave it after,
-    also on error; nothing for a process torchrun did not launch."""
+    all ranks together (a barrier) when the block ends normally, at once on error; nothing for a
+    process torchrun did not launch."""
     if not procs.launched:
         yield
         return
@@ -185,6 +186,10 @@ def process_group(procs: Processes) -> Iterator[None]:
     dist.init_process_group(backend_for(procs.device), rank=procs.rank, world_size=procs.world_size)
     try:
         yield
+        # Leave together: a rank whose last collective was a broadcast may still have its peer's
+        # buffers in flight on gloo's worker threads, and interpreter exit with work on those threads
+        # aborts the process ("terminate called without an active exception", seen once in CI).
+        dist.barrier()
     finally:
         gc.collect()  # wrappers caught in reference cycles release the group before it is destroyed
         dist.destroy_process_group()
