@@ -129,6 +129,12 @@ class TrXLHyperparams:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     normalize_advantage: bool = True
+    #: The value's change per update is clipped to the clip range too (PPO2's and seed 002's loss:
+    #: the larger of the clipped and unclipped squared errors).
+    clip_value: bool = False
+    #: A time limit's end bootstraps from the final view's value; False: it ends the episode as the
+    #: game's own end does (seed 002 and CleanRL treat it so), worth nothing after it.
+    bootstrap_truncation: bool = True
 
 
 @dataclass
@@ -159,6 +165,10 @@ class MemoryConfig:
     gtrxl_bias: float = setting(0.0, "trxl-ppo: initial bias of the GTrXL update gates")
     hidden_size: int = setting(128, "trxl-ppo: hidden layer before the policy and value heads")
     previous_action: bool = setting(True, "trxl-ppo: the network also reads its last action (where it went)")
+    input_layer: bool = setting(False, "trxl-ppo: a linear layer and ReLU from the extractor's features to "
+                                       "the memory, orthogonal with gain sqrt(2) (seed 002's embedding)")
+    separate_heads: bool = setting(False, "trxl-ppo: a hidden layer each for the policy and the value, "
+                                          "orthogonal as seed 002's (gains sqrt(2); 0.1 logits, 1 value)")
     lstm_hidden_size: int = setting(128, "recurrent-ppo: LSTM units (sb3-contrib's lstm_hidden_size)")
 
 

@@ -65,7 +65,7 @@ def network_shape(cfg: ExpertConfig, envs: VectorEnv) -> TrXLShape:
         embed_dim=cfg.net.features_dim, num_blocks=mem.num_blocks, num_heads=mem.num_heads,
         memory_length=mem.memory_length, positional_encoding=mem.positional_encoding,
         layer_norm=mem.layer_norm, gtrxl=mem.gtrxl, gtrxl_bias=mem.gtrxl_bias, hidden_size=mem.hidden_size,
-        previous_action=mem.previous_action)
+        previous_action=mem.previous_action, input_layer=mem.input_layer, separate_heads=mem.separate_heads)
 
 
 def make_vector_env(cfg: ExpertConfig, num_envs: int) -> VectorEnv:
@@ -73,6 +73,18 @@ def make_vector_env(cfg: ExpertConfig, num_envs: int) -> VectorEnv:
     within the step (its last observation in ``info["final_obs"]``): Treasurehunt's native vector
     env, Gymnasium's sync one otherwise."""
     return make_vector(cfg.env_id, num_envs, cfg.env, cfg.wrappers, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def ppo_value_loss(value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor,
+                   clip: float | None = None) -> torch.Tensor:
+    """Mean squared error of ``value`` against ``returns`` (all (B,)); with ``clip``, the larger of
+    that and the error of ``value`` moved at most ``clip`` from ``old_value``, the collection's (PPO2's
+    clipped value loss: an update cannot move the value far on the strength of it)."""
+    error = (returns - value).pow(2)
+    if clip is None:
+        return error.mean()
+    clipped = old_value + (value - old_value).clamp(-clip, clip)
+    return torch.max(error, (returns - clipped).pow(2)).mean()
 
 
 def decayed(initial: float, final: float, power: float, progress: float) -> float:
@@ -190,7 +202,7 @@ class TrXLTrainer:
             game_reward = np.asarray(reward, dtype=np.float32)
             reward = torch.as_tensor(game_reward).to(self.device)
             truncated_only = np.asarray(truncated) & ~np.asarray(terminated)
-            if truncated_only.any():  # bootstrap through the time limit from the final view
+            if self.hp.bootstrap_truncation and truncated_only.any():  # from the final view's value
                 reward = reward + self.hp.gamma * self._final_values(info, truncated_only)
             done = np.asarray(terminated) | np.asarray(truncated)
             rollout.rewards[t], rollout.dones[t] = reward, torch.as_tensor(done).to(self.device)
@@ -261,7 +273,8 @@ class TrXLTrainer:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * mb_adv
                 policy_loss = -torch.min(ratio * mb_adv, clipped).mean()
-                value_loss = (returns[idx] - value).pow(2).mean()
+                value_loss = ppo_value_loss(value, flat["values"][idx], returns[idx],
+                                            clip if hp.clip_value else None)
                 entropy = heads.entropy(logits).mean()
                 loss = policy_loss + hp.vf_coef * value_loss - ent_coef * entropy
                 self.optimizer.zero_grad()

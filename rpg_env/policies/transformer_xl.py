@@ -8,6 +8,7 @@ One step of the network::
     obs (B, *obs_shape) --encoder--> h0 (B, D)  (+ an embedding of the previous action, if used)
     for block i:  h_{i+1} = Block_i(query=h_i, keys/values=[memory_i (B, L, D); h_i], age positions)
     h_N --Linear+ReLU--> logits (B, sum of the action dimensions' choices), value (B,)
+    (``input_layer``: a Linear+ReLU after the encoder; ``separate_heads``: the value its own Linear+ReLU)
     returns also the new memory entries [h_0 .. h_{N-1}] (B, N, D)
 
 The encoder follows the observation (`encoder_kind`): a one-hot grid ``(C, V, V)`` goes through
@@ -85,6 +86,8 @@ class TrXLShape:
     previous_action: bool = True
     encoder: str = "grid"
     obs_scale: float = 1.0  # 1/255 for images of bytes
+    input_layer: bool = False  # seed 002's embedding: Linear+ReLU between the encoder and the memory
+    separate_heads: bool = False  # a hidden layer each for the policy and the value (seed 002's)
 
     def __post_init__(self) -> None:
         if self.positional_encoding not in POSITIONAL_ENCODINGS:
@@ -152,6 +155,13 @@ def observation_encoder(shape: TrXLShape) -> nn.Module:
         return ImageEncoder(shape)
     space = spaces.Box(-np.inf, np.inf, shape.obs_shape, dtype=np.float32)
     return GridMLP(space, features_dim=shape.embed_dim)
+
+
+def orthogonal_relu(inputs: int, outputs: int) -> nn.Sequential:
+    """Linear+ReLU with orthogonal weights of gain sqrt(2), as seed 002 initialises its layers."""
+    layer = nn.Linear(inputs, outputs)
+    nn.init.orthogonal_(layer.weight, gain=math.sqrt(2))
+    return nn.Sequential(layer, nn.ReLU())
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
@@ -285,12 +295,19 @@ class TrXLActorCritic(nn.Module):
             table = (sinusoidal_positions(ages, shape.embed_dim) if shape.positional_encoding == "relative"
                      else torch.zeros(ages, shape.embed_dim))
             self.register_buffer("age_embedding", table, persistent=False)
+        self.input_layer = orthogonal_relu(shape.embed_dim, shape.embed_dim) if shape.input_layer else None
         self.hidden = nn.Sequential(nn.Linear(shape.embed_dim, shape.hidden_size), nn.ReLU())
+        self.value_hidden = (orthogonal_relu(shape.embed_dim, shape.hidden_size) if shape.separate_heads
+                             else None)
         self.policy_head = nn.Linear(shape.hidden_size, sum(shape.action_dims))
         self.value_head = nn.Linear(shape.hidden_size, 1)
-        # Small initial logits: a near-uniform first policy (as SB3 initialises its action net).
-        nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
-        nn.init.zeros_(self.policy_head.bias)
+        if shape.separate_heads:  # seed 002's gains; its biases keep torch's initialisation
+            nn.init.orthogonal_(self.hidden[0].weight, gain=math.sqrt(2))
+            nn.init.orthogonal_(self.policy_head.weight, gain=0.1)
+            nn.init.orthogonal_(self.value_head.weight, gain=1.0)
+        else:  # small initial logits: a near-uniform first policy (as SB3 initialises its action net)
+            nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
+            nn.init.zeros_(self.policy_head.bias)
 
     def forward(self, obs: torch.Tensor, previous: torch.Tensor, memory: torch.Tensor | None,
                 valid: torch.Tensor, keys: torch.Tensor | None = None
@@ -304,6 +321,8 @@ class TrXLActorCritic(nn.Module):
         if self.shape.encoder == "grid":
             x = x.contiguous(memory_format=torch.channels_last)
         h = self.encoder(x)
+        if self.input_layer is not None:
+            h = self.input_layer(h)
         if self.action_embedding is not None:
             if previous.dim() == 1:  # one Discrete action: (B,) reads as (B, 1)
                 previous = previous[:, None]
@@ -316,7 +335,8 @@ class TrXLActorCritic(nn.Module):
             entries.append(h)
             h = block(h, keys[:, i], h + age_zero, ~valid)
         hidden = self.hidden(h)
-        return self.policy_head(hidden), self.value_head(hidden)[:, 0], torch.stack(entries, dim=1)
+        value_hidden = hidden if self.value_hidden is None else self.value_hidden(h)
+        return self.policy_head(hidden), self.value_head(value_hidden)[:, 0], torch.stack(entries, dim=1)
 
     def window_keys(self, memory: torch.Tensor) -> torch.Tensor:
         """``memory`` (B, N, L, D) with each slot's age added and each block's weight-free part of
