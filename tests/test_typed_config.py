@@ -327,6 +327,14 @@ def test_shipped_expert_configs_list_only_what_differs(path):
 
 #: Expert settings added after the shipped experts were trained, at the value they trained with.
 ADDED_SINCE_SHIPPED = {"device": "cpu", "wrappers": []}
+#: The same for the memory section (a record of before lacks them).
+MEMORY_ADDED_SINCE_SHIPPED = {"input_layer": False, "separate_heads": False}
+
+
+def _with_added(recorded: dict) -> dict:
+    """``recorded`` with the settings added since it was written, at the values it trained with."""
+    memory = {**MEMORY_ADDED_SINCE_SHIPPED, **recorded["memory"]} if "memory" in recorded else None
+    return {**ADDED_SINCE_SHIPPED, **recorded, **({"memory": memory} if memory else {})}
 
 
 @pytest.mark.parametrize("path", EXPERT_RECORDS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -335,10 +343,13 @@ def test_shipped_expert_records_load_unchanged(path):
 
     cfg = load_expert_config(path=path)
     recorded = yaml.safe_load(path.read_text())
-    assert cfg.to_dict() == {**ADDED_SINCE_SHIPPED, **recorded}  # a record of before lacks them
+    assert cfg.to_dict() == _with_added(recorded)  # a record of before lacks them
     # written by to_yaml: the same text again, once the settings added since it was written are left out
     written = yaml.safe_load(cfg.to_yaml())
     again = {k: v for k, v in written.items() if k in recorded or k not in ADDED_SINCE_SHIPPED}
+    if "memory" in again:
+        again["memory"] = {k: v for k, v in again["memory"].items()
+                           if k in recorded["memory"] or k not in MEMORY_ADDED_SINCE_SHIPPED}
     assert again == recorded
 
 
@@ -354,4 +365,4 @@ def test_algorithm_configs_resolve_to_their_shipped_settings():
     assert (dqn.eval.freq, ppo.eval.freq, dqn.eval.episodes, ppo.eval.episodes) == (20_000, 40_000, 20, 20)
     assert dqn.env == ppo.env == {"vision_radius": 4, "co_policy": "random"}
     assert dqn.hyperparams["exploration_final_eps"] == 0.02 and ppo.hyperparams["n_steps"] == 128
-    assert len(EXPERT_CONFIGS) == 21 and len(EXPERT_RECORDS) >= 3
+    assert len(EXPERT_CONFIGS) == 22 and len(EXPERT_RECORDS) >= 3
