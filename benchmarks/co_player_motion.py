@@ -11,7 +11,8 @@ and the co-player both random, seeds from ``--seed``):
   cells when they move opposite ways;
 - ``expected_next``: teacher forced, the agents the view head expects in the next view (the sum of
   its agent probabilities, the viewer's own cell left out) given one co-player in view, beside the
-  real count;
+  agents one joint draw of that next view holds (the refiner's, as the imagined env draws: its
+  rounds, doubt, floor and limits) and the real count: the head's shortfall and the draw's apart;
 - ``dream``: the imagined env (temperature 1, the same random actions, ``--worlds`` worlds from real
   openings): the share of steps with a co-player in view whose next view has none, and co-players in
   view per frame, beside the real game's under the same policy.
@@ -35,6 +36,8 @@ from rpg_base.provenance import provenance
 from rpg_base.results import write_results
 from rpg_env.game.constants import AGENT
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
+from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
+from rpg_worldmodel.models.sampling import ViewSampler
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REACH = 2  # offsets shown each way
@@ -67,18 +70,25 @@ def teacher_forced(model, games: int, turns: int, seed: int) -> dict:
     rng, state = np.random.default_rng(seed), None
     side = 2 * REACH + 1
     predicted, real = np.zeros((side, side)), np.zeros((side, side))
-    expected, counted, cases = [], [], 0
+    expected, drawn, counted, cases = [], [], [], 0
+    cfg = model.cfg
+    draw = ViewSampler(model.refiner, cfg.sample_rounds, SAMPLE_DOUBT, cfg.sample_floor, model.kind_limits)
+    generator = torch.Generator().manual_seed(seed)
     for _ in range(turns):
         actions = rng.integers(0, 4, games)
         out, state = model.imagine_step(torch.as_tensor(obs).float(), torch.as_tensor(actions), state)
-        probs = torch.softmax(out.view[:, 0].float(), 1)[:, AGENT].numpy()
+        logits = out.view[:, 0].float()
+        probs = torch.softmax(logits, 1)[:, AGENT].numpy()
         centre = probs.shape[-1] // 2
         probs[:, centre, centre] = 0.0
+        kinds = draw(logits.permute(0, 2, 3, 1), generator).numpy()
+        kinds[:, centre, centre] = -1
         now = _others(obs)
         obs, *_ = env.step(actions)
         after = _others(obs)
         one = now.sum((1, 2)) == 1
         expected += probs[one].sum((1, 2)).tolist()
+        drawn += (kinds[one] == AGENT).sum((1, 2)).tolist()
         counted += after[one].sum((1, 2)).tolist()
         for i, r, c in _alone_away_from_edge(now):
             window = np.s_[r - REACH:r + REACH + 1, c - REACH:c + REACH + 1]
@@ -92,6 +102,7 @@ def teacher_forced(model, games: int, turns: int, seed: int) -> dict:
             "far_straight_model": float(sum(predicted[f] for f in far)),
             "far_straight_real": float(sum(real[f] for f in far)),
             "expected_next_given_one": float(np.mean(expected)),
+            "drawn_next_given_one": float(np.mean(drawn)),
             "real_next_given_one": float(np.mean(counted))}
 
 
@@ -123,8 +134,9 @@ def print_row(name: str, row: dict) -> None:
     forced, imagined, real = row["teacher_forced"], row["dream"]["imagined"], row["dream"]["real"]
     print(f"{name}\n  two cells straight (4 cells): model {forced['far_straight_model']:.3f}, real "
           f"{forced['far_straight_real']:.3f} ({forced['cases']} steps)")
-    print(f"  agents expected next given one: model {forced['expected_next_given_one']:.3f}, real "
-          f"{forced['real_next_given_one']:.3f}")
+    print(f"  agents in the next view given one: the view head expects "
+          f"{forced['expected_next_given_one']:.3f}, its joint draw holds "
+          f"{forced['drawn_next_given_one']:.3f}, real {forced['real_next_given_one']:.3f}")
     print(f"  dream: gone next step given one {imagined['gone_given_one']:.3f} "
           f"(real {real['gone_given_one']:.3f}); co-players per frame "
           f"{imagined['co_players_per_frame']:.3f} (real {real['co_players_per_frame']:.3f})")

@@ -158,8 +158,14 @@ class ModelConfig:
     motion_reach: int = setting(
         1, "cells the motion prior's kernel reaches from each cell of view t (a (2 r + 1)-square "
         "convolution per motion, models/heads.py MoveConv): 1, a 3 x 3 kernel, holds the view's shift; 2 "
-        "also holds another inhabitant's own move the other way, two cells in all (measured: one-step "
-        "figures better, whole dreams worse; docs/imagination.md, \"Co-players\")")
+        "also holds another inhabitant's own move the other way, two cells in all, which the head learns "
+        "only with motion_prior_skips_fixed (measured: docs/imagination.md, \"Co-players\")")
+    motion_prior_skips_fixed: bool = setting(
+        False, "the motion prior reads view t without its fixed cells (model.fixed_cells): the viewer "
+        "stays where it is whatever the view does, and read by the same kernel as any other agent it "
+        "teaches the kernel that an agent in view does not move with the world, against every "
+        "co-player's own move; with motion_reach=2 the view head then learns the co-player's two-cell "
+        "moves (measured: docs/imagination.md, \"Co-players\"); false: as every model before it")
     memory_map: bool = setting(
         True, "add a prior from an egocentric map of the cells seen in the last num_frames steps, "
         "placed by dead reckoning (models/heads.py)")

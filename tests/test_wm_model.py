@@ -149,6 +149,29 @@ def test_the_motion_prior_holds_a_shift_and_an_inhabitants_own_move_within_its_r
         assert far < 0.05 and near > 0.3
 
 
+@pytest.mark.parametrize("skips", [False, True])
+def test_the_motion_prior_reads_the_views_fixed_cells_only_when_told_to(skips):
+    """``model.motion_prior_skips_fixed``: the viewer's own cell (a fixed cell) reads as empty to
+    the motion prior, so what it shows moves no logit of the prior; off (older models), it does.
+    Other cells count either way."""
+    from rpg_worldmodel.models.steps import Steps
+
+    torch.manual_seed(0)
+    conv = _model(fixed_cells=(40,), motion_prior_skips_fixed=skips).action_conv
+    views = _views(2, 3)
+    shifts = torch.randint(0, 9, (2, 3))
+    other_centre, other_corner = views.clone(), views.clone()
+    other_centre[..., 4, 4] = other_centre[..., 4, 4].roll(1, -1)
+    other_corner[..., 0, 0] = other_corner[..., 0, 0].roll(1, -1)
+
+    def prior(v):
+        steps = Steps(v, torch.zeros(2, 3, dtype=torch.long), None, shifts, None)
+        return conv.add_to(torch.zeros_like(v), steps)
+
+    assert torch.equal(prior(views), prior(other_centre)) is skips
+    assert not torch.equal(prior(views), prior(other_corner))
+
+
 def test_bad_input_shapes_are_refused():
     model = _model()
     with pytest.raises(ValueError, match=r"views must be \(B,T,6,9,9\)"):

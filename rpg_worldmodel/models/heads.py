@@ -42,7 +42,7 @@ from torch import nn
 
 from rpg_worldmodel.config import MAP_SIZE, ModelConfig
 from rpg_worldmodel.models.motion import SHIFTS, ViewMapPerAction, motion_family, moved_cells
-from rpg_worldmodel.models.steps import HIDDEN, Steps, map_reach, memory_canvas
+from rpg_worldmodel.models.steps import HIDDEN, Steps, fixed_mask, map_reach, memory_canvas
 
 
 class FrameStackActionHead(nn.Module):
@@ -233,7 +233,10 @@ class MoveConv(nn.Conv2d):
     learned), measured in docs/imagination.md, "Co-players". A turn (``model.turns``) is no small
     kernel: its kernel reads view t turned as the turn moves it, cells from outside the view reading
     as none. The kernel is chosen by the motion the motion head gives the step (``steps.shifts``), so
-    a blocked move uses the kernel of no shift.
+    a blocked move uses the kernel of no shift. With ``model.motion_prior_skips_fixed`` the view's
+    fixed cells (``model.fixed_cells``) read as empty: the viewer stays at the centre whatever the
+    view does, and the kernel would otherwise learn from it, at every step, that an agent does not
+    move with the world.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -241,6 +244,9 @@ class MoveConv(nn.Conv2d):
         super().__init__(cfg.num_channels, len(motion_family(cfg.turns)) * cfg.num_channels, 2 * reach + 1,
                          padding=reach)
         self.turns = tuple(cfg.turns)
+        # the cells read as empty: the view's fixed cells where model.motion_prior_skips_fixed
+        self.register_buffer("skipped", fixed_mask(cfg) if cfg.motion_prior_skips_fixed else None,
+                             persistent=False)
         moves = [moved_cells(turn, cfg.view_size) for turn in self.turns]
         self.register_buffer("turn_cells", torch.stack([i for i, _ in moves]) if moves else None,
                              persistent=False)
@@ -249,6 +255,8 @@ class MoveConv(nn.Conv2d):
 
     def add_to(self, view_logits: torch.Tensor, steps: Steps) -> torch.Tensor:
         flat = steps.views.reshape(-1, *steps.views.shape[2:])
+        if self.skipped is not None:
+            flat = flat.masked_fill(self.skipped, 0)
         choice = steps.shifts.reshape(-1)
         if self.turns:
             flat = self.turned(flat.to(view_logits.dtype), choice)
