@@ -36,7 +36,6 @@ from rpg_base.provenance import provenance
 from rpg_base.results import write_results
 from rpg_env.game.constants import AGENT
 from rpg_worldmodel.checkpoint import choose_checkpoint, load_checkpoint
-from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
 from rpg_worldmodel.models.sampling import ViewSampler
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -71,8 +70,7 @@ def teacher_forced(model, games: int, turns: int, seed: int) -> dict:
     side = 2 * REACH + 1
     predicted, real = np.zeros((side, side)), np.zeros((side, side))
     expected, drawn, counted, cases = [], [], [], 0
-    cfg = model.cfg
-    draw = ViewSampler(model.refiner, cfg.sample_rounds, SAMPLE_DOUBT, cfg.sample_floor, model.kind_limits)
+    draw = ViewSampler.of(model)
     generator = torch.Generator().manual_seed(seed)
     for _ in range(turns):
         actions = rng.integers(0, 4, games)

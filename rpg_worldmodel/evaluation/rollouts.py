@@ -35,7 +35,6 @@ from rpg_worldmodel.evaluation.baselines import FittedBaselines
 from rpg_worldmodel.evaluation.episodes import EvalSet
 from rpg_worldmodel.evaluation.oracles import copy_view, views_to_codes
 from rpg_worldmodel.evaluation.scoring import reward_targets
-from rpg_worldmodel.models.refiner import SAMPLE_DOUBT
 from rpg_worldmodel.models.sampling import ViewSampler
 from rpg_worldmodel.models.world_model import WorldModel
 
@@ -186,8 +185,7 @@ def rollout_table(model: WorldModel, config, es: EvalSet, baselines: FittedBasel
     items = [i for i, name in enumerate(channels) if name in M.item_names(channels)]
     values = config.model.reward_values if config.model.reward_head else ()
     reward_values = np.asarray(values, dtype=np.float64)
-    sampler = ViewSampler(model.refiner, model.cfg.sample_rounds, SAMPLE_DOUBT, model.cfg.sample_floor,
-                          model.kind_limits)
+    sampler = ViewSampler.of(model)
     predictions = {**_model_rollouts(model, starts, num_frames, horizon, seed, device, sampler),
                    **_baseline_rollouts(baselines, starts, num_frames, horizon)}
     units, unit_of_row = np.unique(es.game_ids, return_inverse=True)

@@ -15,10 +15,14 @@ rollouts of the evaluation (`rpg_worldmodel.evaluation.rollouts`), so both imagi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from rpg_worldmodel.models.refiner import CellRefiner, joint_sample
+from rpg_worldmodel.models.refiner import SAMPLE_DOUBT, CellRefiner, joint_sample
+
+if TYPE_CHECKING:
+    from rpg_worldmodel.models.world_model import WorldModel
 
 
 def sample_cells(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -38,6 +42,14 @@ class ViewSampler:
     doubt: float = 0.0
     floor: float = 0.0
     limits: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, model: WorldModel) -> ViewSampler:
+        """How ``model`` draws at its own settings, as the imagined env does by default:
+        ``model.sample_rounds`` rounds of `SAMPLE_DOUBT` each, ``model.sample_floor`` and its kind
+        limits."""
+        return cls(model.refiner, model.cfg.sample_rounds, SAMPLE_DOUBT, model.cfg.sample_floor,
+                   model.kind_limits)
 
     def __call__(self, logits: torch.Tensor, generator: torch.Generator,
                  temperature: float = 1.0) -> torch.Tensor:
